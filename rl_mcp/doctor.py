@@ -1,0 +1,72 @@
+"""`rl-mcp doctor`: what this machine has for rl-mcp, without importing anything heavy.
+
+Packages are looked up by their installed metadata (torch is never imported), keys are reported
+by name only (never their values), and the profile is the one `rl-mcp serve` would use.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Mapping
+
+PACKAGES = ("mcp", "atroposlib", "tinker", "torch", "transformers", "peft", "wandb", "matplotlib")
+KEYS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP_AUTH_TOKEN")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
+    """The report's lines, and whether the server can start with this environment."""
+    from .environments import Discovery
+    from .settings import Settings, SettingsError
+
+    env = dict(os.environ if environ is None else environ)
+    lines = [f"python        {platform.python_version()} ({sys.executable})"]
+    for package in PACKAGES:
+        lines.append(f"{package:<13} {_version(package) or 'not installed'}")
+    for key in KEYS:
+        present = bool(env.get(key))
+        note = ""
+        if key == "TINKER_API_KEY" and present and not env[key].startswith("tml-"):
+            note = " (malformed: Tinker keys start with 'tml-')"
+        lines.append(f"{key:<20} {'set' if present else 'not set'}{note}")
+    lines.append(f"node          {shutil.which('node') or 'not found'} (only for the MCP Inspector)")
+    try:
+        settings = Settings.from_env(env)
+    except SettingsError as exc:
+        lines.append(f"profile       ERROR: {exc}")
+        return lines, False
+    profile = settings.profile
+    why = "RL_MCP_PROFILE" if env.get("RL_MCP_PROFILE") else ("TINKER_API_KEY set" if env.get("TINKER_API_KEY") else "default")
+    lines.append(f"profile       {profile.name} ({profile.backend} backend, model {profile.model}; {why}) {profile.source}")
+    missing = [k for k in profile.requires_env if not env.get(k)]
+    if missing:
+        lines.append(f"              missing for this profile: {', '.join(missing)}")
+    if profile.backend == "local":
+        folder = profile.tokenizer_name
+        built = (Path(folder) / "config.json").exists()
+        lines.append(f"local model   {profile.model}: {folder} ({'built' if built else 'not built yet: built on first run'})")
+    lines.append(f"state dir     {settings.home}")
+    catalog = Discovery(settings.env_dirs).scan()
+    for env_dir in settings.env_dirs:
+        names = sorted(e.name for e in catalog.environments.values() if e.env_dir == env_dir)
+        lines.append(f"env dir       {env_dir}: {', '.join(names) or 'no environments'}")
+    for problem in catalog.errors:
+        lines.append(f"              cannot parse {problem['file']}: {problem['error']}")
+    return lines, not missing
+
+
+def main() -> int:
+    lines, ok = report()
+    print("\n".join(lines))
+    return 0 if ok else 1

@@ -1,0 +1,75 @@
+"""Log tails read from the end of the file, and a cheap change check for watchers.
+
+A run's trainer log can grow to gigabytes; reading the last lines must cost the same for any
+size, so we read fixed-size blocks backwards from the end, with a hard cap on bytes read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_BLOCK = 8192
+MAX_TAIL_BYTES = 1 << 20  # lines longer than this on average are cut: the bound that keeps it O(1)
+
+
+def tail_lines(path: Path, n: int = 200, *, max_bytes: int = MAX_TAIL_BYTES) -> list[str]:
+    """The last `n` lines of `path` (fewer if the file is shorter); [] when it does not exist."""
+    if n <= 0:
+        return []
+    try:
+        with open(path, "rb") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            pos = end
+            chunks: list[bytes] = []
+            newlines = 0
+            # n lines need n+1 newlines before them, or the start of the file (last line may lack \n).
+            while pos > 0 and newlines <= n and end - pos < max_bytes:
+                step = min(_BLOCK, pos, max_bytes - (end - pos))
+                pos -= step
+                fh.seek(pos)
+                chunk = fh.read(step)
+                chunks.append(chunk)
+                newlines += chunk.count(b"\n")
+    except FileNotFoundError:
+        return []
+    data = b"".join(reversed(chunks))
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if pos > 0 and lines:
+        lines = lines[1:]  # the first one is (probably) cut in the middle
+    return lines[-n:]
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What changes when a file is appended to, truncated or replaced."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileStamp | None:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+class ChangeWatcher:
+    """Remembers each file's last stamp; `changed(path)` says whether it moved since the last ask."""
+
+    def __init__(self) -> None:
+        self._stamps: dict[Path, FileStamp | None] = {}
+
+    def changed(self, path: Path) -> bool:
+        stamp = FileStamp.of(path)
+        first = path not in self._stamps
+        previous = self._stamps.get(path)
+        self._stamps[path] = stamp
+        return not first and stamp != previous
+
+    def forget(self, path: Path) -> None:
+        self._stamps.pop(path, None)

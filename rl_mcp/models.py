@@ -1,0 +1,256 @@
+"""Pydantic models of every tool's output: they become the tools' outputSchema and structuredContent."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class EnvironmentSummary(BaseModel):
+    name: str = Field(description="The name to pass to rl_select_environment")
+    class_name: str = Field(description="The BaseEnv subclass")
+    file: str = Field(description="The Python file that defines it")
+    description: str = Field(description="First line of the class docstring")
+    config_class: str = Field(description="Its config class (a BaseEnvConfig subclass)")
+    bundled: bool = Field(description="True for environments shipped with rl-mcp, false for RL_MCP_ENV_DIRS")
+
+
+class ShadowedEnvironment(BaseModel):
+    name: str
+    file: str
+    class_name: str
+    shadowed_by: str = Field(description="file:class that owns the name (the first found wins)")
+
+
+class ScanProblem(BaseModel):
+    file: str
+    error: str
+
+
+class EnvironmentList(BaseModel):
+    environments: list[EnvironmentSummary]
+    selected: str | None = Field(description="The currently selected environment, if any")
+    shadowed: list[ShadowedEnvironment] = Field(description="Duplicate names that were not used")
+    errors: list[ScanProblem] = Field(description="Files that could not be parsed (they are skipped)")
+    env_dirs: list[str] = Field(description="Directories scanned, in priority order")
+    next_step: str
+
+
+class ProfileInfo(BaseModel):
+    name: str
+    backend: Literal["tinker", "local"]
+    model: str = Field(description="Base model trained with LoRA")
+    description: str
+    source: str = Field(description="The profile file")
+    requires_env: list[str] = Field(description="Environment variables the profile needs (names only)")
+    locked: dict[str, dict[str, Any]] = Field(description="Locked values per section (env, tinker)")
+    defaults: dict[str, dict[str, Any]] = Field(description="The profile's starting values (editable)")
+
+
+class ConfigField(BaseModel):
+    name: str
+    section: Literal["env", "tinker"] = Field(description="env: the environment's config; tinker: training")
+    type: str
+    value: Any = Field(description="What a run started now would use")
+    default: Any = Field(description="The environment's (or trainer's) own default")
+    description: str = Field(description="The field's own documentation (empty when it has none)")
+    status: Literal["locked", "managed", "edited", "profile_default", "default", "selection"] = Field(
+        description="locked: from the profile, not editable; managed: set per run by the server; "
+        "edited: your edit; profile_default / default: not edited; selection: set when selected"
+    )
+    editable: bool
+    constraints: dict[str, Any] = Field(description="Bounds and allowed values (minimum, enum, nullable, ...)")
+
+
+class ConfigView(BaseModel):
+    environment: str
+    file: str
+    class_name: str
+    config_class: str
+    wandb_name: str | None = Field(description="W&B and run name; set on selection as {env}-{timestamp}")
+    profile: ProfileInfo
+    fields: list[ConfigField]
+    edits: dict[str, Any] = Field(description="Your edits only (field -> value)")
+    note: str | None = Field(default=None, description="Anything missing from this view and why")
+    next_step: str
+
+
+class SelectionResult(BaseModel):
+    selected: str
+    previous: str | None = Field(description="The environment selected before (its edits were cleared)")
+    wandb_name: str
+    config: ConfigView
+    next_step: str
+
+
+class EditResult(BaseModel):
+    environment: str
+    action: Literal["set", "reset", "reset_all"]
+    field: str | None = Field(description="The field set or reset (null for reset_all)")
+    previous: Any = Field(default=None, description="The value before this edit")
+    value: Any = Field(default=None, description="The value a run would now use")
+    reset_fields: list[str] = Field(default_factory=list, description="Edits removed by a reset")
+    edits: dict[str, Any] = Field(description="All your edits after this call")
+    next_step: str
+
+
+# --- training runs (rl_mcp/runs) ----------------------------------------------------------------
+
+RunStatusName = Literal["starting", "running", "stopping", "completed", "failed", "stopped", "lost"]
+
+
+class RunProcess(BaseModel):
+    name: Literal["api", "trainer", "env"] = Field(description="run-api, the trainer, or the environment")
+    pid: int
+    state: Literal["running", "exited"]
+    exit_code: int | None = Field(description="None while running; -1 when it exited outside this server's view")
+    log: str = Field(description="Its log file (also the resource rl://runs/{id}/logs/{name})")
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    environment: str
+    profile: str
+    status: RunStatusName
+    stage: str | None = Field(description="The start stage in progress, or the one that failed")
+    step: int = Field(description="Completed training steps")
+    total_steps: int
+    created_at: str = Field(description="UTC, ISO 8601")
+    ended_at: str | None
+    error: str | None
+
+
+class RunList(BaseModel):
+    runs: list[RunSummary] = Field(description="Newest first, from every server lifetime")
+    next_step: str
+
+
+class RunStarted(BaseModel):
+    run_id: str
+    status: RunStatusName = Field(description="starting: the start continues in the background")
+    stage: str | None
+    environment: str
+    profile: str
+    config_path: str = Field(description="The run config (never holds a secret)")
+    run_dir: str
+    logs: dict[str, str] = Field(description="Log file per process: api, trainer, env")
+    ports: dict[str, int] = Field(description="This run's run-api and inference server ports")
+    error: str | None = Field(default=None, description="Why the start failed (only with wait=true)")
+    next_step: str
+
+
+class LatestMetrics(BaseModel):
+    step: int | None
+    loss: float | None
+    reward_mean: float | None
+    reward_std: float | None
+    percent_correct: float | None = Field(description="None when the environment does not report it")
+    eval_accuracy: float | None = Field(description="The newest evaluation's accuracy, if any")
+    eval_step: int | None
+
+
+class RunStatus(BaseModel):
+    run_id: str
+    rate_limited: bool = Field(description="True: this call was too soon after the last one and checked nothing")
+    next_check_in_seconds: float = Field(description="Wait at least this long before checking this run again")
+    status: RunStatusName
+    stage: str | None = None
+    error: str | None = None
+    failure_log_tail: list[str] | None = Field(default=None, description="Last lines of the failing process's log")
+    step: int | None = None
+    total_steps: int | None = None
+    running_seconds: float | None = None
+    eta_seconds: float | None = None
+    latest: LatestMetrics | None = None
+    processes: list[RunProcess] = Field(default_factory=list)
+    logs: dict[str, list[str]] = Field(default_factory=dict, description="Last lines of each process's log")
+    wandb_url: str | None = None
+    next_step: str
+
+
+class HistoryPoint(BaseModel):
+    step: int
+    reward_mean: float | None
+    reward_std: float | None
+    loss: float | None
+    percent_correct: float | None
+
+
+class RunResults(BaseModel):
+    run_id: str
+    status: RunStatusName
+    environment: str
+    backend: str | None
+    steps_completed: int
+    total_steps: int
+    final_metrics: LatestMetrics | None
+    history: list[HistoryPoint] = Field(description="Per-step metrics, evenly downsampled for long runs")
+    history_total_steps: int = Field(description="Steps recorded before downsampling")
+    evals: list[dict[str, Any]] = Field(description="eval.jsonl rows (step, eval_accuracy, ...)")
+    checkpoints: list[dict[str, Any]] = Field(description="Saved sampler weights and states, oldest first")
+    final_weights: str | None = Field(description="Final sampler weights: tinker:// path or local adapter folder")
+    final_weights_exists: bool | None = Field(description="For local folders: whether it is on disk")
+    final_state: str | None = Field(description="Adapter + optimizer state for resuming")
+    wandb_url: str | None
+    wandb: dict[str, Any] | None = Field(description="W&B run summary when WANDB_API_KEY is set")
+    wandb_offline_dir: str | None = Field(description="Offline W&B files: sync later with `wandb sync <dir>`")
+    error: str | None
+    next_step: str
+
+
+class RunStopped(BaseModel):
+    run_id: str
+    status: RunStatusName
+    was: RunStatusName = Field(description="The status before this call")
+    processes: list[RunProcess]
+    message: str
+
+
+# --- rl_test_inference (rl_mcp/inference_test.py) ------------------------------------------------
+
+
+class InferenceSample(BaseModel):
+    step: int = Field(description="The group (1-based) it came from")
+    score: float
+    prompt: str = Field(description="The last user turn (truncated; empty when not separable)")
+    completion: str = Field(description="The model's reply (truncated)")
+
+
+class ModelInferenceResult(BaseModel):
+    model: str
+    status: Literal["ok", "failed", "timeout"]
+    seconds: float
+    steps_tested: int = Field(description="Groups scored (one per step)")
+    completions: int
+    correct: int = Field(description="Completions the environment marked correct (else: score > 0)")
+    accuracy: float = Field(description="correct / completions")
+    step_success_rate: float = Field(description="Share of steps with at least one correct completion")
+    mean_score: float
+    step_scores: list[list[float]] = Field(description="Scores per step (group), as the environment gave them")
+    real_logprobs: bool = Field(description="The server returned per-token logprobs (what training needs)")
+    samples: list[InferenceSample] = Field(description="The best- and the worst-scored completions")
+    output_jsonl: str | None = Field(description="The scored groups atroposlib wrote")
+    output_html: str | None = Field(description="The same groups rendered for reading")
+    log: str = Field(description="The environment process's log")
+    server_log: str | None = Field(description="The local inference server's log (local target only)")
+    config: str = Field(description="The YAML the process ran with (never holds a key)")
+    error: str | None
+    log_tail: list[str] = Field(description="Last log lines, on failure")
+
+
+class InferenceTestResult(BaseModel):
+    environment: str
+    target: Literal["openrouter", "openai_compatible", "local"] = Field(
+        description="openrouter (OPENROUTER_API_KEY set), openai_compatible (base_url), local (this machine)"
+    )
+    base_url: str | None = Field(description="The endpoint tested; null for the local server (one per model)")
+    key_env: str | None = Field(description="The NAME of the environment variable whose key was used")
+    num_steps: int
+    group_size: int
+    results: list[ModelInferenceResult]
+    best_model: str | None = Field(description="Highest accuracy (then mean score) among models that ran")
+    mean_accuracy: float | None = Field(description="Over the models that ran")
+    environment_working: bool = Field(description="At least one model ran the environment end to end")
+    output_dir: str
+    next_step: str

@@ -1,0 +1,1 @@
+"""Training runs: the registry, their processes, and the manager that supervises them."""

@@ -1,0 +1,202 @@
+"""Child processes of a run: spawn, readiness, stop, re-adopt.
+
+Each child runs in its own session (so its own process group): a signal to the group reaches
+everything it forked, a Ctrl-C or hang-up of the server reaches none of it, and the child
+outlives the server unless told otherwise. A pid alone is not an identity (pids are recycled),
+so every record pairs it with the process start time psutil reports.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import psutil
+
+_CREATE_TIME_TOLERANCE_S = 0.05
+
+
+class StageError(RuntimeError):
+    """A start stage failed: which process, its exit code if it exited, and why."""
+
+    def __init__(self, stage: str, message: str, exit_code: int | None = None, process: str | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.exit_code = exit_code
+        self.process = process or stage  # the process whose exit or silence failed the stage
+
+
+@dataclass
+class Child:
+    """One supervised process. `popen` is None for a process adopted from an earlier server."""
+
+    name: str
+    pid: int
+    create_time: float
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _exit_code: int | None = None
+
+    def poll(self) -> int | None:
+        """Exit code once exited (our own child), -1 for an adopted one that is gone, else None."""
+        if self._exit_code is not None:
+            return self._exit_code
+        if self.popen is not None:
+            self._exit_code = self.popen.poll()
+            return self._exit_code
+        if not same_process_alive(self.pid, self.create_time):
+            self._exit_code = -1  # not our child: the real code is unknowable, the files tell the rest
+        return self._exit_code
+
+    @property
+    def running(self) -> bool:
+        return self.poll() is None
+
+    def descendants(self) -> list[psutil.Process]:
+        """The live process tree under this child (empty once it is gone)."""
+        try:
+            proc = psutil.Process(self.pid)
+            if abs(proc.create_time() - self.create_time) > _CREATE_TIME_TOLERANCE_S:
+                return []
+            return proc.children(recursive=True)
+        except psutil.Error:
+            return []
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+) -> Child:
+    """Start `argv` in a new session with stdout+stderr appended to `log_path`.
+
+    Secrets go in `env`, never in `argv` (argv is world-readable in /proc and lands in logs).
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        popen = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    try:
+        create_time = psutil.Process(popen.pid).create_time()
+    except psutil.Error:
+        create_time = time.time()  # exited already; poll() reports its code
+    return Child(name=name, pid=popen.pid, create_time=create_time, log_path=log_path, popen=popen)
+
+
+def same_process_alive(pid: int, create_time: float) -> bool:
+    """True when `pid` is alive, not a zombie, and is the process that started at `create_time`."""
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - create_time) > _CREATE_TIME_TOLERANCE_S:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def adopt(name: str, pid: int, create_time: float, log_path: Path) -> Child | None:
+    """Supervise a process started by an earlier server lifetime, if it is still that process."""
+    if not same_process_alive(pid, create_time):
+        return None
+    return Child(name=name, pid=pid, create_time=create_time, log_path=log_path)
+
+
+async def wait_ready(
+    stage: str,
+    child: Child,
+    check: Callable[[], Awaitable[bool]],
+    *,
+    timeout_s: float,
+    interval_s: float = 0.2,
+) -> float:
+    """Poll `check` until it is true; fail fast if `child` exits, fail at `timeout_s`.
+
+    Returns the seconds it took. Never a blind sleep: each poll is a real probe.
+    """
+    started = time.monotonic()
+    deadline = started + timeout_s
+    while True:
+        code = child.poll()
+        if code is not None:
+            raise StageError(stage, f"{child.name} exited with code {code} before it was ready", code, child.name)
+        if await check():
+            return time.monotonic() - started
+        if time.monotonic() >= deadline:
+            raise StageError(stage, f"{child.name} was not ready after {timeout_s:.0f} s")
+        await anyio.sleep(interval_s)
+
+
+def _signal_tree(child: Child, procs: list[psutil.Process], sig: signal.Signals) -> None:
+    try:
+        os.killpg(child.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for proc in procs:  # descendants that left the group (setsid) still belong to the run
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Any non-zombie process left in the group (zombies wait for a reaper, they run nothing)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
+
+
+async def stop(child: Child, *, grace_s: float = 10.0, poll_s: float = 0.1) -> int | None:
+    """SIGTERM to the child's group and tree, SIGKILL whatever is left after `grace_s`.
+
+    Returns the child's exit code (None if unknowable). Afterwards nothing of the tree is alive.
+    """
+    tree = child.descendants()
+    if child.running or tree or _group_alive(child.pid):
+        _signal_tree(child, tree, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            child.poll()
+            tree = [p for p in tree if _alive(p)]
+            if not child.running and not tree and not _group_alive(child.pid):
+                break
+            await anyio.sleep(poll_s)
+        else:
+            _signal_tree(child, tree, signal.SIGKILL)
+            for _ in range(50):
+                child.poll()
+                if not child.running and not _group_alive(child.pid):
+                    break
+                await anyio.sleep(poll_s)
+    return child.poll()
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

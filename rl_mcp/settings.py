@@ -1,0 +1,188 @@
+"""Where things live and who the operator is: paths, env dirs, the active profile, the auth token.
+
+Everything comes from environment variables and CLI flags, read once at start-up. The profile is
+the operator's choice of backend and the values an agent may not change (its `locked` fields).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+PROJECT_ROOT = PACKAGE_DIR.parent
+PROFILES_DIR = PACKAGE_DIR / "profiles"
+BUNDLED_ENV_DIR = PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "environments"
+SECTIONS = ("env", "tinker")
+
+
+class SettingsError(ValueError):
+    """A configuration problem the operator must fix (bad profile, bad env var)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """An operator profile: the backend, the model, locked values and editable defaults."""
+
+    name: str
+    backend: Literal["tinker", "local"]
+    model: str
+    description: str
+    source: Path
+    locked: dict[str, dict[str, Any]]
+    defaults: dict[str, dict[str, Any]]
+    inference: dict[str, Any]
+    requires_env: tuple[str, ...] = ()
+
+    @cached_property
+    def tokenizer_name(self) -> str:
+        """A hub name, or for the local backend's offline models their folder on disk."""
+        locked = self.locked["env"].get("tokenizer_name")
+        if locked is not None:
+            return str(locked)
+        from tinker_atropos.models.paths import model_ref  # torch-free by contract
+
+        return model_ref(self.model)
+
+    @cached_property
+    def locked_fields(self) -> dict[str, tuple[str, Any]]:
+        """field -> (section, value): the profile's locked values plus the model it implies."""
+        out = {"base_model": ("tinker", self.model), "tokenizer_name": ("env", self.tokenizer_name)}
+        for section in SECTIONS:
+            out.update({name: (section, value) for name, value in self.locked[section].items()})
+        return out
+
+    def public(self) -> dict[str, Any]:
+        """The profile as shown to agents (rl://profile, config answers)."""
+        locked: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+        for name, (section, value) in self.locked_fields.items():
+            locked[section][name] = value
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "model": self.model,
+            "description": self.description,
+            "source": str(self.source),
+            "requires_env": list(self.requires_env),
+            "locked": locked,
+            "defaults": {s: dict(v) for s, v in self.defaults.items()},
+        }
+
+
+def load_profile(name_or_file: str) -> Profile:
+    """A bundled profile by name (`tinker`, `local`) or a YAML file path."""
+    path = Path(name_or_file).expanduser()
+    if not (name_or_file.endswith((".yaml", ".yml")) or path.is_file()):
+        path = PROFILES_DIR / f"{name_or_file}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+            raise SettingsError(f"unknown profile {name_or_file!r}: use one of {known} or a YAML file path")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SettingsError(f"cannot read profile {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise SettingsError(f"profile {path} must be a YAML mapping")
+    return _profile_from_mapping(raw, path)
+
+
+def _profile_from_mapping(raw: Mapping[str, Any], path: Path) -> Profile:
+    backend = raw.get("backend")
+    if backend not in ("tinker", "local"):
+        raise SettingsError(f"profile {path}: 'backend' must be 'tinker' or 'local', got {backend!r}")
+    model = raw.get("model")
+    if not isinstance(model, str) or not model:
+        raise SettingsError(f"profile {path}: 'model' must be a non-empty string (the base model)")
+
+    def sections(key: str) -> dict[str, dict[str, Any]]:
+        value = raw.get(key) or {}
+        if not isinstance(value, dict) or set(value) - set(SECTIONS):
+            raise SettingsError(f"profile {path}: {key!r} must map 'env'/'tinker' to field values")
+        out: dict[str, dict[str, Any]] = {}
+        for section in SECTIONS:
+            fields = value.get(section) or {}
+            if not isinstance(fields, dict):
+                raise SettingsError(f"profile {path}: '{key}.{section}' must be a mapping")
+            out[section] = dict(fields)
+        return out
+
+    inference = raw.get("inference") or {}
+    if not isinstance(inference, dict):
+        raise SettingsError(f"profile {path}: 'inference' must be a mapping")
+    return Profile(
+        name=str(raw.get("name") or path.stem),
+        backend=backend,
+        model=model,
+        description=str(raw.get("description") or ""),
+        source=path.resolve(),
+        locked=sections("locked"),
+        defaults=sections("defaults"),
+        inference=dict(inference),
+        requires_env=tuple(str(k) for k in raw.get("requires_env") or ()),
+    )
+
+
+def default_profile_name(environ: Mapping[str, str]) -> str:
+    """Tinker when its key is present, else the local backend."""
+    return "tinker" if environ.get("TINKER_API_KEY") else "local"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the server reads from its environment, resolved once."""
+
+    home: Path
+    cache_dir: Path
+    env_dirs: tuple[Path, ...]
+    profile: Profile
+    auth_token: str | None = None
+    python: str = sys.executable
+    project_root: Path = PROJECT_ROOT
+    introspect_timeout_s: float = 60.0
+    stop_runs_on_exit: bool = False
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
+
+    @property
+    def state_file(self) -> Path:
+        return self.home / "state.json"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        profile: str | None = None,
+        auth_token: str | None = None,
+        stop_runs_on_exit: bool = False,
+    ) -> Settings:
+        env = dict(os.environ if environ is None else environ)
+        home = Path(env.get("RL_MCP_HOME") or "~/.rl-mcp").expanduser().resolve()
+        cache_dir = Path(env.get("RL_MCP_CACHE") or home / "cache").expanduser().resolve()
+        extra = [Path(p).expanduser().resolve() for p in env.get("RL_MCP_ENV_DIRS", "").split(os.pathsep) if p]
+        env_dirs = tuple(dict.fromkeys([BUNDLED_ENV_DIR, *extra]))
+        chosen = profile or env.get("RL_MCP_PROFILE") or default_profile_name(env)
+        timeout = env.get("RL_MCP_INTROSPECT_TIMEOUT", "60")
+        try:
+            introspect_timeout_s = float(timeout)
+        except ValueError as exc:
+            raise SettingsError(f"RL_MCP_INTROSPECT_TIMEOUT must be seconds, got {timeout!r}") from exc
+        return cls(
+            home=home,
+            cache_dir=cache_dir,
+            env_dirs=env_dirs,
+            profile=load_profile(chosen),
+            auth_token=auth_token or env.get("RL_MCP_AUTH_TOKEN") or None,
+            introspect_timeout_s=introspect_timeout_s,
+            stop_runs_on_exit=stop_runs_on_exit,
+            environ=env,
+        )

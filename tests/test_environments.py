@@ -1,0 +1,209 @@
+"""The bundled environments: reward and answer checking, generated data, and one real rollout
+of each through atroposlib's managed server against our inference server (tiny model)."""
+
+from __future__ import annotations
+
+import json
+import os
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from tinker_atropos.environments.gsm8k_data import (
+    extract_answer,
+    generate_problems,
+    is_correct,
+    load_hf_gsm8k,
+)
+from tinker_atropos.environments.letter_repeat import letter_reward
+
+
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        ("First 3 + 4 = 7.\n#### 7", "7"),
+        ("The total is 1,234 apples.\n####  1,234", "1234"),
+        ("She pays $12.50 in all. #### $12.50", "12.5"),
+        ("It drops to -3 degrees.", "-3"),
+        ("We get \\boxed{42} as the result", "42"),
+        ("10 boxes of 5 is 50. #### 50.", "50"),
+        ("Half of 9 is 4.5, so 4.5", "4.50"),
+    ],
+)
+def test_gsm8k_accepts_the_right_final_number(reply: str, answer: str) -> None:
+    assert is_correct(reply, answer)
+
+
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        ("#### 8 but maybe 7", "7"),  # the #### answer wins over a later number
+        ("3 + 4 = 7, so the answer is 8", "7"),  # the last number, not any number
+        ("I do not know.", "7"),
+        ("", "0"),
+        ("#### 70", "7"),
+    ],
+)
+def test_gsm8k_rejects_a_wrong_or_missing_answer(reply: str, answer: str) -> None:
+    assert not is_correct(reply, answer)
+
+
+def test_extract_answer_prefers_hashes_then_boxed_then_last_number() -> None:
+    assert extract_answer("1 then \\boxed{2} then #### 3 then 4") == Decimal(3)
+    assert extract_answer("1 then \\boxed{2} then 4") == Decimal(2)
+    assert extract_answer("1 then 2,500 then") == Decimal(2500)
+    assert extract_answer("no digits") is None
+
+
+def test_generated_problems_are_deterministic_varied_and_consistent() -> None:
+    first, again, other = generate_problems(200, 3), generate_problems(200, 3), generate_problems(200, 4)
+    assert first == again
+    assert first != other
+    assert len({p.question for p in first}) > 150
+    for p in first:
+        assert Decimal(p.answer) >= 0 and p.question.endswith("?")
+        # every number the answer depends on is stated in the question
+        assert any(ch.isdigit() for ch in p.question)
+
+
+def test_generated_sharing_problem_has_the_right_answer() -> None:
+    share = next(p for p in generate_problems(200, 0) if "equally among" in p.question)
+    words = share.question.split()
+    total, friends = int(words[words.index("shares") + 1]), int(words[words.index("among") + 1])
+    assert Decimal(share.answer) * friends == total
+
+
+def test_hf_gsm8k_offline_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    assert load_hf_gsm8k(timeout=15) is None
+
+
+@pytest.mark.parametrize(
+    ("reply", "reward"),
+    [
+        ("bbbbbbbb", 1.0),  # the letter, exactly the asked count
+        ("bbbb", 0.5),  # half the count
+        ("bbbbbbbbbbbbbbbb", 1.0),  # running on: all target letters still score the full credit
+        ("bbbbbbbb!!!!!!!!", 0.5),  # junk after it dilutes
+        ("aaaaaaaa", 0.25),  # another of the task's letters
+        ("zzzzzzzz", 0.05),  # any other letter
+        ("12345678", 0.0),
+        ("", 0.0),
+        ("bbbbaaaa", (4 + 4 * 0.25) / 8),
+    ],
+)
+def test_letter_repeat_reward(reply: str, reward: float) -> None:
+    got = letter_reward(reply, "b", 8, pool="abc", pool_credit=0.25, letter_credit=0.05)
+    assert got == pytest.approx(reward)
+
+
+def test_letter_repeat_reward_is_bounded_and_ordered() -> None:
+    replies = ["", "x", "q", "bq", "bb", "bbbbbbbb"]
+    rewards = [letter_reward(r, "b", 8, "abc", 0.25, 0.05) for r in replies]
+    assert rewards == sorted(rewards) and 0.0 == rewards[0] and rewards[-1] == 1.0
+
+
+@pytest.fixture(scope="module")
+def inference_url():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from tinker_atropos.backends.local import create_sampler, load_base_model
+    from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
+
+    base = load_base_model("tiny-chat", "cpu")
+    handle = serve_in_thread(build_app(SamplerHolder(create_sampler(base)), "tiny-chat", base.tokenizer),
+                             "127.0.0.1", 0)
+    yield handle.url
+    handle.stop()
+
+
+def _env(cls, url: str, eval_dir: Path, **overrides):
+    config, servers = cls.config_init()
+    assert config.wandb_name == cls.name
+    servers[0].base_url = f"{url}/v1"
+    for key, value in {"data_dir_to_save_evals": str(eval_dir), **overrides}.items():
+        setattr(config, key, value)
+    return cls(config, servers)
+
+
+async def _close(env) -> None:
+    for server in env.server.servers:
+        if server.check_task is not None:
+            server.check_task.cancel()
+
+
+@pytest.mark.anyio
+async def test_letter_repeat_rollout_and_eval_through_the_managed_server(inference_url, tmp_path: Path) -> None:
+    from tinker_atropos.environments.letter_repeat import LetterRepeatEnv
+
+    env = _env(LetterRepeatEnv, inference_url, tmp_path, group_size=4, eval_size=3)
+    try:
+        await env.setup()
+        item = await env.get_next_item()
+        assert item.answer in env.config.letters and item.answer in item.prompt
+        group, backlog = await env.collect_trajectories(item)
+        env.curr_step = 7
+        await env.evaluate()
+    finally:
+        await _close(env)
+    assert backlog == [] and len(group["tokens"]) == 4
+    for tokens, masks, logprobs, score, override in zip(
+        group["tokens"], group["masks"], group["inference_logprobs"], group["scores"], group["overrides"]
+    ):
+        assert len(tokens) == len(masks) == len(logprobs)
+        reply = [t for t, m in zip(tokens, masks) if m != -100]
+        assert 1 <= len(reply) <= env.config.max_completion_tokens
+        assert all(lp < 0 for lp, m in zip(logprobs, masks) if m != -100)  # real sampler logprobs
+        text = env.tokenizer.decode(reply, skip_special_tokens=True)
+        assert score == pytest.approx(env.score(item, text).reward)
+        assert override == {"correct": text == item.answer * env.config.repeat_count}
+    line = json.loads((tmp_path / "eval.jsonl").read_text().splitlines()[-1])
+    assert line["step"] == 7 and line["num_items"] == 3 and 0.0 <= line["eval_accuracy"] <= 1.0
+
+
+@pytest.mark.anyio
+async def test_gsm8k_offline_uses_generated_problems_and_scores_replies(
+    inference_url, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tinker_atropos.environments.gsm8k_tinker import Gsm8kTinkerEnv
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    env = _env(Gsm8kTinkerEnv, inference_url, tmp_path, group_size=2, max_completion_tokens=16,
+               eval_size=2, hf_timeout=15, num_generated=50)
+    try:
+        await env.setup()
+        assert [t.prompt for t in env.train_tasks] == [p.question for p in generate_problems(50, 0)]
+        item = await env.get_next_item()
+        group, _ = await env.collect_trajectories(item)
+        await env.evaluate()
+    finally:
+        await _close(env)
+    assert len(group["tokens"]) == 2 and group["scores"] == [0.0, 0.0]  # random weights: wrong
+    assert env.score(item, f"so the answer is\n#### {item.answer}").correct
+    assert json.loads((tmp_path / "eval.jsonl").read_text())["num_items"] == 2
+
+
+@pytest.mark.anyio
+async def test_openai_only_endpoint_is_scored_from_reply_text(inference_url, tmp_path: Path) -> None:
+    """`process` against a hosted model: no token API, so no logprobs, but real scores."""
+    from tinker_atropos.environments.letter_repeat import LetterRepeatEnv
+
+    config, servers = LetterRepeatEnv.config_init()
+    servers[0].server_type = "openai"
+    servers[0].base_url = f"{inference_url}/v1"
+    config.group_size = 3
+    env = LetterRepeatEnv(config, servers)
+    try:
+        await env.setup()
+        item = await env.get_next_item()
+        group, _ = await env.collect_trajectories(item)
+    finally:
+        await _close(env)
+    assert "inference_logprobs" not in group and len(group["tokens"]) == 3
+    for tokens, masks, score in zip(group["tokens"], group["masks"], group["scores"]):
+        reply = [t for t, m in zip(tokens, masks) if m != -100]
+        assert tokens[: len(tokens) - len(reply)] == env.tokenizer.encode(
+            env.tokenizer.apply_chat_template(env.messages(item), tokenize=False, add_generation_prompt=True),
+            add_special_tokens=False)
+        assert score == pytest.approx(env.score(item, env.tokenizer.decode(reply)).reward)

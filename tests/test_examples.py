@@ -1,0 +1,154 @@
+"""examples/ and `rl-mcp demo`: the client configs start a working server, the custom environment's
+own tests pass, the walkthrough names only real tools, and the demo runs the whole workflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+RL_MCP = Path(sys.executable).with_name("rl-mcp")  # the console script of the venv under test
+SECRET_NAMES = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP_AUTH_TOKEN")
+ALL_TOOLS = {
+    "rl_list_environments", "rl_select_environment", "rl_get_current_config", "rl_edit_config",
+    "rl_test_inference", "rl_start_training", "rl_check_status", "rl_stop_training",
+    "rl_get_results", "rl_list_runs",
+}  # fmt: skip
+
+
+def _resolve_placeholders(value: str, home: Path) -> str:
+    return (
+        value.replace("/ABSOLUTE/PATH/TO/rl-mcp/.venv/bin/rl-mcp", str(RL_MCP))
+        .replace("/ABSOLUTE/PATH/TO/rl-mcp", str(ROOT))
+        .replace("/ABSOLUTE/PATH/TO/HOME", str(home))
+        .replace("${userHome}", str(home))
+    )
+
+
+async def _environment_names(command: str, args: list[str], env: dict[str, str]) -> set[str]:
+    """Start the server as the client config says and ask it for its environments over stdio."""
+    params = StdioServerParameters(command=command, args=args, env=env)
+    async with Client(params, read_timeout_seconds=120) as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        assert {"rl_list_environments", "rl_start_training"} <= tools
+        listing = await client.call_tool("rl_list_environments", {})
+        assert not listing.is_error, listing.content
+        return {e["name"] for e in listing.structured_content["environments"]}
+
+
+@pytest.mark.anyio
+async def test_claude_desktop_config_starts_a_working_server(tmp_path: Path) -> None:
+    entry = json.loads((EXAMPLES / "claude_desktop_config.json").read_text())["mcpServers"]["rl-mcp"]
+    assert entry["command"].endswith("/.venv/bin/rl-mcp")
+    assert entry["args"][0] == "serve"
+    assert not set(entry["env"]) & set(SECRET_NAMES), "secrets do not belong in the client config"
+
+    env = {k: _resolve_placeholders(v, tmp_path) for k, v in entry["env"].items()}
+    args = [_resolve_placeholders(a, tmp_path) for a in entry["args"]]
+    names = await _environment_names(_resolve_placeholders(entry["command"], tmp_path), args, env)
+    assert {"letter_repeat", "gsm8k_tinker", "word_shout"} <= names
+    assert (tmp_path / ".rl-mcp" / "server.log").exists(), "--log-file from the config was honoured"
+
+
+@pytest.mark.anyio
+async def test_hermes_config_starts_a_working_server(tmp_path: Path) -> None:
+    servers = yaml.safe_load((EXAMPLES / "hermes" / "config.yaml").read_text())["mcp_servers"]
+    entry = servers["rl"]
+    for name in SECRET_NAMES:  # keys only by reference, resolved by Hermes from ~/.hermes/.env
+        assert entry["env"].get(name, f"${{{name}}}") == f"${{{name}}}"
+    assert servers["rl_http"]["headers"]["Authorization"] == "Bearer ${RL_MCP_AUTH_TOKEN}"
+    assert servers["rl_http"]["url"].endswith("/mcp")
+
+    # As the config's comment says: drop the key lines you have no key for.
+    env = {
+        k: _resolve_placeholders(v, tmp_path)
+        for k, v in entry["env"].items()
+        if k not in SECRET_NAMES
+    }
+    names = await _environment_names(_resolve_placeholders(entry["command"], tmp_path), entry["args"], env)
+    assert "word_shout" in names
+    assert (tmp_path / ".rl-mcp").is_dir()
+
+
+def test_inspector_script(tmp_path: Path) -> None:
+    script = EXAMPLES / "inspector.sh"
+    assert os.access(script, os.X_OK)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    if not (ROOT / ".ci/node/node_modules/.bin/mcp-inspector").exists() and not os.environ.get("CI"):
+        pytest.skip("MCP Inspector not installed (`make inspector` installs it)")
+    out = subprocess.run(
+        [str(script), "--method", "tools/list"],
+        env={**os.environ, "RL_MCP_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    listed = {t["name"] for t in json.loads(out.stdout)["tools"]}
+    assert ALL_TOOLS <= listed
+
+
+def test_custom_environment_tests_pass() -> None:
+    """The example environment ships its own tests; run them as a user would."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLES / "custom_env")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert re.search(r"\b\d+ passed\b", out.stdout)
+
+
+def test_walkthrough_names_only_real_tools() -> None:
+    text = (EXAMPLES / "walkthrough.md").read_text()
+    named = set(re.findall(r"\brl_[a-z_]+\b", text))
+    assert named <= ALL_TOOLS, f"unknown tools in the walkthrough: {named - ALL_TOOLS}"
+    assert ALL_TOOLS <= named, f"tools missing from the walkthrough: {ALL_TOOLS - named}"
+
+
+def test_progress_line() -> None:
+    from rl_mcp.demo import progress_line
+
+    status: dict[str, Any] = {
+        "status": "running", "stage": None, "step": 5, "total_steps": 20, "eta_seconds": 30.0,
+        "latest": {"reward_mean": 0.4123, "loss": 0.01234},
+    }  # fmt: skip
+    line = progress_line(status, 12.3)
+    assert line.startswith("[" + "#" * 7 + "-" * 23 + "] step 5/20")
+    assert "reward 0.412" in line and "loss 0.0123" in line and "running" in line and "(eta 30s)" in line
+    assert "step 0/?" in progress_line({"status": "starting", "stage": "api"}, 0.0)
+
+
+@pytest.mark.slow
+def test_demo_runs_the_whole_workflow(tmp_path: Path) -> None:
+    home, plot = tmp_path / "demo-home", tmp_path / "curve.png"
+    out = subprocess.run(
+        [str(RL_MCP), "demo", "--home", str(home), "--steps", "2", "--plot", str(plot)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for step in ("rl_list_environments", "rl_select_environment letter_repeat", "rl_edit_config",
+                 "rl_test_inference", "rl_start_training", "rl_get_results"):  # fmt: skip
+        assert step in out.stdout
+    assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    weights = re.search(r"^\s*weights\s+(\S+)", out.stdout, re.M)
+    assert weights and Path(weights.group(1)).is_dir(), out.stdout
+    assert "step 2/2" in out.stderr  # the progress bar reached the end
+    assert (home / "runs.sqlite").exists() and not (tmp_path / ".demo-home").exists()

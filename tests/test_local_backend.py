@@ -1,0 +1,283 @@
+"""The local torch+peft backend against direct torch computations on the same model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tinker import types  # noqa: E402
+
+from tinker_atropos.backends.factory import BackendUnavailable, create_base_sampler, create_training_backend  # noqa: E402
+from tinker_atropos.backends.local import LocalTrainingClient, create_sampler, load_base_model  # noqa: E402
+from tinker_atropos.config import parse_run_config  # noqa: E402
+
+PROMPT = "<|im_start|>user\nRepeat the letter b.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _cfg(run_dir: Path, **tinker: object):
+    base = {"total_steps": 2, "api_url": "http://127.0.0.1:1", "inference_port": 2, "run_dir": str(run_dir),
+            "run_name": "t", "lora_rank": 4, "device": "cpu"}
+    return parse_run_config({"tinker": {**base, **tinker}})
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_base_model("tiny-chat", "cpu")
+
+
+@pytest.fixture()
+def client(base, tmp_path: Path) -> LocalTrainingClient:
+    c = LocalTrainingClient(base, rank=4, run_dir=tmp_path, run_name="t", seed=0)
+    _nudge(c)  # LoRA B starts at zero, which makes every A-gradient zero: move off it first
+    return c
+
+
+def _nudge(c: LocalTrainingClient) -> None:
+    torch.manual_seed(123)
+    with torch.no_grad():
+        for p in c.params:
+            p.add_(torch.randn_like(p) * 0.05)
+
+
+def _rl_datum(tokens: list[int], n_prompt: int, gen: torch.Generator) -> types.Datum:
+    n = len(tokens) - 1
+    adv = torch.randn(n, generator=gen)
+    adv[: n_prompt - 1] = 0.0
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": torch.tensor(tokens[1:]),
+            "logprobs": -5.5 + torch.randn(n, generator=gen) * 0.3,
+            "advantages": adv,
+        },
+    )
+
+
+def _batch(base, k: int = 5, seed: int = 0) -> list[types.Datum]:
+    gen = torch.Generator().manual_seed(seed)
+    prompt = base.tokenizer.encode(PROMPT)
+    data = []
+    for i in range(k):
+        completion = torch.randint(0, 256, (3 + 2 * i,), generator=gen).tolist()  # ragged lengths
+        data.append(_rl_datum(prompt + completion, len(prompt), gen))
+    return data
+
+
+def _direct_logprobs(model, datum: types.Datum) -> torch.Tensor:
+    ids = torch.tensor([datum.model_input.to_ints()])
+    logits = model(input_ids=ids).logits[0]
+    return torch.log_softmax(logits, -1).gather(-1, datum.loss_fn_inputs["target_tokens"].to_torch()[:, None])[:, 0]
+
+
+def _grads(c: LocalTrainingClient) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in c.params]
+
+
+def test_importance_sampling_loss_and_gradient_match_direct_torch(client, base) -> None:
+    data = _batch(base)
+    out = client.forward_backward(data, "importance_sampling")
+    got = _grads(client)
+    client.optimizer.zero_grad(set_to_none=True)
+
+    total = torch.zeros(())
+    for d, o in zip(data, out.loss_fn_outputs):
+        lp = _direct_logprobs(client.model, d)
+        ratio = torch.exp(lp - d.loss_fn_inputs["logprobs"].to_torch())
+        total = total - (ratio * d.loss_fn_inputs["advantages"].to_torch()).sum()
+        torch.testing.assert_close(o["logprobs"].to_torch(), lp.detach(), rtol=0, atol=1e-5)
+    want = torch.autograd.grad(total, client.params)
+    assert out.metrics["loss:sum"] == pytest.approx(total.item(), rel=1e-5, abs=1e-5)
+    assert any(g.abs().sum() > 0 for g in got)
+    got_flat, want_flat = torch.cat([g.flatten() for g in got]), torch.cat([w.flatten() for w in want])
+    # float32 sums in a different order (padded batch vs one datum at a time): relative to the norm
+    assert (got_flat - want_flat).norm() <= 1e-4 * want_flat.norm(), (got_flat - want_flat).norm() / want_flat.norm()
+
+
+def test_ppo_clips_the_ratio(client, base) -> None:
+    data = _batch(base, k=2)
+    # Sampler logprobs far below the trainer's: ratio >> 1.2; positive advantages get clipped.
+    lp = [_direct_logprobs(client.model, d).detach() for d in data]
+    clipped = [
+        types.Datum(model_input=d.model_input, loss_fn_inputs={
+            "target_tokens": d.loss_fn_inputs["target_tokens"], "logprobs": x - 1.0,
+            "advantages": torch.ones_like(x)})
+        for d, x in zip(data, lp)
+    ]
+    out = client.forward_backward(clipped, "ppo")
+    for o in out.loss_fn_outputs:
+        torch.testing.assert_close(o["elementwise_loss"].to_torch(), torch.full_like(o["logprobs"].to_torch(), -1.2))
+    assert all(p.grad is None or p.grad.abs().max() == 0 for p in client.params)  # clipped: no gradient
+    # Negative advantages are not clipped from above: loss is -ratio * A.
+    client.optimizer.zero_grad(set_to_none=True)
+    unclipped = [
+        types.Datum(model_input=d.model_input, loss_fn_inputs={**d.loss_fn_inputs, "advantages": -torch.ones_like(x)})
+        for d, x in zip(clipped, lp)
+    ]
+    out = client.forward_backward(unclipped, "ppo")
+    ratio = torch.exp(torch.tensor(1.0))
+    for o in out.loss_fn_outputs:
+        torch.testing.assert_close(o["elementwise_loss"].to_torch(), torch.full_like(o["logprobs"].to_torch(), ratio.item()), rtol=1e-4, atol=1e-4)
+    assert any(p.grad.abs().max() > 0 for p in client.params)
+
+
+def test_cross_entropy_honours_weights_and_learns(client, base) -> None:
+    tokens = base.tokenizer.encode(PROMPT + "bbbbbbbb<|im_end|>")
+    n_prompt = len(base.tokenizer.encode(PROMPT))
+    weights = torch.zeros(len(tokens) - 1)
+    weights[n_prompt - 1 :] = 1.0
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                        loss_fn_inputs={"target_tokens": torch.tensor(tokens[1:]), "weights": weights})
+    losses = []
+    for _ in range(15):
+        out = client.forward_backward([datum], "cross_entropy")
+        lp = out.loss_fn_outputs[0]["logprobs"].to_torch()
+        assert out.metrics["loss:sum"] == pytest.approx(-(lp * weights).sum().item(), rel=1e-5)
+        torch.testing.assert_close(out.loss_fn_outputs[0]["elementwise_loss"].to_torch(), -lp * weights)
+        losses.append(out.metrics["loss:sum"])
+        client.optim_step(types.AdamParams(learning_rate=1e-2))
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_gradients_accumulate_until_optim_step(client, base) -> None:
+    data = _batch(base, k=4, seed=1)
+    client.forward_backward(data[:2], "importance_sampling")
+    client.forward_backward(data[2:], "importance_sampling")
+    two_calls = _grads(client)
+    client.optimizer.zero_grad(set_to_none=True)
+    client.forward_backward(data, "importance_sampling")
+    a, b = torch.cat([g.flatten() for g in two_calls]), torch.cat([g.flatten() for g in _grads(client)])
+    assert (a - b).norm() <= 1e-5 * b.norm()
+    before = [p.detach().clone() for p in client.params]
+    metrics = client.optim_step(types.AdamParams(learning_rate=1e-3, grad_clip_norm=0.5)).metrics
+    assert metrics["grad_norm"] > 0
+    assert all(p.grad is None for p in client.params)
+    assert any(not torch.equal(a, p) for a, p in zip(before, client.params))
+
+
+def test_microbatches_sum_to_the_whole_batch(client, base, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tinker_atropos.backends.local import training
+
+    data = _batch(base, k=6, seed=3)
+    whole = client.forward_backward(data, "importance_sampling")
+    want = torch.cat([p.grad.flatten() for p in client.params])
+    client.optimizer.zero_grad(set_to_none=True)
+    monkeypatch.setattr(training, "MICROBATCH_TOKENS", 40)  # ~one datum per forward pass
+    split = client.forward_backward(data, "importance_sampling")
+    got = torch.cat([p.grad.flatten() for p in client.params])
+    assert (got - want).norm() <= 1e-5 * want.norm()
+    assert split.metrics["loss:sum"] == pytest.approx(whole.metrics["loss:sum"], rel=1e-5)
+    for a, b in zip(split.loss_fn_outputs, whole.loss_fn_outputs):  # outputs stay in datum order
+        torch.testing.assert_close(a["logprobs"].to_torch(), b["logprobs"].to_torch(), rtol=0, atol=1e-5)
+
+
+def test_malformed_datum_is_rejected_before_any_gradient(client, base) -> None:
+    good = _batch(base, k=2)
+    bad = types.Datum(model_input=good[0].model_input,
+                      loss_fn_inputs={**good[0].loss_fn_inputs, "advantages": torch.zeros(3)})
+    with pytest.raises(ValueError, match=r"datum 2: loss_fn_inputs \['advantages'\] must have one entry per input token"):
+        client.forward_backward([*good, bad], "importance_sampling")
+    with pytest.raises(ValueError, match=r"datum 0: loss_fn 'ppo' needs loss_fn_inputs \['logprobs', 'advantages'\]"):
+        client.forward_backward([types.Datum(model_input=good[0].model_input,
+                                             loss_fn_inputs={"target_tokens": good[0].loss_fn_inputs["target_tokens"]})], "ppo")
+    with pytest.raises(ValueError, match="not supported locally"):
+        client.forward_backward(good, "dro")
+    assert all(p.grad is None for p in client.params)
+
+
+def test_save_state_and_resume_reproduce_logits_and_optimizer(client, base, tmp_path: Path) -> None:
+    data = _batch(base, k=3, seed=2)
+    for _ in range(2):
+        client.forward_backward(data, "importance_sampling")
+        client.optim_step(types.AdamParams(learning_rate=1e-3))
+    path = asyncio.run(client.save_state_async("ckpt-1"))
+    assert path == str(tmp_path / "checkpoints" / "t" / "weights" / "ckpt-1")
+    ids = torch.tensor([data[0].model_input.to_ints()])
+    with torch.no_grad():
+        want = client.model(input_ids=ids).logits
+
+    resumed = create_training_backend(_cfg(tmp_path, seed=7, resume_from=path))  # different LoRA init
+    assert resumed.steps == client.steps == 2
+    with torch.no_grad():
+        assert torch.equal(resumed.model(input_ids=ids).logits, want)
+    # Same optimizer state: one more identical step gives bit-identical parameters.
+    for c in (client, resumed):
+        c.forward_backward(data, "importance_sampling")
+        c.optim_step(types.AdamParams(learning_rate=1e-3))
+    for a, b in zip(client.params, resumed.params):
+        assert torch.equal(a, b)
+    index = [json.loads(line) for line in (tmp_path / "checkpoints" / "t" / "checkpoints.jsonl").read_text().splitlines()]
+    assert index[0]["kind"] == "weights" and index[0]["path"] == path and index[0]["step"] == 2
+
+
+def test_sampler_from_saved_weights_matches_trainer(client, base) -> None:
+    path = asyncio.run(client.save_weights_for_sampler_async("s1"))
+    assert Path(path, "adapter_model.safetensors").exists() and Path(path).parent.name == "sampler_weights"
+    sampler = asyncio.run(client.create_sampling_client_async(path))
+    prompt = base.tokenizer.encode(PROMPT)
+    res = asyncio.run(sampler.sample_async(types.ModelInput.from_ints(prompt), 4,
+                                           types.SamplingParams(max_tokens=12, seed=3, stop=[])))
+    data = [types.Datum(model_input=types.ModelInput.from_ints(prompt + s.tokens[:-1]),
+                        loss_fn_inputs={"target_tokens": prompt[1:] + s.tokens, "weights": [0.0] * (len(prompt) + len(s.tokens) - 1)})
+            for s in res.sequences]
+    out = client.forward_backward(data, "cross_entropy")
+    for s, o in zip(res.sequences, out.loss_fn_outputs):
+        trainer_lp = o["logprobs"].to_numpy()[len(prompt) - 1 :]
+        assert abs(trainer_lp - s.logprobs_np).max() < 1e-4  # merged LoRA vs unmerged: float noise only
+
+
+def test_sampling_params(base) -> None:
+    sampler = create_sampler(base)
+    prompt = types.ModelInput.from_ints(base.tokenizer.encode(PROMPT))
+
+    def sample(n: int, **kw) -> types.SampleResponse:
+        return sampler.sample(prompt, n, types.SamplingParams(**kw))
+
+    a, b, c = (sample(6, max_tokens=10, seed=s, stop=[]) for s in (1, 1, 2))
+    assert all(len(s.tokens) == 10 and s.stop_reason == "length" for s in a.sequences)
+    assert [s.tokens for s in a.sequences] == [s.tokens for s in b.sequences]
+    assert [s.tokens for s in a.sequences] != [s.tokens for s in c.sequences]
+    assert len({tuple(s.tokens) for s in a.sequences}) > 1  # samples differ within a batch
+
+    greedy = sample(3, max_tokens=16, temperature=0.0, stop=[]).sequences
+    assert len({tuple(s.tokens) for s in greedy}) == 1
+    assert sample(2, max_tokens=16, top_k=1, seed=5, stop=[]).sequences[0].tokens == greedy[0].tokens
+    assert sample(2, max_tokens=16, top_p=1e-6, seed=5, stop=[]).sequences[0].tokens == greedy[0].tokens
+    top_k = sample(8, max_tokens=16, top_k=3, seed=5, stop=[]).sequences  # only top-3 tokens
+    ids = base.tokenizer.encode(PROMPT)
+    for s in top_k:
+        full = sampler.compute_logprobs(types.ModelInput.from_ints(ids + s.tokens))[len(ids):]
+        assert abs(torch.tensor(full) - torch.tensor(s.logprobs)).max() < 1e-4  # reported = model logprobs
+
+    # Stop token ids: the sample ends at (and keeps) the first stop token.
+    stop_ids = list(range(0, 256, 2))
+    for s in sample(8, max_tokens=40, seed=4, stop=stop_ids).sequences:
+        evens = [i for i, t in enumerate(s.tokens) if t in stop_ids]
+        if s.stop_reason == "stop":
+            assert evens == [len(s.tokens) - 1]
+        else:
+            assert evens == [] and len(s.tokens) == 40
+    # Stop strings: cut right after the first occurrence (greedy output is known in advance).
+    first = next(i for i, t in enumerate(greedy[0].tokens) if 33 <= t < 127)  # a printable byte
+    needle = chr(greedy[0].tokens[first])
+    cut = sample(2, max_tokens=16, temperature=0.0, stop=[needle]).sequences[0]
+    assert cut.stop_reason == "stop" and cut.tokens == greedy[0].tokens[: first + 1]
+    # Default stop (None) is EOS.
+    eos_stop = sample(16, max_tokens=60, seed=0).sequences
+    assert all(s.tokens[-1] in base.eos_token_ids for s in eos_stop if s.stop_reason == "stop")
+
+
+def test_factory_builds_local_backends_and_reports_unloadable_models(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    training = create_training_backend(cfg)
+    assert training.base_model == "tiny-chat" and training.get_tokenizer().eos_token == "<|im_end|>"
+    sampler = create_base_sampler(cfg)
+    assert asyncio.run(sampler.compute_logprobs_async(types.ModelInput.from_ints([1, 2, 3])))[0] is None
+    with pytest.raises(BackendUnavailable, match="cannot load model"):
+        create_training_backend(_cfg(tmp_path, base_model=str(tmp_path / "no-such-model")))

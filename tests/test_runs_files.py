@@ -1,0 +1,111 @@
+"""Log tails, change stamps, metrics files, downsampling and the curve image."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rl_mcp.logs import ChangeWatcher, tail_lines
+from rl_mcp.metrics import JsonlReader, downsample, eta_seconds, latest_metrics, read_result
+from rl_mcp.plots import reward_loss_png
+
+
+def test_tail_of_a_big_file_reads_only_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    with open(path, "w") as fh:
+        fh.write("x" * 50_000_000 + "\n")  # 50 MB of one line, then the lines we want
+        fh.writelines(f"line {i}\n" for i in range(500))
+    started = time.perf_counter()
+    lines = tail_lines(path, 200)
+    assert time.perf_counter() - started < 0.05
+    assert lines == [f"line {i}" for i in range(300, 500)]
+
+
+def test_tail_edge_cases(tmp_path: Path) -> None:
+    path = tmp_path / "a.log"
+    assert tail_lines(path) == []
+    path.write_text("only\nno newline at end")
+    assert tail_lines(path, 5) == ["only", "no newline at end"]
+    assert tail_lines(path, 1) == ["no newline at end"]
+    path.write_bytes(b"bad \xff byte\n")
+    assert tail_lines(path) == ["bad \ufffd byte"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="ab \u00e9", max_size=30), max_size=40), st.integers(0, 45), st.booleans())
+def test_tail_equals_naive_tail(tmp_path_factory, lines: list[str], n: int, trailing: bool) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path_factory.mktemp("t") / "f.log"
+    text = "\n".join(lines) + ("\n" if trailing and lines else "")
+    path.write_text(text)
+    assert tail_lines(path, n) == (text.splitlines()[-n:] if n else [])
+
+
+def test_change_watcher(tmp_path: Path) -> None:
+    path = tmp_path / "w.log"
+    watch = ChangeWatcher()
+    assert not watch.changed(path)  # first look is the baseline
+    path.write_text("a\n")
+    assert watch.changed(path)
+    assert not watch.changed(path)
+    with open(path, "a") as fh:
+        fh.write("b\n")
+    assert watch.changed(path)
+
+
+def test_jsonl_reader_is_incremental_and_tolerates_partial_lines(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    reader = JsonlReader(path)
+    assert reader.refresh() == []
+    path.write_text(json.dumps({"step": 1}) + "\n" + '{"step": 2, "lo')
+    assert [r["step"] for r in reader.refresh()] == [1]
+    with open(path, "a") as fh:
+        fh.write('ss": 0.5}\nnot json\n' + json.dumps({"step": 3}) + "\n")
+    assert [r["step"] for r in reader.refresh()] == [1, 2, 3]
+    path.write_text(json.dumps({"step": 9}) + "\n")  # replaced: read from the start
+    assert [r["step"] for r in reader.refresh()] == [9]
+
+
+def test_downsample_keeps_ends_and_bound() -> None:
+    rows = [{"step": i} for i in range(1, 1001)]
+    out = downsample(rows, 100)
+    assert len(out) == 100 and out[0]["step"] == 1 and out[-1]["step"] == 1000
+    assert [r["step"] for r in out] == sorted({r["step"] for r in out})
+    assert downsample(rows[:5], 100) == rows[:5]
+
+
+def test_latest_eta_and_result(tmp_path: Path) -> None:
+    metrics = [{"step": i, "time": 100.0 + 2 * i, "loss": 0.1 * i, "reward_mean": i / 10} for i in (1, 2, 3)]
+    latest = latest_metrics(metrics, [{"step": 2, "eval_accuracy": 0.4}])
+    assert latest["loss"] == 0.1 * 3 and latest["reward_mean"] == 0.3 and latest["eval_accuracy"] == 0.4
+    assert latest["percent_correct"] is None
+    assert eta_seconds(metrics, 10) == 14.0
+    assert eta_seconds(metrics, 3) == 0.0
+    assert eta_seconds([], 3) is None
+    assert read_result(tmp_path) is None
+    (tmp_path / "result.json").write_text('{"status": "completed", "steps": 3}')
+    assert read_result(tmp_path) == {"status": "completed", "steps": 3}
+
+
+def test_curve_png() -> None:
+    history = [{"step": i, "reward_mean": i / 5, "reward_std": 0.1, "loss": 1 / i} for i in range(1, 6)]
+    png = reward_loss_png(history, title="run")
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
+    assert reward_loss_png([{"step": 1, "reward_mean": None, "loss": None}]).startswith(b"\x89PNG")
+
+
+def test_wandb_lookup_is_optional_and_bounded(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import anyio
+
+    from rl_mcp.metrics import wandb_summary
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    assert anyio.run(wandb_summary, "run", "proj") is None  # no key: W&B is not consulted at all
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)  # a key, but W&B is unreachable from here
+    started = time.perf_counter()
+    answer = anyio.run(lambda: wandb_summary("run", "proj", timeout_s=2))
+    assert time.perf_counter() - started < 4
+    assert set(answer) == {"error"} and "W&B" in answer["error"]

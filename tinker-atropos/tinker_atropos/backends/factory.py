@@ -1,0 +1,52 @@
+"""Backend selection from the run config. Failures to reach or load a backend raise
+`BackendUnavailable`, which launch_training turns into exit code 3."""
+
+from __future__ import annotations
+
+from ..config import RunConfig
+from .base import SamplingBackend, TrainingBackend
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot be used: missing/malformed key, service unreachable, model not loadable."""
+
+
+def create_training_backend(cfg: RunConfig) -> TrainingBackend:
+    """A LoRA training client for `cfg.tinker` (resumed from `tinker.resume_from` when set)."""
+    t = cfg.tinker
+    if t.backend == "tinker":
+        from .tinker_backend import create_tinker_training_client
+
+        return create_tinker_training_client(t)
+    from .local import LocalTrainingClient
+
+    client = LocalTrainingClient(_local_base(cfg), t.lora_rank, t.run_dir, t.run_name, seed=t.seed)
+    if t.resume_from:
+        try:
+            client.load_state(t.resume_from)
+        except (OSError, ValueError) as exc:
+            raise BackendUnavailable(f"cannot resume from tinker.resume_from={t.resume_from!r}: {exc}") from exc
+    return client
+
+
+def create_base_sampler(cfg: RunConfig, adapter: str | None = None) -> SamplingBackend:
+    """A sampler for the base model, or for `adapter` (a sampler_weights folder / tinker:// path)."""
+    if cfg.tinker.backend == "tinker":
+        from .tinker_backend import create_tinker_sampler
+
+        return create_tinker_sampler(cfg.tinker, adapter)
+    from .local import create_sampler
+
+    try:
+        return create_sampler(_local_base(cfg), adapter)
+    except (OSError, ValueError) as exc:
+        raise BackendUnavailable(f"cannot load adapter {adapter!r}: {exc}") from exc
+
+
+def _local_base(cfg: RunConfig):
+    from .local import ModelLoadError, load_base_model
+
+    try:
+        return load_base_model(cfg.tinker.base_model, cfg.tinker.device)
+    except ModelLoadError as exc:
+        raise BackendUnavailable(str(exc)) from exc

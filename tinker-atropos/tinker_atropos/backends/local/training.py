@@ -1,0 +1,208 @@
+"""The local LoRA training client: Tinker's TrainingClient methods on torch + peft.
+
+Gradients accumulate over forward_backward calls until optim_step, as on Tinker. Heavy calls
+run in a worker thread so the caller's event loop (HTTP polling, signals) stays responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from safetensors.torch import load_file
+from tinker import types
+
+from ..checkpoints import CheckpointStore
+from .engine import BaseModel
+from .losses import LOSS_INPUTS, elementwise_loss
+from .sampler import LocalSampler
+
+LORA_ALPHA = 32
+MICROBATCH_TOKENS = 16384  # padded tokens per forward pass: bounds activation memory
+LOGITS_BUDGET = 1 << 26  # float32 logits per forward pass (256 MB): fewer tokens for big vocabularies
+ADAPTER_FILE = "adapter_model.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def lora_config(rank: int) -> LoraConfig:
+    # "all-linear": every attention and MLP projection, never the output head.
+    return LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear")
+
+
+def _microbatches(lengths: list[int], vocab_size: int) -> list[list[int]]:
+    """Datum indices grouped (longest first) so each padded group stays under the token budget."""
+    budget = min(MICROBATCH_TOKENS, LOGITS_BUDGET // vocab_size)
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+class LocalTrainingClient:
+    """A TrainingBackend on this machine (CPU by default, CUDA when present)."""
+
+    def __init__(
+        self, base: BaseModel, rank: int, run_dir: Path, run_name: str, seed: int = 0
+    ) -> None:
+        self.base = base
+        self.base_model = base.name
+        self.rank = rank
+        self.device = base.device
+        self.checkpoints = CheckpointStore(run_dir, run_name)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # LoRA A matrices are random: same seed, same start
+            self.model: PeftModel = get_peft_model(base.copy_model(), lora_config(rank))
+        self.model.eval()  # no dropout anywhere: trainer logprobs must match the sampler's
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=0.0)
+        self.steps = 0
+        self._lock = threading.Lock()
+
+    def get_tokenizer(self):
+        return self.base.tokenizer
+
+    # -- forward/backward ---------------------------------------------------------------------
+    async def forward_backward_async(
+        self, data: Sequence[types.Datum], loss_fn: str
+    ) -> types.ForwardBackwardOutput:
+        return await asyncio.to_thread(self.forward_backward, data, loss_fn)
+
+    def forward_backward(self, data: Sequence[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
+        if loss_fn not in LOSS_INPUTS:
+            raise ValueError(f"loss_fn {loss_fn!r} is not supported locally: use one of {sorted(LOSS_INPUTS)}")
+        needed = [k for k in LOSS_INPUTS[loss_fn] if k != "weights"]
+        for i, d in enumerate(data):  # all checks before any gradient is accumulated
+            missing = [k for k in needed if k not in d.loss_fn_inputs]
+            if missing:
+                raise ValueError(f"datum {i}: loss_fn {loss_fn!r} needs loss_fn_inputs {missing}")
+            bad = [k for k, v in d.loss_fn_inputs.items() if (v.shape or [len(v.data)])[0] != d.model_input.length]
+            if bad:
+                raise ValueError(f"datum {i}: loss_fn_inputs {bad} must have one entry per input token ({d.model_input.length})")
+        lengths = [d.model_input.length for d in data]
+        outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
+        total = 0.0
+        with self._lock:
+            for group in _microbatches(lengths, self.model.config.vocab_size):
+                total += self._forward_backward_group([data[i] for i in group], group, loss_fn, outputs)
+        return types.ForwardBackwardOutput(
+            loss_fn_output_type="ArrayRecord",
+            loss_fn_outputs=outputs,
+            metrics={"loss:sum": total},
+        )
+
+    def _forward_backward_group(
+        self,
+        data: list[types.Datum],
+        index: list[int],
+        loss_fn: str,
+        outputs: list[dict[str, types.TensorData]],
+    ) -> float:
+        n, width = len(data), max(d.model_input.length for d in data)
+        input_ids = torch.zeros(n, width, dtype=torch.long)
+        mask = torch.zeros(n, width, dtype=torch.bool)
+        fields = {k: torch.zeros(n, width) for k in ("logprobs", "advantages", "weights")}
+        targets = torch.zeros(n, width, dtype=torch.long)
+        present = set.intersection(*(set(d.loss_fn_inputs) for d in data))
+        for row, d in enumerate(data):
+            ids = d.model_input.to_ints()
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            targets[row, : len(ids)] = d.loss_fn_inputs["target_tokens"].to_torch()
+            mask[row, : len(ids)] = True
+            for k in present & fields.keys():
+                fields[k][row, : len(ids)] = d.loss_fn_inputs[k].to_torch().float()
+        inputs = {k: v.to(self.device) for k, v in fields.items() if k in present}
+        inputs["target_tokens"] = targets.to(self.device)
+        logits = self.model(input_ids=input_ids.to(self.device)).logits.float()
+        lp = -torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), inputs["target_tokens"], reduction="none"
+        )
+        loss_tok = elementwise_loss(loss_fn, lp, inputs) * mask.to(self.device)
+        loss = loss_tok.sum()
+        loss.backward()
+        lp_cpu, loss_cpu = lp.detach().cpu(), loss_tok.detach().cpu()
+        for row, i in enumerate(index):
+            k = int(mask[row].sum())
+            outputs[i] = {
+                "logprobs": types.TensorData.from_torch(lp_cpu[row, :k].contiguous()),
+                "elementwise_loss": types.TensorData.from_torch(loss_cpu[row, :k].contiguous()),
+            }
+        return float(loss.item())
+
+    # -- optimizer ----------------------------------------------------------------------------
+    async def optim_step_async(self, adam_params: types.AdamParams) -> types.OptimStepResponse:
+        return await asyncio.to_thread(self.optim_step, adam_params)
+
+    def optim_step(self, adam_params: types.AdamParams) -> types.OptimStepResponse:
+        with self._lock:
+            for group in self.optimizer.param_groups:
+                group["lr"] = adam_params.learning_rate
+                group["betas"] = (adam_params.beta1, adam_params.beta2)
+                group["eps"] = adam_params.eps
+                group["weight_decay"] = adam_params.weight_decay
+            clip = adam_params.grad_clip_norm if adam_params.grad_clip_norm > 0 else float("inf")
+            norm = torch.nn.utils.clip_grad_norm_(self.params, clip)  # also the norm when not clipping
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.steps += 1
+        return types.OptimStepResponse(
+            metrics={"grad_norm": float(norm), "learning_rate": adam_params.learning_rate}
+        )
+
+    # -- checkpoints --------------------------------------------------------------------------
+    async def save_weights_for_sampler_async(self, name: str) -> str:
+        return await asyncio.to_thread(self.save_weights_for_sampler, name)
+
+    def save_weights_for_sampler(self, name: str) -> str:
+        with self._lock:
+            path = self.checkpoints.save("sampler_weights", name, self.model.save_pretrained, step=self.steps)
+        return str(path)
+
+    async def save_state_async(self, name: str) -> str:
+        return await asyncio.to_thread(self.save_state, name)
+
+    def save_state(self, name: str) -> str:
+        def write(folder: Path) -> None:
+            self.model.save_pretrained(folder)
+            torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, folder / OPTIMIZER_FILE)
+
+        with self._lock:
+            path = self.checkpoints.save("weights", name, write, step=self.steps)
+        return str(path)
+
+    async def load_state_async(self, path: str) -> None:
+        await asyncio.to_thread(self.load_state, path)
+
+    def load_state(self, path: str) -> None:
+        """Adapter weights and, when saved with save_state, the optimizer state and step count."""
+        folder = Path(path)
+        with self._lock:
+            weights = load_file(folder / ADAPTER_FILE, device=str(self.device))
+            result = set_peft_model_state_dict(self.model, weights)
+            if result.unexpected_keys:
+                raise ValueError(f"{path}: adapter does not fit this model ({result.unexpected_keys[:3]} ...)")
+            self.optimizer.zero_grad(set_to_none=True)
+            if (folder / OPTIMIZER_FILE).exists():
+                state = torch.load(folder / OPTIMIZER_FILE, map_location=self.device, weights_only=True)
+                self.optimizer.load_state_dict(state["optimizer"])
+                self.steps = int(state["steps"])
+
+    # -- samplers -----------------------------------------------------------------------------
+    async def create_sampling_client_async(self, path: str) -> LocalSampler:
+        return await asyncio.to_thread(create_sampler, self.base, path)
+
+
+def create_sampler(base: BaseModel, adapter: str | None = None) -> LocalSampler:
+    """A sampler on a private copy of the base model, with the adapter at `adapter` merged in."""
+    model = base.copy_model()
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    model.eval()
+    return LocalSampler(model, base.tokenizer, base.eos_token_ids, base.max_positions, path=adapter)

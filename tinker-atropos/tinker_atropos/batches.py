@@ -1,0 +1,259 @@
+"""Atropos ScoredDataGroups -> `tinker.types.Datum`s for an importance-sampling step.
+
+A group (one dict of atroposlib's `GET /batch` list) holds `group_size` sequences of one prompt:
+
+- `tokens[i]`: prompt + completion token ids.
+- `masks[i]`: aligned with `tokens[i]`; -100 on prompt positions, the token id on completion
+  positions (atroposlib's ManagedServer and `tokenize_for_trainer` both write it so).
+- `inference_logprobs[i]` (optional): aligned with `tokens[i]`; the sampler's logprob of each
+  completion token, a placeholder (1.0) on prompt positions.
+- `scores[i]`: the sequence's reward.
+- `advantages[i]` (optional): per-token advantages the environment computed itself, aligned with
+  `tokens[i]`; when present they replace `score - group mean`.
+- `overrides[i]` (optional dict): `set_advantage_to_zero: true` removes the sequence from the
+  gradient (atroposlib's example trainer convention); `correct: bool` reports correctness.
+- `group_overrides` (optional dict): `set_advantage_to_zero: true` applies to every sequence.
+
+Each sequence becomes one Datum: `model_input = tokens[:-1]`, `target_tokens = tokens[1:]`,
+`logprobs` = the sampler logprob of each target (0 on prompt targets), `advantages` = the
+sequence's advantage on completion targets and 0 on prompt targets. Groups whose advantages are
+all zero carry no signal and are skipped. The work per sequence is numpy array arithmetic; no
+Python loop runs over tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tinker import types
+
+logger = logging.getLogger(__name__)
+
+PROMPT_MASK = -100
+
+
+@dataclass
+class BatchConversion:
+    """Datums for one training step plus the batch statistics the metrics line reports.
+
+    - `reward_mean` / `reward_std`: over the scores of every sequence in the batch, skipped
+      groups included (what the policy earned this step).
+    - `advantage_mean` / `advantage_std`: over the trained sequences, one value per sequence
+      (its mean advantage over completion tokens).
+    - `percent_correct`: the fraction of sequences whose `overrides[i]["correct"]` is true, among
+      the sequences that report it; None when no sequence of the batch reports correctness.
+    - `num_sequences`: sequences received; `tokens`: tokens in the trained sequences.
+    - `skipped_groups`: groups with all-zero advantages; `invalid_groups`: malformed groups
+      (mismatched lengths), dropped with a warning so one bad group cannot end a run.
+    - `completion_masks[k]`: bool per target of `datums[k]` (True = completion token).
+    - `missing_logprobs`: indices of datums whose group came without `inference_logprobs`; the
+      trainer must fill them (see `with_sampler_logprobs`) before an importance-sampling step.
+    """
+
+    datums: list[types.Datum] = field(default_factory=list)
+    completion_masks: list[np.ndarray] = field(default_factory=list)
+    missing_logprobs: list[int] = field(default_factory=list)
+    reward_mean: float = 0.0
+    reward_std: float = 0.0
+    advantage_mean: float = 0.0
+    advantage_std: float = 0.0
+    percent_correct: float | None = None
+    num_sequences: int = 0
+    tokens: int = 0
+    skipped_groups: int = 0
+    invalid_groups: int = 0
+
+    @property
+    def completion_tokens(self) -> int:
+        return int(sum(int(m.sum()) for m in self.completion_masks))
+
+
+def groups_to_datums(groups: list[dict[str, Any]]) -> BatchConversion:
+    """Convert one `GET /batch` payload (a list of ScoredDataGroup dicts) into Datums."""
+    out = BatchConversion()
+    scores_all: list[np.ndarray] = []
+    seq_advantages: list[float] = []
+    correct_flags: list[bool] = []
+
+    for g_index, group in enumerate(groups):
+        try:
+            rows = _group_rows(group)
+        except ValueError as exc:
+            out.invalid_groups += 1
+            logger.warning("dropping malformed group %d of the batch: %s", g_index, exc)
+            continue
+        scores = np.asarray(group["scores"], dtype=np.float64)
+        scores_all.append(scores)
+        out.num_sequences += len(scores)
+        correct_flags.extend(_correct_flags(group.get("overrides"), len(scores)))
+
+        built = [_sequence(row) for row in rows]
+        if not any(b is not None and b.has_signal for b in built):
+            out.skipped_groups += 1
+            continue
+        for b in built:
+            if b is None:
+                continue
+            if b.sampler_logprobs is None:
+                out.missing_logprobs.append(len(out.datums))
+            out.datums.append(b.datum())
+            out.completion_masks.append(b.completion)
+            out.tokens += len(b.tokens)
+            seq_advantages.append(b.mean_advantage)
+
+    if scores_all:
+        rewards = np.concatenate(scores_all)
+        out.reward_mean, out.reward_std = float(rewards.mean()), float(rewards.std())
+    if seq_advantages:
+        adv = np.asarray(seq_advantages)
+        out.advantage_mean, out.advantage_std = float(adv.mean()), float(adv.std())
+    if correct_flags:
+        out.percent_correct = float(np.mean(correct_flags))
+    return out
+
+
+def with_sampler_logprobs(datum: types.Datum, logprobs: np.ndarray) -> types.Datum:
+    """A copy of `datum` whose `logprobs` (aligned with its targets) are `logprobs`."""
+    inputs = dict(datum.loss_fn_inputs)
+    inputs["logprobs"] = types.TensorData.from_numpy(np.asarray(logprobs, dtype=np.float32))
+    return types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
+
+
+def for_loss(datums: list[types.Datum], loss_fn: str) -> list[types.Datum]:
+    """The inputs `loss_fn` takes. importance_sampling and ppo: target_tokens, logprobs,
+    advantages. cross_entropy: target_tokens and weights; with the advantages as weights it is
+    the plain on-policy policy gradient, -sum(A * logp)."""
+    if loss_fn != "cross_entropy":
+        return datums
+    return [
+        types.Datum(
+            model_input=d.model_input,
+            loss_fn_inputs={
+                "target_tokens": d.loss_fn_inputs["target_tokens"],
+                "weights": d.loss_fn_inputs["advantages"],
+            },
+        )
+        for d in datums
+    ]
+
+
+@dataclass
+class _Row:
+    tokens: list[int]
+    masks: list[int]
+    logprobs: list[float] | None
+    score_advantage: float
+    token_advantages: list[float] | None
+    zeroed: bool
+
+
+@dataclass
+class _Sequence:
+    tokens: list[int]
+    completion: np.ndarray  # bool per target
+    sampler_logprobs: np.ndarray | None  # float32 per target
+    advantages: np.ndarray  # float32 per target
+
+    @property
+    def has_signal(self) -> bool:
+        return bool(np.any(self.advantages != 0.0))
+
+    @property
+    def mean_advantage(self) -> float:
+        n = int(self.completion.sum())
+        return float(self.advantages.sum() / n) if n else 0.0
+
+    def datum(self) -> types.Datum:
+        logprobs = self.sampler_logprobs
+        if logprobs is None:
+            logprobs = np.zeros(len(self.completion), dtype=np.float32)
+        return types.Datum(
+            model_input=types.ModelInput.from_ints(self.tokens[:-1]),
+            loss_fn_inputs={
+                "target_tokens": types.TensorData.from_numpy(
+                    np.asarray(self.tokens[1:], dtype=np.int64)
+                ),
+                "logprobs": types.TensorData.from_numpy(logprobs),
+                "advantages": types.TensorData.from_numpy(self.advantages),
+            },
+        )
+
+
+def _group_rows(group: dict[str, Any]) -> list[_Row]:
+    """Validate one group and pair each sequence with its advantage source."""
+    tokens, masks, scores = group.get("tokens"), group.get("masks"), group.get("scores")
+    if not tokens or masks is None or scores is None:
+        raise ValueError("tokens, masks and scores are required")
+    n = len(tokens)
+    if len(masks) != n or len(scores) != n:
+        raise ValueError(f"{n} token lists but {len(masks)} masks and {len(scores)} scores")
+    logprobs = group.get("inference_logprobs") or None
+    if logprobs is not None and len(logprobs) != n:
+        raise ValueError(f"{n} token lists but {len(logprobs)} inference_logprobs lists")
+    token_adv = group.get("advantages") or None
+    if token_adv is not None and len(token_adv) != n:
+        raise ValueError(f"{n} token lists but {len(token_adv)} advantages lists")
+    for i in range(n):
+        if len(masks[i]) != len(tokens[i]):
+            raise ValueError(f"sequence {i}: {len(tokens[i])} tokens but {len(masks[i])} masks")
+        if logprobs is not None and len(logprobs[i]) != len(tokens[i]):
+            raise ValueError(
+                f"sequence {i}: {len(tokens[i])} tokens but {len(logprobs[i])} inference_logprobs"
+            )
+        if token_adv is not None and len(token_adv[i]) != len(tokens[i]):
+            raise ValueError(
+                f"sequence {i}: {len(tokens[i])} tokens but {len(token_adv[i])} advantages"
+            )
+
+    score_arr = np.asarray(scores, dtype=np.float64)
+    centred = score_arr - score_arr.mean()
+    group_zero = bool((group.get("group_overrides") or {}).get("set_advantage_to_zero", False))
+    overrides = _per_item(group.get("overrides"), n)
+    return [
+        _Row(
+            tokens=tokens[i],
+            masks=masks[i],
+            logprobs=None if logprobs is None else logprobs[i],
+            score_advantage=float(centred[i]),
+            token_advantages=None if token_adv is None else token_adv[i],
+            zeroed=group_zero or bool(overrides[i].get("set_advantage_to_zero", False)),
+        )
+        for i in range(n)
+    ]
+
+
+def _sequence(row: _Row) -> _Sequence | None:
+    """Shift one sequence onto its targets; None when it has no target at all."""
+    if len(row.tokens) < 2:
+        return None
+    completion = np.asarray(row.masks[1:]) != PROMPT_MASK
+    if row.zeroed:
+        advantages = np.zeros(len(completion), dtype=np.float32)
+    elif row.token_advantages is not None:
+        advantages = np.where(completion, np.asarray(row.token_advantages[1:], np.float32), 0.0)
+    else:
+        advantages = np.where(completion, np.float32(row.score_advantage), np.float32(0.0))
+    sampler = None
+    if row.logprobs is not None:
+        sampler = np.where(completion, np.asarray(row.logprobs[1:], np.float32), 0.0)
+        sampler = sampler.astype(np.float32, copy=False)
+    return _Sequence(
+        tokens=row.tokens,
+        completion=completion,
+        sampler_logprobs=sampler,
+        advantages=advantages.astype(np.float32, copy=False),
+    )
+
+
+def _per_item(overrides: Any, n: int) -> list[dict[str, Any]]:
+    """Per-sequence override dicts; an absent or misshapen list means no overrides."""
+    if isinstance(overrides, list) and len(overrides) == n:
+        return [o if isinstance(o, dict) else {} for o in overrides]
+    return [{} for _ in range(n)]
+
+
+def _correct_flags(overrides: Any, n: int) -> list[bool]:
+    return [bool(o["correct"]) for o in _per_item(overrides, n) if "correct" in o]

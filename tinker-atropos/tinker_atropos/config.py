@@ -1,0 +1,178 @@
+"""The run YAML (docs/run-files.md) as pydantic models.
+
+Every problem surfaces as one `ConfigError` whose message names the dotted key and the type
+expected there, so a person (or an agent) can fix the file without reading this code.
+"""
+
+from __future__ import annotations
+
+import types as pytypes
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import annotated_types as at
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class ConfigError(ValueError):
+    """A missing or invalid run-config value; `key` is the dotted path, `expected` its type."""
+
+    def __init__(self, message: str, key: str | None = None, expected: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.expected = expected
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TinkerConfig(_Strict):
+    """The trainer's own section."""
+
+    backend: Literal["local", "tinker"] = "local"
+    base_model: str = Field("tiny-chat", min_length=1)
+    lora_rank: int = Field(32, gt=0)
+    learning_rate: float = Field(4.0e-5, gt=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    eps: float = Field(1.0e-8, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip_norm: float = Field(1.0, ge=0)
+    loss_fn: Literal["importance_sampling", "ppo", "cross_entropy"] = "importance_sampling"
+    max_token_trainer_length: int = Field(9000, gt=0)
+    total_steps: int = Field(gt=0)
+    api_url: str = Field(pattern=r"^https?://\S+$")
+    inference_host: str = "127.0.0.1"
+    inference_port: int = Field(ge=1, le=65535)
+    run_dir: Path
+    run_name: str = Field("run", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    wandb_project: str = "rl-mcp"
+    wandb_group: str | None = None
+    use_wandb: bool = False
+    resume_from: str | None = None
+    """A `weights/<name>` folder (local) or tinker:// state path to resume from."""
+    tinker_base_url: str | None = Field(None, pattern=r"^https?://\S+$")
+    """The Tinker service URL; null means the SDK default ($TINKER_BASE_URL, else production)."""
+
+    @field_validator("run_dir")
+    @classmethod
+    def _absolute(cls, v: Path) -> Path:
+        return v.expanduser().absolute()
+
+
+class RunConfig(_Strict):
+    """The whole run config: the environment's sections are kept as plain data."""
+
+    env: dict[str, Any] = Field(default_factory=dict)
+    openai: list[dict[str, Any]] = Field(default_factory=list)
+    tinker: TinkerConfig
+    slurm: bool | dict[str, Any] = False
+    testing: bool | dict[str, Any] = False
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read and validate a run YAML; raises ConfigError (exit code 2 in launch_training)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    return parse_run_config(data, source=str(path))
+
+
+def parse_run_config(data: Any, source: str = "config") -> RunConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping with sections env, openai, tinker, slurm, testing")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _config_error(exc, source) from None
+
+
+def _config_error(exc: ValidationError, source: str) -> ConfigError:
+    problems: dict[str, tuple[str, str]] = {}  # key -> (line, expected); union branches repeat keys
+    for err in exc.errors():
+        loc, annotation, field = _typed_loc(tuple(err["loc"]))
+        key = ".".join(str(p) for p in loc)
+        expected = _expected(annotation, field)
+        if err["type"] == "extra_forbidden":
+            key = ".".join(str(p) for p in err["loc"])
+            expected = f"one of the known keys: {_known_keys(annotation)}"
+            line = f"`{key}` is not a known key ({expected})"
+        elif err["type"] == "missing":
+            line = f"`{key}` is missing: expected {expected}"
+        else:
+            line = f"`{key}`: expected {expected}, got {err.get('input')!r}"
+        problems.setdefault(key, (line, expected))
+    key, (_, expected) = next(iter(problems.items()))
+    message = f"{source}: invalid config: " + "; ".join(line for line, _ in problems.values())
+    return ConfigError(message, key=key, expected=expected)
+
+
+def _typed_loc(loc: tuple) -> tuple[tuple, Any, Any]:
+    """The prefix of `loc` that names config keys, the annotation there and its FieldInfo.
+
+    Pydantic appends union-branch tags and dict internals to locations; those are no key a
+    person could write, so they are cut off.
+    """
+    annotation: Any = RunConfig
+    field = None
+    kept: list = []
+    for part in loc:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel) and part in annotation.model_fields:
+            field = annotation.model_fields[part]
+            annotation = field.annotation
+        elif isinstance(part, int) and get_origin(annotation) is list:
+            annotation, field = get_args(annotation)[0], None
+        else:
+            break
+        kept.append(part)
+    return tuple(kept), annotation, field
+
+
+def _known_keys(annotation: Any) -> str:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return ", ".join(annotation.model_fields)
+    return "any"
+
+
+def _expected(annotation: Any, field: Any) -> str:
+    words = _type_words(annotation)
+    bounds = []
+    for m in field.metadata if field is not None else ():
+        for attr, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
+            if isinstance(m, getattr(at, attr.capitalize())):
+                bounds.append(f"{op} {getattr(m, attr)}")
+        if getattr(m, "pattern", None):
+            bounds.append(f"matching {m.pattern}")
+        if isinstance(m, at.MinLen):
+            bounds.append("non-empty")
+    return words + (" " + " and ".join(bounds) if bounds else "")
+
+
+_NAMES = {int: "integer", float: "number", str: "string", bool: "boolean", Path: "path", type(None): "null"}
+
+
+def _type_words(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, pytypes.UnionType):
+        return " or ".join(_type_words(a) for a in get_args(tp))
+    if origin is dict or tp is dict:
+        return "mapping"
+    if origin is list or tp is list:
+        return "list of " + _type_words(get_args(tp)[0]) if get_args(tp) else "list"
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return f"mapping ({tp.__name__})"
+    return _NAMES.get(tp, getattr(tp, "__name__", str(tp)))

@@ -1,0 +1,203 @@
+"""What the bundled chat environments share: one prompt -> a group of sampled replies through
+atroposlib's managed server (real tokens + sampler logprobs), a reward per reply, periodic
+greedy evaluation appended to `<data_dir_to_save_evals>/eval.jsonl` (docs/run-files.md).
+
+A subclass supplies its items, the chat messages for an item, and the reward of a reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from abc import abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.server_handling.openai_server import OpenAIServer
+from pydantic import Field
+
+from tinker_atropos.models.paths import TINY_CHAT, model_ref
+
+
+@dataclass(frozen=True)
+class Task:
+    """One prompt and what counts as a good answer to it."""
+
+    prompt: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One sampled reply: full token ids, training mask (-100 on the prompt), sampler logprobs."""
+
+    tokens: list[int]
+    masks: list[int]
+    logprobs: list[float] | None
+    text: str
+
+
+@dataclass(frozen=True)
+class Score:
+    reward: float
+    correct: bool
+
+
+class ChatTaskConfig(BaseEnvConfig):
+    max_completion_tokens: int = Field(
+        default=256, ge=1,
+        description="Tokens sampled per reply (also capped by max_token_length).",
+    )
+    temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature for training rollouts.")
+    eval_size: int = Field(default=32, ge=0, description="Items in each periodic evaluation (greedy).")
+    seed: int = Field(default=0, description="Seed for the item order and any generated data.")
+
+
+def local_server_defaults(max_requests: int = 16) -> list[APIServerConfig]:
+    """Defaults pointing at a local inference server; the run config always supplies the URL."""
+    return [
+        APIServerConfig(
+            model_name=TINY_CHAT,
+            base_url="http://127.0.0.1:8001/v1",
+            api_key="local",
+            server_type="sglang",
+            tokenizer_name=model_ref(TINY_CHAT),
+            num_max_requests_at_once=max_requests,
+            num_requests_for_eval=max_requests,
+            timeout=120,
+        )
+    ]
+
+
+class ChatTaskEnv(BaseEnv):
+    """Base of the bundled environments (abstract: not an environment by itself)."""
+
+    env_config_cls = ChatTaskConfig
+
+    def __init__(self, config: ChatTaskConfig, server_configs: Any, slurm: bool = False, testing: bool = False) -> None:
+        super().__init__(config, server_configs, slurm, testing)
+        self.config: ChatTaskConfig = config
+        self.train_tasks: list[Task] = []
+        self.eval_tasks: list[Task] = []
+        self._order: list[int] = []
+        self._cursor = 0
+        self._rewards: list[float] = []
+        self._correct: list[bool] = []
+
+    # --- what a subclass provides ---
+
+    @abstractmethod
+    def load_tasks(self) -> tuple[list[Task], list[Task]]:
+        """(train, eval) tasks."""
+
+    @abstractmethod
+    def messages(self, task: Task) -> list[dict[str, str]]:
+        """The chat messages that pose `task`."""
+
+    @abstractmethod
+    def score(self, task: Task, reply: str) -> Score:
+        """Reward and correctness of `reply` (plain text, special tokens removed)."""
+
+    # --- BaseEnv ---
+
+    async def setup(self) -> None:
+        self.train_tasks, self.eval_tasks = self.load_tasks()
+        if not self.train_tasks:
+            raise RuntimeError(f"{self.name}: no training items")
+        self._order = list(range(len(self.train_tasks)))
+        random.Random(self.config.seed).shuffle(self._order)
+
+    async def get_next_item(self) -> Task:
+        task = self.train_tasks[self._order[self._cursor % len(self._order)]]
+        self._cursor += 1
+        return task
+
+    @property
+    def completion_tokens(self) -> int:
+        return min(self.config.max_completion_tokens, self.config.max_token_length)
+
+    async def collect_trajectories(self, item: Task) -> tuple[ScoredDataGroup | None, list[Any]]:
+        rollouts = await self._rollouts(self.messages(item))
+        # Only the keys with values: atroposlib reads absent keys with .get(key, default).
+        group = ScoredDataGroup(tokens=[], masks=[], scores=[], overrides=[])
+        if all(r.logprobs is not None for r in rollouts):
+            group["inference_logprobs"] = [r.logprobs for r in rollouts]
+        for r in rollouts:
+            result = self.score(item, r.text)
+            group["tokens"].append(r.tokens)
+            group["masks"].append(r.masks)
+            group["scores"].append(result.reward)
+            group["overrides"].append({"correct": result.correct})
+            self._rewards.append(result.reward)
+            self._correct.append(result.correct)
+        return group, []
+
+    async def _rollouts(self, messages: list[dict[str, str]]) -> list[Rollout]:
+        """A group of replies: with the sampler's tokens and logprobs (managed server) where
+        the server speaks tokens (sglang, vllm); from the reply text alone on an OpenAI-only
+        endpoint (e.g. `process` against a hosted model), which is enough to score it."""
+        kwargs = dict(n=self.config.group_size, max_tokens=self.completion_tokens,
+                      temperature=self.config.temperature)
+        if not isinstance(self.server.servers[0], OpenAIServer):
+            async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
+                await managed.chat_completion(messages=messages, **kwargs)
+                nodes = managed.get_state()["nodes"]
+            return [
+                Rollout(node.tokens, node.masked_tokens, node.logprobs, self.tokenizer.decode(
+                    [t for t, m in zip(node.tokens, node.masked_tokens) if m != -100],
+                    skip_special_tokens=True))
+                for node in nodes
+            ]
+        completion = await self.server.chat_completion(messages=messages, **kwargs)
+        prompt_text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        prompt = self.tokenizer.encode(prompt_text, add_special_tokens=False)
+        out = []
+        for choice in completion.choices:
+            text = choice.message.content or ""
+            reply = self.tokenizer.encode(text, add_special_tokens=False)
+            out.append(Rollout(prompt + reply, [-100] * len(prompt) + reply, None, text))
+        return out
+
+    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+        """Greedy replies to the eval tasks; one line appended to eval.jsonl."""
+        if not self.eval_tasks:
+            return
+        gate = asyncio.Semaphore(max(1, self.config.max_eval_workers))
+
+        async def one(task: Task) -> Score:
+            async with gate:
+                completion = await self.server.chat_completion(
+                    messages=self.messages(task), n=1, max_tokens=self.completion_tokens,
+                    temperature=0.0, split="eval",
+                )
+            return self.score(task, completion.choices[0].message.content or "")
+
+        scores = await asyncio.gather(*(one(t) for t in self.eval_tasks))
+        record = {
+            "step": self.curr_step,
+            "time": time.time(),
+            "eval_accuracy": sum(s.correct for s in scores) / len(scores),
+            "eval_reward_mean": sum(s.reward for s in scores) / len(scores),
+            "num_items": len(scores),
+        }
+        self.write_eval(record)
+
+    def write_eval(self, record: dict[str, Any]) -> None:
+        if self.config.data_dir_to_save_evals is None:
+            return
+        folder = Path(self.config.data_dir_to_save_evals)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "eval.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
+        metrics = dict(wandb_metrics or {})
+        if self._rewards:
+            metrics["train/reward_mean"] = sum(self._rewards) / len(self._rewards)
+            metrics["train/percent_correct"] = sum(self._correct) / len(self._correct)
+        self._rewards, self._correct = [], []
+        await super().wandb_log(metrics)

@@ -1,0 +1,74 @@
+"""Standalone: serve the base model (or one adapter) with no trainer, e.g. for rl_test_inference.
+
+    python -m tinker_atropos.inference_server --config X.yaml [--adapter PATH]
+
+Binds tinker.inference_host:tinker.inference_port; /health answers once the sampler is loaded.
+Exit codes follow launch_training: 2 bad config, 3 backend unavailable, 5 port taken.
+SIGTERM/SIGINT shut down gracefully and exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Any
+
+log = logging.getLogger("tinker_atropos.inference_server")
+
+
+def _tokenizer(cfg: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    from tinker_atropos.models import resolve_model
+
+    name = (cfg.env or {}).get("tokenizer_name") or resolve_model(cfg.tinker.base_model)
+    return AutoTokenizer.from_pretrained(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tinker_atropos.inference_server")
+    parser.add_argument("--config", required=True, help="the run YAML (tinker section used)")
+    parser.add_argument("--adapter", help="serve this sampler checkpoint instead of the base model")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    from tinker_atropos.backends.factory import BackendUnavailable, create_base_sampler
+    from tinker_atropos.config import ConfigError, load_run_config
+    from tinker_atropos.inference_server import PortBindError, SamplerHolder, build_app
+    from tinker_atropos.inference_server.serve import bind_socket, make_server
+
+    try:
+        cfg = load_run_config(args.config)
+    except ConfigError as exc:
+        log.error("invalid config: %s", exc)
+        return 2
+    host, port = cfg.tinker.inference_host, cfg.tinker.inference_port
+    try:
+        sock = bind_socket(host, port)  # bind first: a taken port fails before any model load
+    except PortBindError as exc:
+        log.error("%s", exc)
+        return 5
+    holder = SamplerHolder()
+    try:
+        tokenizer = _tokenizer(cfg)
+        holder.swap(create_base_sampler(cfg, args.adapter))
+    except BackendUnavailable as exc:
+        log.error("backend unavailable: %s", exc)
+        sock.close()
+        return 3
+    model_name = cfg.openai[0]["model_name"] if cfg.openai else cfg.tinker.base_model
+    server = make_server(build_app(holder, model_name, tokenizer))
+    # uvicorn re-raises the signal after its graceful shutdown; make that a clean exit.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(0))
+    log.info("serving %s (%s) on http://%s:%d", model_name,
+             args.adapter or cfg.tinker.base_model, host, sock.getsockname()[1])
+    server.run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

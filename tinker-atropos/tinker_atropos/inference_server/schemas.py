@@ -1,0 +1,96 @@
+"""Request bodies of every endpoint, as the clients send them (unknown fields are ignored)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class CompletionRequest(_Request):
+    """OpenAI /v1/completions."""
+
+    model: str | None = None
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(default=16, ge=0)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = -1
+    n: int = Field(default=1, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: int | None = Field(default=None, ge=0)
+    echo: bool = False
+    stream: bool = False
+
+
+class ChatCompletionRequest(_Request):
+    """OpenAI /v1/chat/completions."""
+
+    model: str | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=0)
+    max_completion_tokens: int | None = Field(default=None, ge=0)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = -1
+    n: int = Field(default=1, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0)
+    stream: bool = False
+
+
+class SglangSamplingParams(_Request):
+    max_new_tokens: int = Field(default=128, ge=0)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = -1
+    n: int = Field(default=1, ge=1)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    seed: int | None = Field(default=None, alias="sampling_seed")
+
+
+class SglangGenerateRequest(_Request):
+    """sglang's native /generate: token ids (or text) + sampling_params."""
+
+    input_ids: list[int] | list[list[int]] | None = None
+    text: str | list[str] | None = None
+    sampling_params: SglangSamplingParams = SglangSamplingParams()
+    return_logprob: bool = False
+    stream: bool = False
+
+
+class VllmTokensPrompt(_Request):
+    prompt_token_ids: list[int]
+
+
+class VllmGenerateRequest(_Request):
+    """vLLM's /generate (api_server): prompt + top-level SamplingParams fields."""
+
+    prompt: str | VllmTokensPrompt
+    n: int = Field(default=1, ge=1)
+    max_tokens: int = Field(default=16, ge=0)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = -1
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    logprobs: int | None = Field(default=None, ge=0)
+    prompt_logprobs: int | None = Field(default=None, ge=0)
+    stream: bool = False
+
+
+class LogprobsRequest(_Request):
+    """Our /logprobs: the logprob of each prompt token under the live policy."""
+
+    input_ids: list[int] | None = None
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None

@@ -1,0 +1,141 @@
+"""`launch_training.py --config X.yaml`: the inference server and the trainer, in one process.
+
+Order: load the config -> create the training backend (loads the model) -> bind the inference
+server on tinker.inference_host:inference_port (its /health answers 503 until a sampler is
+installed) -> register with run-api -> train. The trainer installs the first sampler right after
+registration, so /health turns 200 only when the model is loaded and the run is registered.
+
+Exit codes (docs/run-files.md):
+  0  ran total_steps, or stopped by SIGTERM/SIGINT after saving
+  1  any other error during training (traceback in the log; result.json status "failed")
+  2  the config file is missing or invalid (the message names the key)
+  3  backend unavailable: TINKER_API_KEY missing/malformed, Tinker unreachable, model not loadable
+  4  run-api unreachable within $TINKER_ATROPOS_REGISTER_TIMEOUT_S (default 60 s), or it
+     rejected the registration
+  5  the inference server could not bind its port
+On 0 the last stdout line is `FINAL_CHECKPOINT <path>` (a local folder or a tinker:// path).
+Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from tinker_atropos.config import ConfigError, RunConfig, load_run_config
+from tinker_atropos.trainer import REGISTER_TIMEOUT_S, TrainResult, registration_for, train
+
+logger = logging.getLogger("tinker_atropos.launch")
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_BACKEND, EXIT_RUN_API, EXIT_PORT = 0, 1, 2, 3, 4, 5
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="launch_training.py", description="GRPO/LoRA trainer + inference server for one run"
+    )
+    parser.add_argument("--config", required=True, help="the run YAML (docs/run-files.md)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("httpx", "httpcore", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        cfg = load_run_config(args.config)
+        registration_for(cfg)  # validates the env fields the trainer needs
+    except ConfigError as exc:
+        logger.error("invalid config: %s", exc)
+        return EXIT_CONFIG
+    try:
+        return asyncio.run(_launch(cfg))
+    except Exception as exc:
+        logger.exception("training failed")
+        _failed(cfg, f"{type(exc).__name__}: {exc}").write(Path(cfg.tinker.run_dir))
+        return EXIT_ERROR
+
+
+async def _launch(cfg: RunConfig) -> int:
+    from tinker_atropos.backends.factory import BackendUnavailable, create_training_backend
+    from tinker_atropos.inference_server import (
+        PortBindError,
+        SamplerHolder,
+        build_app,
+        serve_in_thread,
+    )
+    from tinker_atropos.run_api_client import RunApiClient, RunApiUnavailable
+
+    run_dir = Path(cfg.tinker.run_dir)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _on_signal, sig, stop)
+
+    def fail(code: int, message: str) -> int:
+        logger.error("%s", message)
+        _failed(cfg, message).write(run_dir)
+        return code
+
+    try:
+        training = await asyncio.to_thread(create_training_backend, cfg)
+    except BackendUnavailable as exc:
+        return fail(EXIT_BACKEND, f"backend unavailable: {exc}")
+    logger.info("backend %s ready: %s", cfg.tinker.backend, cfg.tinker.base_model)
+
+    holder = SamplerHolder()
+    app = build_app(holder, _served_model_name(cfg), training.get_tokenizer())
+    try:
+        server = serve_in_thread(app, cfg.tinker.inference_host, cfg.tinker.inference_port)
+    except PortBindError as exc:
+        return fail(EXIT_PORT, str(exc))
+    logger.info("inference server on %s (waiting for the first sampler)", server.url)
+
+    api = RunApiClient(cfg.tinker.api_url)
+    try:
+        try:
+            timeout_s = float(os.environ.get("TINKER_ATROPOS_REGISTER_TIMEOUT_S", REGISTER_TIMEOUT_S))
+            await api.register(registration_for(cfg), timeout_s=timeout_s)
+        except RunApiUnavailable as exc:
+            return fail(EXIT_RUN_API, str(exc))
+        logger.info("registered with run-api at %s", cfg.tinker.api_url)
+        result = await train(cfg, training=training, api=api, holder=holder, stop=stop)
+    finally:
+        await api.aclose()
+        await asyncio.to_thread(server.stop)
+    logger.info("run %s after %d steps: %s", result.status, result.steps, result.final_checkpoint)
+    if result.status == "failed":
+        return EXIT_ERROR
+    print(f"FINAL_CHECKPOINT {result.final_checkpoint}", flush=True)
+    return EXIT_OK
+
+
+def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
+    if not stop.is_set():
+        logger.info("%s received: finishing the current step, then saving", sig.name)
+    stop.set()
+
+
+def _served_model_name(cfg: RunConfig) -> str:
+    """The model name environments ask for: the first openai entry's, else the base model."""
+    for server in cfg.openai:
+        if server.get("model_name"):
+            return str(server["model_name"])
+    return cfg.tinker.base_model
+
+
+def _failed(cfg: RunConfig, message: str) -> TrainResult:
+    return TrainResult(
+        status="failed",
+        steps=0,
+        final_checkpoint=None,
+        final_state=None,
+        backend=cfg.tinker.backend,
+        error=message,
+    )

