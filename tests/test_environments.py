@@ -128,9 +128,11 @@ def _env(cls, url: str, eval_dir: Path, **overrides):
 
 
 async def _close(env) -> None:
+    """Stop the health-check task and close the HTTP client in the loop that opened them."""
     for server in env.server.servers:
         if server.check_task is not None:
             server.check_task.cancel()
+        await server.openai.close()
 
 
 @pytest.mark.anyio

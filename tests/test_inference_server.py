@@ -84,9 +84,11 @@ def manager(url: str, server_type: str) -> ServerManager:
 
 
 async def close(mgr: ServerManager) -> None:
+    """Stop the health-check task and close the HTTP client in the loop that opened them."""
     for server in mgr.servers:
         if server.check_task is not None:
             server.check_task.cancel()
+        await server.openai.close()
 
 
 def recomputed(http: httpx.Client, tokens: list[int]) -> list[float | None]:
@@ -296,8 +298,7 @@ def test_serve_in_thread_reports_a_taken_port(base) -> None:
             serve_in_thread(build_app(SamplerHolder(), MODEL, base.tokenizer), "127.0.0.1", port)
 
 
-def test_standalone_serves_the_base_model_and_exits_cleanly_on_sigterm(tmp_path: Path, free_port) -> None:
-    port, api = free_port(), free_port()
+def standalone_config(tmp_path: Path, port: int, api: int) -> Path:
     config = {
         "env": {"tokenizer_name": str(ensure_model(MODEL))},
         "openai": [{"model_name": MODEL, "base_url": f"http://127.0.0.1:{port}/v1", "server_type": "sglang"}],
@@ -306,12 +307,21 @@ def test_standalone_serves_the_base_model_and_exits_cleanly_on_sigterm(tmp_path:
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    log = tmp_path / "server.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tinker_atropos.inference_server", "--config", str(path)],
+    return path
+
+
+def standalone(config: Path, log: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tinker_atropos.inference_server", "--config", str(config), *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("wb"), start_new_session=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
+
+
+def test_standalone_serves_the_base_model_and_exits_cleanly_on_sigterm(tmp_path: Path, free_port) -> None:
+    port = free_port()
+    log = tmp_path / "server.log"
+    proc = standalone(standalone_config(tmp_path, port, free_port()), log)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -333,3 +343,21 @@ def test_standalone_serves_the_base_model_and_exits_cleanly_on_sigterm(tmp_path:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.parametrize(("case", "code"), [("port_taken", 5), ("bad_adapter", 3)])
+def test_standalone_exit_codes(tmp_path: Path, free_port, case: str, code: int) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1] if case == "port_taken" else free_port()
+        extra = ("--adapter", str(tmp_path / "no-such-adapter")) if case == "bad_adapter" else ()
+        log = tmp_path / "server.log"
+        proc = standalone(standalone_config(tmp_path, port, free_port()), log, *extra)
+        try:
+            assert proc.wait(90) == code, log.read_text()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert ("cannot bind" if case == "port_taken" else "backend unavailable") in log.read_text()

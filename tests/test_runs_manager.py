@@ -22,11 +22,6 @@ from rl_mcp.settings import Settings
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def manager_for(tmp_path: Path, launcher: str, **environ: str) -> tuple[RunManager, RunPlan]:
     project = tmp_path / "project"
     (project / "tinker-atropos").mkdir(parents=True)

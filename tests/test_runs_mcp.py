@@ -61,11 +61,6 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def environ(home: Path, **extra: str) -> dict[str, str]:
     env = {
         **os.environ,
@@ -392,3 +387,37 @@ async def test_server_killed_and_restarted_readopts_the_run(tmp_path: Path) -> N
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.parametrize("stop_flag", [False, True])
+async def test_sigterm_to_a_stdio_server(tmp_path: Path, stop_flag: bool) -> None:
+    """SIGTERM to `rl-mcp serve` (stdio): runs keep going, or are stopped with --stop-runs-on-exit."""
+    home = tmp_path / "home"
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        store = RunStore(home / "runs.sqlite")
+        store.insert(_adoptable(home, "lives-on", trainer))
+        log = tmp_path / "server.log"
+        argv = [sys.executable, "-m", "rl_mcp", "serve", *(["--stop-runs-on-exit"] if stop_flag else [])]
+        with open(log, "wb") as err:
+            server = subprocess.Popen(argv, env=environ(home), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
+        with anyio.fail_after(30):
+            while not all(line in log.read_text() for line in ("lives-on re-adopted", "serving stdio")):
+                assert server.poll() is None, log.read_text()
+                await anyio.sleep(0.1)
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+        if stop_flag:
+            assert trainer.wait(timeout=5) == -signal.SIGTERM
+            assert store.get("lives-on").status == "stopped"  # type: ignore[union-attr]
+        else:
+            await anyio.sleep(0.5)
+            assert trainer.poll() is None
+            assert store.get("lives-on").status == "running"  # type: ignore[union-attr]
+    finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait()
+        trainer.kill()
+        trainer.wait()

@@ -30,11 +30,6 @@ time.sleep(300)
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def _wait_log(path: Path, text: str, timeout: float = 20.0) -> None:
     with anyio.fail_after(timeout):
         while text not in (path.read_text() if path.exists() else ""):

@@ -408,3 +408,56 @@ def test_exit_5_when_the_inference_port_is_taken(tmp_path, tiny_model):
         done = _launch(config)
     assert done.returncode == 5, done.stderr
     assert str(port) in done.stderr
+
+
+# --- the run-api client against a real run-api --------------------------------------------
+
+
+def test_run_api_client_round_trip(tmp_path):
+    import asyncio
+
+    from tinker_atropos.batches import groups_to_datums
+    from tinker_atropos.run_api_client import Registration, RunApiClient, RunApiUnavailable
+
+    port = free_port()
+    api = start_run_api(port, tmp_path / "api.log")
+    url = f"http://127.0.0.1:{port}"
+    group = {"tokens": [[1, 2, 3], [1, 2, 4]], "masks": [[-100, -100, 3], [-100, -100, 4]],
+             "scores": [1.0, 0.0], "inference_logprobs": [[1.0, 1.0, -0.5], [1.0, 1.0, -1.5]],
+             "overrides": [{"correct": True}, {"correct": False}]}
+
+    async def scenario() -> None:
+        client = RunApiClient(url)
+        try:
+            with pytest.raises(RunApiUnavailable, match="not registered"):
+                await client.next_batch(asyncio.Event())
+            await client.register(Registration("g", "p", 2, 256, str(tmp_path), 1, 0, 5), timeout_s=5)
+            stop = asyncio.Event()
+            asyncio.get_running_loop().call_later(0.3, stop.set)
+            assert await client.next_batch(stop) is None  # nothing queued: returns on stop
+            async with httpx.AsyncClient() as http:
+                (await http.post(f"{url}/scored_data", json=group)).raise_for_status()
+            batch = await client.next_batch(asyncio.Event())
+        finally:
+            await client.aclose()
+        conv = groups_to_datums(batch)
+        assert [d.loss_fn_inputs["advantages"].to_numpy().tolist() for d in conv.datums] == [
+            [0.0, 0.5], [0.0, -0.5]]
+        assert [d.loss_fn_inputs["logprobs"].to_numpy().tolist() for d in conv.datums] == [
+            [0.0, -0.5], [0.0, -1.5]]
+        assert conv.percent_correct == 0.5
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        api.kill()
+
+    async def register_with_nobody_listening() -> None:
+        client = RunApiClient(url)
+        try:
+            await client.register(Registration("g", "p", 2, 256, str(tmp_path), 1, 0, 5), timeout_s=0.5)
+        finally:
+            await client.aclose()
+
+    with pytest.raises(RunApiUnavailable, match=f"127.0.0.1:{port}"):
+        asyncio.run(register_with_nobody_listening())

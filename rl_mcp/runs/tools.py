@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import anyio
 import anyio.abc
+import yaml
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 from mcp.types import ToolAnnotations
 from mcp_types import CallToolResult, ImageContent, SubscribeRequestParams, TextContent, UnsubscribeRequestParams
 from pydantic import Field
-import yaml
 
 from rl_mcp import descriptions
 from rl_mcp.logs import tail_lines

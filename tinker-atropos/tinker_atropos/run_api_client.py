@@ -88,7 +88,7 @@ class RunApiClient:
             try:
                 resp = await self._http.get(f"{self.url}/batch")
                 resp.raise_for_status()
-                batch = resp.json().get("batch")
+                body = resp.json()
                 failing_since = None
             except (httpx.TransportError, httpx.HTTPStatusError, ValueError) as exc:
                 now = time.monotonic()
@@ -98,7 +98,10 @@ class RunApiClient:
                         f"run-api at {self.url} stopped answering /batch for "
                         f"{self._give_up_after_s:.0f}s: {exc}"
                     ) from exc
-                batch = None
+                body = {}
+            if body.get("status") == "error":  # e.g. run-api restarted and forgot the trainer
+                raise RunApiUnavailable(f"run-api at {self.url}: {body.get('message')}")
+            batch = body.get("batch")
             if batch:
                 return batch
             now = time.monotonic()

@@ -2,8 +2,9 @@
 
     python -m tinker_atropos.inference_server --config X.yaml [--adapter PATH]
 
-Binds tinker.inference_host:tinker.inference_port; /health answers once the sampler is loaded.
-Exit codes follow launch_training: 2 bad config, 3 backend unavailable, 5 port taken.
+Binds tinker.inference_host:tinker.inference_port at once; /health answers 503 while the sampler
+loads, then 200. Exit codes as launch_training: 2 bad config, 3 backend unavailable, 5 port
+taken, 1 other load failure.
 SIGTERM/SIGINT shut down gracefully and exit 0.
 """
 
@@ -13,6 +14,7 @@ import argparse
 import logging
 import signal
 import sys
+import threading
 from typing import Any
 
 log = logging.getLogger("tinker_atropos.inference_server")
@@ -52,23 +54,32 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return 5
     holder = SamplerHolder()
-    try:
-        tokenizer = _tokenizer(cfg)
-        holder.swap(create_base_sampler(cfg, args.adapter))
-    except BackendUnavailable as exc:
-        log.error("backend unavailable: %s", exc)
-        sock.close()
-        return 3
-    model_name = cfg.openai[0]["model_name"] if cfg.openai else cfg.tinker.base_model
-    server = make_server(build_app(holder, model_name, tokenizer))
+    model_name = cfg.openai[0].get("model_name") if cfg.openai else None
+    model_name = model_name or cfg.tinker.base_model
+    server = make_server(build_app(holder, model_name, _tokenizer(cfg)))
+    failure: dict[str, int] = {}
+
+    def load() -> None:
+        """Load in the background: /health answers 503 until the sampler is in."""
+        try:
+            holder.swap(create_base_sampler(cfg, args.adapter))
+            log.info("sampler ready: %s", args.adapter or cfg.tinker.base_model)
+        except BackendUnavailable as exc:
+            log.error("backend unavailable: %s", exc)
+            failure["code"] = 3
+        except Exception:  # noqa: BLE001 - reported, then the server stops with exit code 1
+            log.exception("cannot load the sampler")
+            failure["code"] = 1
+        if failure:
+            server.should_exit = True
+
     # uvicorn re-raises the signal after its graceful shutdown; make that a clean exit.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sys.exit(0))
-    log.info("serving %s (%s) on http://%s:%d", model_name,
-             args.adapter or cfg.tinker.base_model, host, sock.getsockname()[1])
+    threading.Thread(target=load, name="sampler-load", daemon=True).start()
+    log.info("serving %s on http://%s:%d", model_name, host, sock.getsockname()[1])
     server.run(sockets=[sock])
-    return 0
-
+    return failure.get("code", 0)
 
 if __name__ == "__main__":
     sys.exit(main())
