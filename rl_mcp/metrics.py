@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,19 @@ def eta_seconds(metrics: list[dict[str, Any]], total_steps: int) -> float | None
             return None
         per_step = sum(secs) / len(secs)
     return round(per_step * remaining, 1)
+
+
+_WANDB_URL = re.compile(rb"W&B online: (https?://\S+)")
+
+
+def wandb_url_from_log(trainer_log: Path, *, head_bytes: int = 65536) -> str | None:
+    """The run URL the trainer logs when W&B starts online (result.json has it only at the end)."""
+    try:
+        with open(trainer_log, "rb") as fh:
+            match = _WANDB_URL.search(fh.read(head_bytes))
+    except FileNotFoundError:
+        return None
+    return match.group(1).decode() if match else None
 
 
 async def wandb_summary(

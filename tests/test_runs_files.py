@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_mcp.logs import ChangeWatcher, tail_lines
-from rl_mcp.metrics import JsonlReader, downsample, eta_seconds, latest_metrics, read_result
+from rl_mcp.metrics import (
+    JsonlReader,
+    downsample,
+    eta_seconds,
+    latest_metrics,
+    read_result,
+    wandb_url_from_log,
+)
 from rl_mcp.plots import reward_loss_png
 
 
@@ -109,3 +116,12 @@ def test_wandb_lookup_is_optional_and_bounded(monkeypatch) -> None:  # type: ign
     answer = anyio.run(lambda: wandb_summary("run", "proj", timeout_s=2))
     assert time.perf_counter() - started < 4
     assert set(answer) == {"error"} and "W&B" in answer["error"]
+
+
+def test_wandb_url_from_the_trainer_log(tmp_path: Path) -> None:
+    log = tmp_path / "trainer.log"
+    assert wandb_url_from_log(log) is None
+    log.write_text("2026 INFO tinker_atropos.metrics: W&B offline: /runs/x/wandb\n")
+    assert wandb_url_from_log(log) is None
+    log.write_text("x\n2026 INFO tinker_atropos.metrics: W&B online: https://wandb.ai/me/rl-mcp/runs/abc12\nmore\n")
+    assert wandb_url_from_log(log) == "https://wandb.ai/me/rl-mcp/runs/abc12"

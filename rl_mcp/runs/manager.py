@@ -355,7 +355,8 @@ class RunManager:
                 )
             else:
                 detail = (result or {}).get("error") or _exit_meaning(code)
-                await self._finish(live, "failed", f"trainer exited with code {code}: {detail}", tail_of="trainer")
+                how = f"exited with code {code}" if code != -1 else "failed (it was not a child of this server)"
+                await self._finish(live, "failed", f"trainer {how}: {detail}", tail_of="trainer")
         elif name == "env" and code in (0, -1):
             log.info("run %s: environment finished its work (exit %s)", rec.run_id, code)
             self._save(rec)

@@ -15,6 +15,7 @@ from rl_mcp.metrics import (
     latest_metrics,
     read_checkpoints,
     read_result,
+    wandb_url_from_log,
 )
 from rl_mcp.models import (
     HistoryPoint,
@@ -132,7 +133,7 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, *, m
         eta_seconds=eta_seconds(metrics, rec.total_steps) if rec.active else None,
         latest=_latest(metrics, evals), processes=processes_view(rec, children),
         logs={name: tail_lines(rec.log_path(name), STATUS_LOG_LINES) for name in rec.processes},
-        wandb_url=result.get("wandb_url"), next_step=hint,
+        wandb_url=result.get("wandb_url") or wandb_url_from_log(rec.log_path("trainer")), next_step=hint,
     )
 
 
@@ -173,7 +174,8 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         final_metrics=_latest(metrics, evals), history=history, history_total_steps=len(metrics),
         evals=evals[-MAX_HISTORY_POINTS:], checkpoints=checkpoints[-MAX_HISTORY_POINTS:], final_weights=final,
         final_weights_exists=exists, final_state=result.get("final_state"),
-        wandb_url=(wandb or {}).get("url") or result.get("wandb_url"), wandb=wandb,
+        wandb_url=(wandb or {}).get("url") or result.get("wandb_url") or wandb_url_from_log(rec.log_path("trainer")),
+        wandb=wandb,
         wandb_offline_dir=str(offline) if offline.is_dir() else None, error=rec.error or result.get("error"),
         next_step=hint,
     )
