@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import logging
+
 import anyio
 import anyio.abc
 
@@ -21,6 +23,8 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from .runs.manager import RunManager
+
+logger = logging.getLogger("rl_mcp")
 
 
 class NoSelection(LookupError):
@@ -34,8 +38,10 @@ class AppContext:
     discovery: Discovery
     introspector: Introspector
     task_group: anyio.abc.TaskGroup
-    # The lifecycle layer (rl_mcp/runs) sets this in `open_app`; None until then.
+    # The lifecycle layer (rl_mcp/runs) sets this in `open_app`; None until then, or when the run
+    # registry cannot be opened (then `runs_unavailable` says why, and the other tools keep serving).
     runs: RunManager | None = None
+    runs_unavailable: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     _closed: bool = field(default=False, init=False, repr=False)
 
@@ -84,9 +90,14 @@ async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
             introspector=Introspector(settings),
             task_group=tg,
         )
+        from .runs.store import StoreError
         from .runs.tools import open_runs
 
-        app.runs = await open_runs(settings, tg)  # re-adopts runs an earlier lifetime left going
+        try:
+            app.runs = await open_runs(settings, tg)  # re-adopts runs an earlier lifetime left going
+        except StoreError as exc:
+            app.runs_unavailable = str(exc)
+            logger.error("training runs unavailable: %s", exc)
         try:
             yield app
         finally:

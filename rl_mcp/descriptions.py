@@ -4,6 +4,20 @@ Every description says what the tool does, when to call it, what comes back, and
 next, so an agent can walk the whole workflow from the tool list alone.
 """
 
+from mcp.types import ToolAnnotations
+
+
+def annotations(title: str, *, read_only: bool, destructive: bool, idempotent: bool) -> ToolAnnotations:
+    """Every hint set explicitly: clients decide on confirmation prompts from these."""
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=read_only,
+        destructive_hint=destructive,
+        idempotent_hint=idempotent,
+        open_world_hint=False,
+    )
+
+
 INSTRUCTIONS = """\
 rl-mcp runs reinforcement learning (GRPO with LoRA) on Atropos environments, on Tinker's remote
 GPUs or on this machine (the operator's profile decides which; see rl://profile).

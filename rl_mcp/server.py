@@ -16,15 +16,15 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
-from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from . import descriptions, inference_test
+from .descriptions import annotations
 from .context import AppContext, NoSelection
 from .environments import IntrospectionError, environment_list
 from .models import ConfigView, EditResult, EnvironmentList, InferenceTestResult, SelectionResult
 from .runs.tools import register_run_tools, subscription_bus
-from .session import EditRejected, config_view, resolve_field
+from .session import EditRejected, SessionSaveError, config_view, resolve_field
 
 ENV_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 FIELD_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
@@ -46,17 +46,6 @@ NEXT_AFTER_CONFIG = (
     "environment against real inference, then rl_start_training."
 )
 NEXT_AFTER_EDIT = "rl_get_current_config to review, or rl_test_inference / rl_start_training when ready."
-
-
-def annotations(title: str, *, read_only: bool, destructive: bool, idempotent: bool) -> ToolAnnotations:
-    """Every hint set explicitly: clients decide on confirmation prompts from these."""
-    return ToolAnnotations(
-        title=title,
-        read_only_hint=read_only,
-        destructive_hint=destructive,
-        idempotent_hint=idempotent,
-        open_world_hint=False,
-    )
 
 
 class StaticTokenVerifier:
@@ -133,7 +122,10 @@ def _register_environment_tools(server: MCPServer, app: AppContext) -> None:
         if fresh:
             await ctx.report_progress(1, 1, f"loaded {len(schema.fields)} config fields")
         previous = app.session.state.environment
-        state = app.session.select(info)
+        try:
+            state = app.session.select(info)
+        except SessionSaveError as exc:
+            raise ToolError(str(exc)) from exc
         view = config_view(info, schema, app.settings.profile, state, NEXT_AFTER_CONFIG)
         return SelectionResult(
             selected=info.name,
@@ -193,7 +185,7 @@ def _register_environment_tools(server: MCPServer, app: AppContext) -> None:
             if field is None:
                 raise EditRejected("name the `field` to set (or pass reset=true to reset every edit)")
             previous = session.set_field(schema, profile, field, value)
-        except EditRejected as exc:
+        except (EditRejected, SessionSaveError) as exc:
             raise ToolError(str(exc)) from exc
         return EditResult(
             environment=info.name,

@@ -50,6 +50,10 @@ class EditRejected(ValueError):
     """An edit that was not stored; the message names the problem and the fix."""
 
 
+class SessionSaveError(OSError):
+    """The session file could not be written; the session in memory is unchanged."""
+
+
 @dataclass
 class SessionState:
     """What persists in state.json."""
@@ -88,7 +92,13 @@ class Session:
         return cls(path, state)
 
     def save(self) -> None:
-        atomic_write_text(self.path, json.dumps(asdict(self.state), indent=2, sort_keys=True))
+        try:
+            atomic_write_text(self.path, json.dumps(asdict(self.state), indent=2, sort_keys=True))
+        except OSError as exc:
+            raise SessionSaveError(
+                f"could not save the session to {self.path} ({exc.strerror or exc}); nothing was changed. "
+                "Check that the state dir (RL_MCP_HOME) is writable and has space, then try again"
+            ) from exc
 
     def _commit(self, new_state: SessionState) -> None:
         """Persist first, then swap: a failed write leaves memory and disk as they were."""

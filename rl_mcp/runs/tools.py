@@ -16,11 +16,11 @@ import yaml
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
-from mcp.types import ToolAnnotations
 from mcp_types import CallToolResult, ImageContent, SubscribeRequestParams, TextContent, UnsubscribeRequestParams
 from pydantic import Field
 
 from rl_mcp import descriptions
+from rl_mcp.descriptions import annotations
 from rl_mcp.logs import tail_lines
 from rl_mcp.metrics import wandb_summary
 from rl_mcp.models import RunList, RunResults, RunStarted, RunStatus, RunStopped
@@ -60,16 +60,9 @@ def subscription_bus(app: AppContext) -> SubscriptionBus | None:
     return events.bus if isinstance(events, ResourcePublisher) else None
 
 
-def _hints(title: str, *, read_only: bool, destructive: bool, idempotent: bool) -> ToolAnnotations:
-    return ToolAnnotations(
-        title=title, read_only_hint=read_only, destructive_hint=destructive,
-        idempotent_hint=idempotent, open_world_hint=False,
-    )
-
-
 def _manager(app: AppContext) -> RunManager:
     if app.runs is None:
-        raise ToolError("training runs are not available in this server (no RunManager)")
+        raise ToolError(app.runs_unavailable or "training runs are not available in this server (no RunManager)")
     return app.runs
 
 
@@ -88,7 +81,7 @@ def register_run_tools(server: MCPServer, app: AppContext) -> None:
             raise ToolError(str(exc)) from exc
 
     @server.tool(name="rl_start_training", description=descriptions.RL_START_TRAINING,
-                 annotations=_hints("Start training", read_only=False, destructive=False, idempotent=False))
+                 annotations=annotations("Start training", read_only=False, destructive=False, idempotent=False))
     async def rl_start_training(
         ctx: Context,
         wait: Annotated[bool, Field(description="true: return only once the run is running or has failed, "
@@ -116,7 +109,7 @@ def register_run_tools(server: MCPServer, app: AppContext) -> None:
         return views.started(rec)
 
     @server.tool(name="rl_check_status", description=descriptions.RL_CHECK_STATUS,
-                 annotations=_hints("Check a run", read_only=True, destructive=False, idempotent=False))
+                 annotations=annotations("Check a run", read_only=True, destructive=False, idempotent=False))
     def rl_check_status(run_id: RunId) -> RunStatus:
         rec = record(run_id)
         interval = status_min_interval(app.settings)
@@ -127,7 +120,7 @@ def register_run_tools(server: MCPServer, app: AppContext) -> None:
         return views.status(rec, manager().children(run_id), cache, min_interval_s=interval)
 
     @server.tool(name="rl_stop_training", description=descriptions.RL_STOP_TRAINING,
-                 annotations=_hints("Stop a run", read_only=False, destructive=True, idempotent=True))
+                 annotations=annotations("Stop a run", read_only=False, destructive=True, idempotent=True))
     async def rl_stop_training(run_id: RunId) -> RunStopped:
         was = record(run_id).status
         rec = await manager().stop(run_id)
@@ -139,7 +132,7 @@ def register_run_tools(server: MCPServer, app: AppContext) -> None:
                           processes=views.processes_view(rec, {}), message=message)
 
     @server.tool(name="rl_get_results", description=descriptions.RL_GET_RESULTS,
-                 annotations=_hints("Get run results", read_only=True, destructive=False, idempotent=True))
+                 annotations=annotations("Get run results", read_only=True, destructive=False, idempotent=True))
     async def rl_get_results(run_id: RunId) -> Annotated[CallToolResult, RunResults]:
         rec = record(run_id)
         project = _wandb_project(rec.config_path)
@@ -155,7 +148,7 @@ def register_run_tools(server: MCPServer, app: AppContext) -> None:
         return CallToolResult(content=content, structured_content=result.model_dump(mode="json"))
 
     @server.tool(name="rl_list_runs", description=descriptions.RL_LIST_RUNS,
-                 annotations=_hints("List runs", read_only=True, destructive=False, idempotent=True))
+                 annotations=annotations("List runs", read_only=True, destructive=False, idempotent=True))
     def rl_list_runs(
         status: Annotated[
             Literal["starting", "running", "stopping", "completed", "failed", "stopped", "lost"] | None,
@@ -232,5 +225,7 @@ def _register_run_resources(server: MCPServer, app: AppContext, cache: views.Met
     def run_log(run_id: str, process: str) -> str:
         if process not in ("api", "trainer", "env"):
             raise ResourceError(f"unknown process {process!r}: use api, trainer or env")
-        rec = record(run_id)
-        return "\n".join(tail_lines(rec.log_path(process), LOG_LINES))
+        path = record(run_id).log_path(process)
+        if not path.is_file():
+            raise ResourceError(f"log file {path} is missing (deleted, or the process never started)")
+        return "\n".join(tail_lines(path, LOG_LINES))

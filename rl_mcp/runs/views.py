@@ -162,7 +162,13 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         )
         for i, m in enumerate(downsample(metrics, MAX_HISTORY_POINTS))
     ]
-    if rec.active:
+    missing = None if run_dir.is_dir() else (
+        f"run folder {run_dir} is missing (deleted or moved): its metrics, checkpoints and weights are "
+        "gone; the registry keeps only the run's record"
+    )
+    if missing:
+        hint = "Start a new run with rl_start_training; other runs are unaffected."
+    elif rec.active:
         hint = "The run is still going: these are partial results. rl_check_status shows progress."
     elif final:
         hint = f"The final weights are at {final}. Test them with rl_test_inference, or start another run."
@@ -176,7 +182,8 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         final_weights_exists=exists, final_state=result.get("final_state"),
         wandb_url=(wandb or {}).get("url") or result.get("wandb_url") or wandb_url_from_log(rec.log_path("trainer")),
         wandb=wandb,
-        wandb_offline_dir=str(offline) if offline.is_dir() else None, error=rec.error or result.get("error"),
+        wandb_offline_dir=str(offline) if offline.is_dir() else None,
+        error=missing or rec.error or result.get("error"),
         next_step=hint,
     )
 
