@@ -88,7 +88,8 @@ def never_valid_wait() -> st.SearchStrategy[Any]:
 
 def never_valid_inference_args() -> st.SearchStrategy[dict[str, Any]]:
     """rl_test_inference arguments with at least one out-of-range count: it can never start."""
-    bad_count = st.integers().filter(lambda i: i < 1 or i > 100) | st.text(max_size=5) | st.lists(st.none())
+    not_a_number = st.text(max_size=5).filter(lambda t: not any(c.isdigit() for c in t))
+    bad_count = st.integers().filter(lambda i: i < 1 or i > 100) | not_a_number | st.lists(st.none())
     return st.builds(lambda a, bad: {**a, "num_steps": bad}, arguments("rl_test_inference"), bad_count)
 
 
