@@ -19,6 +19,8 @@ from rl_mcp.metrics import (
     wandb_url_from_log,
 )
 from rl_mcp.plots import reward_loss_png
+from rl_mcp.runs import views
+from rl_mcp.runs.store import RunRecord
 
 
 def test_tail_of_a_big_file_reads_only_its_end(tmp_path: Path) -> None:
@@ -125,3 +127,24 @@ def test_wandb_url_from_the_trainer_log(tmp_path: Path) -> None:
     assert wandb_url_from_log(log) is None
     log.write_text("x\n2026 INFO tinker_atropos.metrics: W&B online: https://wandb.ai/me/rl-mcp/runs/abc12\nmore\n")
     assert wandb_url_from_log(log) == "https://wandb.ai/me/rl-mcp/runs/abc12"
+
+
+def test_status_explains_a_run_whose_environment_drops_every_group(tmp_path: Path) -> None:
+    """A model that never solves the task: atroposlib drops equal-score groups and no step ever comes."""
+    (tmp_path / "logs").mkdir()
+    env_log = tmp_path / "logs" / "env.log"
+    env_log.write_text("Registered with the API\n")
+    now = time.time()
+    rec = RunRecord(
+        run_id="r", environment="gsm8k_tinker", profile="local", status="running", run_dir=str(tmp_path),
+        config_path=str(tmp_path / "config.yaml"), run_name="r", total_steps=5, api_port=1, inference_port=2,
+        created_at=now - 90, running_at=now - 80,
+    )
+    cache = views.MetricsCache()
+    assert "Training is under way" in views.status(rec, {}, cache, min_interval_s=0).next_step
+    with env_log.open("a") as f:
+        f.write("WARNING Scores are the same in a group, skipping...\n")
+    hint = views.status(rec, {}, cache, min_interval_s=0).next_step
+    assert "all scored the same" in hint and "rl_test_inference" in hint
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": now, "reward_mean": 0.5}) + "\n")
+    assert "Training is under way" in views.status(rec, {}, cache, min_interval_s=0).next_step

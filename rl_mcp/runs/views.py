@@ -30,6 +30,8 @@ from rl_mcp.runs.processes import Child
 from rl_mcp.runs.store import RunRecord
 
 STATUS_LOG_LINES = 8
+# atroposlib's warning when it drops a group whose scores are all equal (no learning signal).
+EQUAL_SCORES_MARK = "Scores are the same in a group"
 MAX_HISTORY_POINTS = 200
 
 
@@ -117,7 +119,14 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, *, m
     result = read_result(Path(rec.run_dir)) or {}
     end = rec.ended_at or time.time()
     running_s = round(end - rec.running_at, 1) if rec.running_at else None
-    if rec.active:
+    if rec.active and not metrics and _env_dropping_equal_groups(rec):
+        hint = (
+            "No step yet, and the environment is dropping groups whose completions all scored the same "
+            "(no learning signal: atroposlib never sends them to the trainer). If that goes on, the model "
+            "cannot solve this task at all: rl_test_inference shows its scores; use a stronger model "
+            "(the tinker profile) or an easier environment, then rl_stop_training this run."
+        )
+    elif rec.active:
         hint = (
             f"Training is under way. Check again in {min_interval_s:.0f} s or later; meanwhile the "
             f"resources rl://runs/{rec.run_id}/metrics and .../logs/trainer can be read or subscribed to."
@@ -135,6 +144,10 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, *, m
         logs={name: tail_lines(rec.log_path(name), STATUS_LOG_LINES) for name in rec.processes},
         wandb_url=result.get("wandb_url") or wandb_url_from_log(rec.log_path("trainer")), next_step=hint,
     )
+
+
+def _env_dropping_equal_groups(rec: RunRecord) -> bool:
+    return any(EQUAL_SCORES_MARK in line for line in tail_lines(rec.log_path("env"), 50))
 
 
 def rate_limited(rec: RunRecord, wait_s: float) -> RunStatus:
