@@ -104,17 +104,32 @@ def serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    sock = None
+    if args.transport != "stdio":  # bound here, outside the task groups, so a taken port is one clear line
+        try:
+            sock = _bind(args.host, args.port)
+        except OSError as exc:
+            print(f"rl-mcp: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+            return 1
     try:
-        anyio.run(_serve, settings, args)
+        anyio.run(_serve, settings, args, sock)
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
-        print(f"rl-mcp: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
     return 0
 
 
-async def _serve(settings, args: argparse.Namespace) -> None:
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def _serve(settings, args: argparse.Namespace, sock: socket.socket | None) -> None:
     from .context import open_app
     from .server import build_server
 
@@ -126,9 +141,7 @@ async def _serve(settings, args: argparse.Namespace) -> None:
             log.info("serving stdio")
             await build_server(app).run_stdio_async()
         else:
-            sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((args.host, args.port))
+            assert sock is not None
             port = sock.getsockname()[1]
             public_host = f"[{args.host}]" if ":" in args.host else args.host
             server = build_server(app, public_url=f"http://{public_host}:{port}")

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Mapping
 
 PACKAGES = ("mcp", "atroposlib", "tinker", "torch", "transformers", "peft", "wandb", "matplotlib")
-KEYS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP_AUTH_TOKEN")
 
 
 def _version(package: str) -> str | None:
@@ -28,13 +27,13 @@ def _version(package: str) -> str | None:
 def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     """The report's lines, and whether the server can start with this environment."""
     from .environments import Discovery
-    from .settings import Settings, SettingsError
+    from .settings import SECRET_ENV_VARS, Settings, SettingsError
 
     env = dict(os.environ if environ is None else environ)
     lines = [f"python        {platform.python_version()} ({sys.executable})"]
     for package in PACKAGES:
         lines.append(f"{package:<13} {_version(package) or 'not installed'}")
-    for key in KEYS:
+    for key in SECRET_ENV_VARS:
         present = bool(env.get(key))
         note = ""
         if key == "TINKER_API_KEY" and present and not env[key].startswith("tml-"):

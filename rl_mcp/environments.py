@@ -22,12 +22,11 @@ from typing import Any
 
 import anyio
 
-from .settings import BUNDLED_ENV_DIR, PROJECT_ROOT, Settings
+from .settings import BUNDLED_ENV_DIR, PROJECT_ROOT, Settings, without_secrets
 
 BASE_CLASS = "BaseEnv"
 MAX_SCAN_DEPTH = 3
 TRACEBACK_TAIL_LINES = 15
-SECRET_ENV_VARS = frozenset({"TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP_AUTH_TOKEN"})
 CACHE_VERSION = "2"  # bump when the shape of a cached introspection changes
 # Training fields (TinkerConfig) an agent may edit; the rest are set per run or by the profile.
 TRAINING_FIELDS = (
@@ -403,7 +402,7 @@ class Introspector:
     async def _run_child(self, info: EnvironmentInfo) -> dict[str, Any]:
         cmd = [self.settings.python, "-m", "rl_mcp.environments", str(info.file), info.class_name]
         # Reading a config needs no credentials: keys stay out of environment code run here.
-        env = {k: v for k, v in self.settings.environ.items() if k not in SECRET_ENV_VARS}
+        env = without_secrets(self.settings.environ)
         env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(self.settings.project_root), env.get("PYTHONPATH", "")) if p

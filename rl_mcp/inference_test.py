@@ -34,6 +34,7 @@ from rl_mcp.models import InferenceSample, InferenceTestResult, ModelInferenceRe
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.runs.processes import Child, StageError, spawn, stop, wait_ready
 from rl_mcp.session import render_run_config, write_run_config
+from rl_mcp.settings import without_secrets
 
 if TYPE_CHECKING:
     from rl_mcp.context import AppContext
@@ -43,7 +44,6 @@ OPENROUTER_KEY_ENV = "OPENROUTER_API_KEY"
 OPENROUTER_MODELS = ("qwen/qwen3-8b", "z-ai/glm-4.7-flash", "minimax/minimax-m2.5")
 TINY_CHAT = "tiny-chat"  # the local server's model when the profile trains on Tinker
 # Keys the children never need: the one key a test uses reaches them as OPENAI_API_KEY only.
-_SECRET_ENV = frozenset({"OPENROUTER_API_KEY", "TINKER_API_KEY", "WANDB_API_KEY", "RL_MCP_AUTH_TOKEN"})
 _NO_KEY = "none"  # the openai client insists on some key; servers without auth ignore it
 _PROGRESS = re.compile(r"Successfully processed group (\d+)/(\d+)")
 _ENV_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -129,7 +129,7 @@ def resolve_target(
 
 def child_env(environ: Mapping[str, str], target: Target) -> dict[str, str]:
     """The children's environment: no inherited keys; the target's key as OPENAI_API_KEY only."""
-    env = {k: v for k, v in environ.items() if k not in _SECRET_ENV and not k.startswith("OPENAI_")}
+    env = {k: v for k, v in without_secrets(environ).items() if not k.startswith("OPENAI_")}
     if target.key_env:
         env.pop(target.key_env, None)
     env["OPENAI_API_KEY"] = environ[target.key_env] if target.key_env else _NO_KEY
@@ -362,7 +362,7 @@ async def _watch_log(log: Path, offset: int, model: str, tracker: _Progress) -> 
 def _health_check(port: int) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         try:
-            async with httpx.AsyncClient(timeout=2.0) as client:
+            async with httpx.AsyncClient(timeout=2.0, trust_env=False) as client:  # our loopback server: no proxy
                 resp = await client.get(f"http://127.0.0.1:{port}/health")
             return resp.status_code == 200
         except httpx.HTTPError:

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 import yaml
 
@@ -24,6 +24,16 @@ SECTIONS = ("env", "tinker")
 
 class SettingsError(ValueError):
     """A configuration problem the operator must fix (bad profile, bad env var)."""
+
+
+# Secrets the server may hold. Child processes get them only by name, where their job needs one.
+SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP_AUTH_TOKEN")
+
+
+def without_secrets(environ: Mapping[str, str], *, allow: Iterable[str] = ()) -> dict[str, str]:
+    """`environ` without the secrets, except those named in `allow`."""
+    keep = set(allow)
+    return {k: v for k, v in environ.items() if k not in SECRET_ENV_VARS or k in keep}
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,8 @@ async def test_runs_end_to_end(tmp_path: Path) -> None:
     crash_dir = tmp_path / "envs"
     crash_dir.mkdir()
     (crash_dir / "crash_env.py").write_text(CRASHING_ENV)
-    env = environ(tmp_path / "home", RL_MCP_ENV_DIRS=str(crash_dir))
+    # A secret no process of a training run needs: it must reach none of them.
+    env = environ(tmp_path / "home", RL_MCP_ENV_DIRS=str(crash_dir), OPENROUTER_API_KEY="sk-or-sentinel-e2e")
     legacy_updates: list[str] = []
 
     async def on_message(message: Any) -> None:
@@ -193,6 +194,9 @@ async def test_runs_end_to_end(tmp_path: Path) -> None:
                 # --- B: kill -9 its trainer: failed within 2 s, with the trainer's log tail --------
                 b_status = await call(client, "rl_check_status", run_id=b["run_id"])
                 b_tree = tree_pids(b_status)
+                assert len(b_tree) >= 3
+                for proc in b_tree:
+                    assert "OPENROUTER_API_KEY" not in proc.environ(), proc.cmdline()
                 trainer_pid = next(p["pid"] for p in b_status["processes"] if p["name"] == "trainer")
                 os.kill(trainer_pid, signal.SIGKILL)
                 killed = time.monotonic()

@@ -237,3 +237,20 @@ def test_sigterm_shuts_down_cleanly(tmp_path: Path, transport):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_taken_port_is_one_clear_line(tmp_path: Path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "rl_mcp", "serve", "--transport", "http", "--port", str(port)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "RL_MCP_HOME": str(tmp_path)},
+        )  # fmt: skip
+    assert proc.returncode == 1
+    assert f"rl-mcp: cannot serve on 127.0.0.1:{port}:" in proc.stderr and "in use" in proc.stderr
+    assert "Traceback" not in proc.stderr and "ExceptionGroup" not in proc.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -26,12 +25,14 @@ from rl_mcp.runs import processes
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.runs.processes import Child, StageError
 from rl_mcp.runs.store import ALL_STATUSES, ProcessRecord, RunRecord, RunStore, new_run_id
-from rl_mcp.settings import Settings
+from rl_mcp.settings import Settings, without_secrets
 
 log = logging.getLogger(__name__)
 
 PROCESS_NAMES = ("api", "trainer", "env")
 STOP_ORDER = ("env", "trainer", "api")
+# The secrets each process of a run may see (by environment variable); the rest are withheld.
+CHILD_SECRETS = {"api": (), "trainer": ("TINKER_API_KEY", "WANDB_API_KEY"), "env": ("WANDB_API_KEY",)}
 FAILURE_TAIL_LINES = 20
 SUPERVISE_INTERVAL_S = 0.5  # a child's exit is noticed within this (the contract says 2 s)
 
@@ -212,6 +213,8 @@ class RunManager:
                     await self._fail(live, err)
                     return
                 await self._supervise(live)
+        except Exception as exc:  # a bug or an OS error fails this run, never the server's task group
+            await self._fail_unexpectedly(live, exc)
         finally:
             self.ports.release(live.ports_reserved)
             live.settled.set()
@@ -221,7 +224,7 @@ class RunManager:
 
     async def _start_stages(self, live: _Live, env_file: Path) -> None:
         rec = live.rec
-        python = sys.executable
+        python = self.settings.python
         config = rec.config_path
         root = self.settings.project_root
         launcher = root / "tinker-atropos" / "launch_training.py"
@@ -264,7 +267,7 @@ class RunManager:
 
     def _spawn(self, live: _Live, name: str, argv: list[str]) -> Child:
         rec = live.rec
-        env = {**self.settings.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**without_secrets(self.settings.environ, allow=CHILD_SECRETS[name]), "PYTHONUNBUFFERED": "1"}
         child = processes.spawn(name, argv, log_path=rec.log_path(name), env=env, cwd=Path(rec.run_dir))
         live.children[name] = child
         rec.processes[name] = ProcessRecord(
@@ -390,6 +393,15 @@ class RunManager:
             self._mark_exit(rec, err.process, err.exit_code)
         await self._finish(live, "failed", f"stage {err.stage} failed: {err}", tail_of=err.process)
 
+    async def _fail_unexpectedly(self, live: _Live, exc: Exception) -> None:
+        log.exception("run %s: unexpected error", live.rec.run_id)
+        try:
+            await self._finish(live, "failed", f"{type(exc).__name__}: {exc}")
+        except Exception:  # e.g. the registry is unwritable too: the processes are stopped, say so in the log
+            log.exception("run %s: could not record the failure", live.rec.run_id)
+            live.rec.status = "failed"
+            live.settled.set()
+
     async def _stop_children(self, live: _Live) -> None:
         for name in STOP_ORDER:
             child = live.children.get(name)
@@ -463,6 +475,8 @@ class RunManager:
         try:
             with live.scope:
                 await self._supervise(live)
+        except Exception as exc:
+            await self._fail_unexpectedly(live, exc)
         finally:
             live.done.set()
             if not live.rec.active:
@@ -484,7 +498,7 @@ class RunManager:
     def list(self, status: str | None = None) -> list[RunRecord]:
         if status is not None and status not in ALL_STATUSES:
             raise RunError(f"unknown status {status!r}; use one of {sorted(ALL_STATUSES)}")
-        live = {run_id: lv.rec for run_id, lv in self._live.items()}
+        live = {run_id: lv.rec for run_id, lv in list(self._live.items())}  # tool threads read it too
         return [live.get(r.run_id, r) for r in self.store.list() if status in (None, live.get(r.run_id, r).status)]
 
     def children(self, run_id: str) -> dict[str, Child]:

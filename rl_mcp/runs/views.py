@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,10 +45,12 @@ class MetricsCache:
 
     def __init__(self) -> None:
         self._readers: dict[Path, JsonlReader] = {}
+        self._lock = threading.Lock()  # sync tool and resource handlers run in worker threads
 
     def rows(self, path: Path) -> list[dict[str, Any]]:
-        reader = self._readers.setdefault(path, JsonlReader(path))
-        return reader.refresh()
+        with self._lock:
+            reader = self._readers.setdefault(path, JsonlReader(path))
+            return reader.refresh()
 
     def metrics(self, rec: RunRecord) -> list[dict[str, Any]]:
         return self.rows(Path(rec.run_dir) / "metrics.jsonl")
