@@ -7,9 +7,11 @@
 #       --tool-arg name=letter_repeat      # any other Inspector CLI arguments pass through
 #
 # The server is `.venv/bin/rl-mcp serve` over stdio; its state lives in $RL_MCP_HOME
-# (default ~/.rl-mcp). The Inspector hands its own environment to the server, so keys
-# (TINKER_API_KEY, WANDB_API_KEY, OPENROUTER_API_KEY) reach it from your shell by name only:
-# never put them on this command line, where `ps` would show them.
+# (default ~/.rl-mcp). Inspector 2.x hands the server almost none of your shell's environment,
+# so this script passes the non-secret settings with -e. Keys (TINKER_API_KEY, WANDB_API_KEY,
+# OPENROUTER_API_KEY) must never go on a command line, where `ps` shows them: put them in a
+# chmod 600 file of KEY=value lines and name it in RL_MCP_KEYS_FILE; the server's launcher
+# sources it. Without keys the server runs on the local profile.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 RL_MCP="$ROOT/.venv/bin/rl-mcp"
@@ -20,14 +22,18 @@ if [ -x "$ROOT/.ci/node/node_modules/.bin/mcp-inspector" ]; then
 else
   INSPECTOR=(npx -y @modelcontextprotocol/inspector)
 fi
-export RL_MCP_HOME="${RL_MCP_HOME:-$HOME/.rl-mcp}"
-export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
+ENVS=(-e "RL_MCP_HOME=${RL_MCP_HOME:-$HOME/.rl-mcp}" -e "HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}")
+for name in RL_MCP_PROFILE RL_MCP_ENV_DIRS RL_MCP_KEYS_FILE; do
+  [ -n "${!name:-}" ] && ENVS+=(-e "$name=${!name}")
+done
+# The server command: load the keys file (if any) into the server's own environment, then serve.
+SERVER=(bash -c 'if [ -n "${RL_MCP_KEYS_FILE:-}" ]; then set -a; . "$RL_MCP_KEYS_FILE"; set +a; fi; exec "$0" serve' "$RL_MCP")
 
 if [ "${1:-}" = "ui" ]; then
-  exec "${INSPECTOR[@]}" "$RL_MCP" serve
+  exec "${INSPECTOR[@]}" "${ENVS[@]}" "${SERVER[@]}"
 elif [ $# -gt 0 ]; then
-  exec "${INSPECTOR[@]}" --cli "$RL_MCP" serve "$@"
+  exec "${INSPECTOR[@]}" --cli "${ENVS[@]}" "${SERVER[@]}" "$@"
 fi
-"${INSPECTOR[@]}" --cli "$RL_MCP" serve --method tools/list
-"${INSPECTOR[@]}" --cli "$RL_MCP" serve --method tools/call --tool-name rl_list_environments
-"${INSPECTOR[@]}" --cli "$RL_MCP" serve --method resources/read --uri rl://profile
+"${INSPECTOR[@]}" --cli "${ENVS[@]}" "${SERVER[@]}" --method tools/list
+"${INSPECTOR[@]}" --cli "${ENVS[@]}" "${SERVER[@]}" --method tools/call --tool-name rl_list_environments
+"${INSPECTOR[@]}" --cli "${ENVS[@]}" "${SERVER[@]}" --method resources/read --uri rl://profile

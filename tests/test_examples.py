@@ -98,6 +98,7 @@ def test_inspector_script(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     listed = {t["name"] for t in json.loads(out.stdout)["tools"]}
     assert ALL_TOOLS <= listed
+    assert (tmp_path / "runs.sqlite").is_file()  # RL_MCP_HOME reached the server through the Inspector
 
 
 def test_custom_environment_tests_pass() -> None:

@@ -194,7 +194,9 @@ def test_doctor_reports_without_leaking_keys(probe_envs):
     not INSPECTOR_INSTALLED and not os.environ.get("CI"), reason="MCP Inspector not installed: run `make inspector`"
 )
 def test_mcp_inspector_cli_lists_and_calls_tools(probe_envs):
-    base = [str(INSPECTOR), "--cli", sys.executable, "-m", "rl_mcp", "serve"]
+    # Inspector 2.x hands the server no environment of its own: the state dir travels by -e
+    home = os.environ["RL_MCP_HOME"]
+    base = [str(INSPECTOR), "--cli", "-e", f"RL_MCP_HOME={home}", sys.executable, "-m", "rl_mcp", "serve"]
     # --strict: exit 6 on any error-severity schema portability problem
     listed = subprocess.run(
         [*base, "--method", "tools/list", "--strict"], capture_output=True, text=True, cwd=ROOT, timeout=180
@@ -214,6 +216,7 @@ def test_mcp_inspector_cli_lists_and_calls_tools(probe_envs):
     )
     answer = json.loads(called.stdout)
     assert answer["isError"] is True and "pattern" in answer["content"][0]["text"]
+    assert (Path(home) / "runs.sqlite").is_file()  # the server used the test's state dir, not ~/.rl-mcp
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
