@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo test bench install inspector smollm2 clean
+.PHONY: demo test lint bench install inspector smollm2 clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,12 @@ smollm2: $(SMOLLM2)
 demo: $(STAMP)
 	$(VENV)/bin/rl-mcp demo
 
-test: $(STAMP) $(SMOLLM2) $(INSPECTOR)
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+test: $(STAMP) $(SMOLLM2) $(INSPECTOR) lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

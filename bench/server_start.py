@@ -32,7 +32,11 @@ def _messages() -> bytes:
         "jsonrpc": "2.0",
         "id": 1,
         "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}},
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "0"},
+        },
     }
     initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     tools = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
@@ -80,8 +84,8 @@ def python_run(code: str, env: dict[str, str]) -> float:
 async def tool_latencies(calls: int) -> dict[str, list[float]]:
     from mcp import Client
 
-    from rl_mcp.context import open_app
-    from rl_mcp.server import build_server
+    from rl_mcp.app import open_app
+    from rl_mcp.mcp_api.server import build_server
     from rl_mcp.settings import Settings
 
     async with open_app(Settings.from_env(profile="local")) as app:
@@ -130,12 +134,16 @@ def main() -> int:
     atropos = statistics.median(python_run("import atroposlib.envs.base", env) for _ in range(max(1, args.runs // 2)))
     start = statistics.median(starts)
     cpu = statistics.median(c for _, c in runs)
-    print(f"cold start to tools/list (stdio), median of {args.runs}: {start:.3f} s wall (min {min(starts):.3f} s), "
-          f"{cpu:.3f} s CPU of the server process")
+    print(
+        f"cold start to tools/list (stdio), median of {args.runs}: {start:.3f} s wall (min {min(starts):.3f} s), "
+        f"{cpu:.3f} s CPU of the server process"
+    )
     print(f"  python -c pass:                           {bare:.3f} s")
     print(f"  importing the mcp SDK alone:              {sdk:.3f} s  ({sdk / start:.0%} of the server's start)")
-    print(f"  python -c 'import atroposlib.envs.base':  {atropos:.3f} s  "
-          f"(the server starts {atropos / start:.1f}x faster than importing atroposlib alone)")
+    print(
+        f"  python -c 'import atroposlib.envs.base':  {atropos:.3f} s  "
+        f"(the server starts {atropos / start:.1f}x faster than importing atroposlib alone)"
+    )
     print(f"  target <= {COLD_START_TARGET_S} s: {'met' if start <= COLD_START_TARGET_S else 'MISSED'}")
 
     import anyio

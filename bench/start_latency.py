@@ -29,12 +29,19 @@ async def measure(steps: int) -> dict[str, float]:
 
 
 async def _measure_in(home: Path, steps: int) -> dict[str, float]:
-    from rl_mcp.context import open_app
-    from rl_mcp.server import build_server
+    from rl_mcp.app import open_app
+    from rl_mcp.mcp_api.server import build_server
     from rl_mcp.settings import Settings
 
-    env = {**os.environ, "RL_MCP_HOME": str(home), "RL_MCP_PROFILE": "local", "RL_MCP_STATUS_MIN_INTERVAL": "0",
-           "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "RL_MCP_HOME": str(home),
+        "RL_MCP_PROFILE": "local",
+        "RL_MCP_STATUS_MIN_INTERVAL": "0",
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "disabled",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     env.pop("TINKER_API_KEY", None)
     async with open_app(Settings.from_env(env, stop_runs_on_exit=True)) as app:
         async with Client(build_server(app)) as client:
@@ -61,7 +68,12 @@ async def _measure_in(home: Path, steps: int) -> dict[str, float]:
             spawned = {name: proc.started_at - rec.created_at for name, proc in rec.processes.items()}
             await client.call_tool("rl_stop_training", {"run_id": run_id})
     assert running is not None
-    return {"returned": returned, "running": running, "first_step": first_step, **{f"spawn_{k}": v for k, v in spawned.items()}}
+    return {
+        "returned": returned,
+        "running": running,
+        "first_step": first_step,
+        **{f"spawn_{k}": v for k, v in spawned.items()},
+    }
 
 
 def main() -> None:
@@ -75,10 +87,12 @@ def main() -> None:
     print(f"{'trainer ready (env spawned)':<34}{env:>12.2f}{SEED_SCHEDULE['api'] + SEED_SCHEDULE['trainer']:>18.0f}")
     print(f"{'status running':<34}{figures['running']:>12.2f}{SEED_RUNNING_S:>18.0f}")
     print(f"{'first completed step':<34}{figures['first_step']:>12.2f}{'>' + format(SEED_RUNNING_S, '.0f'):>18}")
-    print(f"running: {SEED_RUNNING_S / figures['running']:.1f}x sooner than the seed's fixed schedule "
-          f"(target <= {TARGET_RUNNING_S:.0f} s: {'met' if figures['running'] <= TARGET_RUNNING_S else 'NOT met'}); "
-          f"first step target <= {TARGET_FIRST_STEP_S:.0f} s: "
-          f"{'met' if figures['first_step'] <= TARGET_FIRST_STEP_S else 'NOT met'} (api spawned at {api:.2f} s)")
+    print(
+        f"running: {SEED_RUNNING_S / figures['running']:.1f}x sooner than the seed's fixed schedule "
+        f"(target <= {TARGET_RUNNING_S:.0f} s: {'met' if figures['running'] <= TARGET_RUNNING_S else 'NOT met'}); "
+        f"first step target <= {TARGET_FIRST_STEP_S:.0f} s: "
+        f"{'met' if figures['first_step'] <= TARGET_FIRST_STEP_S else 'NOT met'} (api spawned at {api:.2f} s)"
+    )
 
 
 if __name__ == "__main__":

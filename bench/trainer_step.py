@@ -15,13 +15,13 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from peft import get_peft_model  # noqa: E402
-from tinker import types  # noqa: E402
+import numpy as np
+import torch
+from peft import get_peft_model
+from tinker import types
 
-from tinker_atropos.backends.local import LocalTrainingClient, create_sampler, load_base_model  # noqa: E402
-from tinker_atropos.backends.local.training import lora_config  # noqa: E402
+from tinker_atropos.backends.local import LocalTrainingClient, create_sampler, load_base_model
+from tinker_atropos.backends.local.training import lora_config
 
 N_SAMPLES, MAX_TOKENS, RANK, LR, REPEATS = 32, 20, 8, 1e-3, int(os.environ.get("BENCH_REPEATS", 7))
 PROMPT = [{"role": "user", "content": "Repeat the letter a five times."}]
@@ -44,20 +44,26 @@ class BackendStep:
 
     def __call__(self, seed: int) -> None:
         n = len(self.prompt)
-        res = self.sampler.sample(types.ModelInput.from_ints(self.prompt), N_SAMPLES,
-                                  types.SamplingParams(max_tokens=MAX_TOKENS, seed=seed, stop=[]))
+        res = self.sampler.sample(
+            types.ModelInput.from_ints(self.prompt),
+            N_SAMPLES,
+            types.SamplingParams(max_tokens=MAX_TOKENS, seed=seed, stop=[]),
+        )
         adv = _advantages([_reward(s.tokens_np) for s in res.sequences])
         data = []
         for s, a in zip(res.sequences, adv):
             toks = np.concatenate([self.prompt, s.tokens_np]).astype(np.int64)
             m = len(s.tokens_np)
-            data.append(types.Datum(
-                model_input=types.ModelInput.from_ints(toks[:-1].tolist()),
-                loss_fn_inputs={
-                    "target_tokens": toks[1:],
-                    "logprobs": np.concatenate([np.zeros(n - 1, np.float32), s.logprobs_np]),
-                    "advantages": np.concatenate([np.zeros(n - 1, np.float32), np.full(m, a, np.float32)]),
-                }))
+            data.append(
+                types.Datum(
+                    model_input=types.ModelInput.from_ints(toks[:-1].tolist()),
+                    loss_fn_inputs={
+                        "target_tokens": toks[1:],
+                        "logprobs": np.concatenate([np.zeros(n - 1, np.float32), s.logprobs_np]),
+                        "advantages": np.concatenate([np.zeros(n - 1, np.float32), np.full(m, a, np.float32)]),
+                    },
+                )
+            )
         self.client.forward_backward(data, "importance_sampling")
         self.client.optim_step(types.AdamParams(learning_rate=LR, grad_clip_norm=1.0))
 
@@ -121,10 +127,14 @@ def bench_step() -> None:
                     times[name].append(time.perf_counter() - start)
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio = med["backend"] / med["bare torch"]
-    print(f"local step, tiny-chat, {torch.get_num_threads()} threads (sample {N_SAMPLES}x{MAX_TOKENS} tokens "
-          f"+ forward_backward + optim_step), median of {REPEATS}:")
-    print(f"  backend {med['backend']:.3f} s   bare torch {med['bare torch']:.3f} s   "
-          f"ratio {ratio:.2f}x (target <= 1.25x) {'OK' if ratio <= 1.25 else 'OVER'}")
+    print(
+        f"local step, tiny-chat, {torch.get_num_threads()} threads (sample {N_SAMPLES}x{MAX_TOKENS} tokens "
+        f"+ forward_backward + optim_step), median of {REPEATS}:"
+    )
+    print(
+        f"  backend {med['backend']:.3f} s   bare torch {med['bare torch']:.3f} s   "
+        f"ratio {ratio:.2f}x (target <= 1.25x) {'OK' if ratio <= 1.25 else 'OVER'}"
+    )
 
 
 def _groups(n_groups: int = 16, group_size: int = 8, length: int = 2048, prompt: int = 512) -> list[dict]:
@@ -135,10 +145,16 @@ def _groups(n_groups: int = 16, group_size: int = 8, length: int = 2048, prompt:
         masks = tokens.copy()
         masks[:, :prompt] = -100
         logprobs = np.where(masks == -100, 1.0, -rng.random((group_size, length)))
-        groups.append({
-            "tokens": tokens.tolist(), "masks": masks.tolist(), "inference_logprobs": logprobs.tolist(),
-            "scores": rng.random(group_size).tolist(), "overrides": None, "group_overrides": None,
-        })
+        groups.append(
+            {
+                "tokens": tokens.tolist(),
+                "masks": masks.tolist(),
+                "inference_logprobs": logprobs.tolist(),
+                "scores": rng.random(group_size).tolist(),
+                "overrides": None,
+                "group_overrides": None,
+            }
+        )
     return groups
 
 
@@ -156,8 +172,10 @@ def bench_conversion() -> None:
         times.append(time.perf_counter() - start)
     assert len(conv.datums) == 128 and conv.datums[0].model_input.length == 2047
     t = statistics.median(times[1:])
-    print(f"batch conversion, 128 sequences x 2048 tokens, median of 3: {t:.3f} s "
-          f"(target <= 0.2 s) {'OK' if t <= 0.2 else 'OVER'}")
+    print(
+        f"batch conversion, 128 sequences x 2048 tokens, median of 3: {t:.3f} s "
+        f"(target <= 0.2 s) {'OK' if t <= 0.2 else 'OVER'}"
+    )
 
 
 if __name__ == "__main__":

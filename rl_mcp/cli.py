@@ -15,9 +15,16 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
+
+if TYPE_CHECKING:  # imported where used: `rl-mcp doctor` and `demo` start without the SDK
+    from mcp.server.mcpserver import MCPServer
+
+    from rl_mcp.app import AppContext
+    from rl_mcp.settings import Settings
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 EXIT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -73,21 +80,21 @@ def configure_logging(log_file: Path | None, level: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["demo"]:
-        from .demo import main as demo_main  # written by another module; imported only when asked for
+        from rl_mcp.demo import main as demo_main  # written by another module; imported only when asked for
 
         return int(demo_main(args_list[1:]) or 0)
     if not args_list or (args_list[0].startswith("-") and args_list[0] not in ("-h", "--help")):
         args_list = ["serve", *args_list]
     args = build_parser().parse_args(args_list)
     if args.command == "doctor":
-        from .doctor import main as doctor_main
+        from rl_mcp.doctor import main as doctor_main
 
         return doctor_main()
     return serve(args)
 
 
 def serve(args: argparse.Namespace) -> int:
-    from .settings import Settings, SettingsError
+    from rl_mcp.settings import Settings, SettingsError
 
     configure_logging(args.log_file, args.log_level)
     try:
@@ -129,9 +136,9 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _serve(settings, args: argparse.Namespace, sock: socket.socket | None) -> None:
-    from .context import open_app
-    from .server import build_server
+async def _serve(settings: Settings, args: argparse.Namespace, sock: socket.socket | None) -> None:
+    from rl_mcp.app import open_app
+    from rl_mcp.mcp_api.server import build_server
 
     async with open_app(settings) as app, anyio.create_task_group() as tg:
         profile = settings.profile
@@ -149,7 +156,7 @@ async def _serve(settings, args: argparse.Namespace, sock: socket.socket | None)
         tg.cancel_scope.cancel()
 
 
-async def _close_and_exit_on_signal(app, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+async def _close_and_exit_on_signal(app: AppContext, *, task_status: anyio.abc.TaskStatus[None]) -> None:
     """stdio: the SDK reads stdin in a thread that cannot be cancelled, so on SIGTERM/SIGINT
     close the app here (honouring --stop-runs-on-exit) and exit without waiting for stdin."""
     with anyio.open_signal_receiver(*EXIT_SIGNALS) as signals:
@@ -163,7 +170,12 @@ async def _close_and_exit_on_signal(app, *, task_status: anyio.abc.TaskStatus[No
 
 
 async def _serve_http(
-    server, sock: socket.socket, args: argparse.Namespace, port: int, public_host: str, tg: anyio.abc.TaskGroup
+    server: MCPServer,
+    sock: socket.socket,
+    args: argparse.Namespace,
+    port: int,
+    public_host: str,
+    tg: anyio.abc.TaskGroup,
 ) -> None:
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings

@@ -55,15 +55,9 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
         help="state dir of the demo's server (RL_MCP_HOME); default ./.demo-home, kept afterwards",
     )
     parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
-    parser.add_argument(
-        "--plot", type=Path, default=None, help="where to write the reward curve PNG"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=600.0, help="give up on training after this many seconds"
-    )
-    parser.add_argument(
-        "--skip-inference-test", action="store_true", help="leave out rl_test_inference (saves ~20 s)"
-    )
+    parser.add_argument("--plot", type=Path, default=None, help="where to write the reward curve PNG")
+    parser.add_argument("--timeout", type=float, default=600.0, help="give up on training after this many seconds")
+    parser.add_argument("--skip-inference-test", action="store_true", help="leave out rl_test_inference (saves ~20 s)")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
@@ -212,8 +206,7 @@ async def watch(client: Client, console: Console, run_id: str, opts: DemoOptions
         elapsed = time.monotonic() - started
         if status.get("rate_limited"):
             raise DemoError(
-                "rl_check_status is rate-limited: the demo's server must run with "
-                "RL_MCP_STATUS_MIN_INTERVAL=0"
+                "rl_check_status is rate-limited: the demo's server must run with RL_MCP_STATUS_MIN_INTERVAL=0"
             )
         now_showing = (status.get("step"), status.get("stage"), status.get("status"))
         if console.err.isatty() or now_showing != shown:  # a file or pipe gets one line per change
@@ -223,9 +216,7 @@ async def watch(client: Client, console: Console, run_id: str, opts: DemoOptions
             console.end_bar()
             return status
         if elapsed > opts.timeout:  # the caller stops the run
-            raise DemoError(
-                f"training did not finish within {opts.timeout:.0f}s (stopped it)\n{log_tails(status)}"
-            )
+            raise DemoError(f"training did not finish within {opts.timeout:.0f}s (stopped it)\n{log_tails(status)}")
         await anyio.sleep(opts.poll_seconds)
 
 
@@ -286,9 +277,7 @@ async def run_workflow(client: Client, console: Console, opts: DemoOptions) -> N
             await client.call_tool("rl_stop_training", {"run_id": run_id})
         raise
     if final.get("status") != "completed":
-        raise DemoError(
-            f"run {run_id} ended {final.get('status')}: {final.get('error') or ''}\n{log_tails(final)}"
-        )
+        raise DemoError(f"run {run_id} ended {final.get('status')}: {final.get('error') or ''}\n{log_tails(final)}")
 
     console.step(9, "rl_get_results")
     results, raw = await call(client, "rl_get_results", {"run_id": run_id})
@@ -336,7 +325,7 @@ async def demo(opts: DemoOptions, console: Console) -> None:
     try:
         async with Client(params, read_timeout_seconds=900) as client:
             await run_workflow(client, console, opts)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes one clear message
+    except Exception as exc:
         cause = first_leaf(exc)
         if isinstance(cause, DemoError):
             raise cause from None

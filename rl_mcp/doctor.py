@@ -10,9 +10,9 @@ import os
 import platform
 import shutil
 import sys
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Mapping
 
 PACKAGES = ("mcp", "atroposlib", "tinker", "torch", "transformers", "peft", "wandb", "matplotlib")
 
@@ -26,8 +26,8 @@ def _version(package: str) -> str | None:
 
 def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     """The report's lines, and whether the server can start with this environment."""
-    from .environments import Discovery
-    from .settings import SECRET_ENV_VARS, Settings, SettingsError
+    from rl_mcp.environments.discovery import Discovery
+    from rl_mcp.settings import SECRET_ENV_VARS, Settings, SettingsError
 
     env = dict(os.environ if environ is None else environ)
     lines = [f"python        {platform.python_version()} ({sys.executable})"]
@@ -46,15 +46,23 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
         lines.append(f"profile       ERROR: {exc}")
         return lines, False
     profile = settings.profile
-    why = "RL_MCP_PROFILE" if env.get("RL_MCP_PROFILE") else ("TINKER_API_KEY set" if env.get("TINKER_API_KEY") else "default")
-    lines.append(f"profile       {profile.name} ({profile.backend} backend, model {profile.model}; {why}) {profile.source}")
+    why = (
+        "RL_MCP_PROFILE"
+        if env.get("RL_MCP_PROFILE")
+        else ("TINKER_API_KEY set" if env.get("TINKER_API_KEY") else "default")
+    )
+    lines.append(
+        f"profile       {profile.name} ({profile.backend} backend, model {profile.model}; {why}) {profile.source}"
+    )
     missing = [k for k in profile.requires_env if not env.get(k)]
     if missing:
         lines.append(f"              missing for this profile: {', '.join(missing)}")
     if profile.backend == "local":
         folder = profile.tokenizer_name
         built = (Path(folder) / "config.json").exists()
-        lines.append(f"local model   {profile.model}: {folder} ({'built' if built else 'not built yet: built on first run'})")
+        lines.append(
+            f"local model   {profile.model}: {folder} ({'built' if built else 'not built yet: built on first run'})"
+        )
     lines.append(f"state dir     {settings.home}")
     catalog = Discovery(settings.env_dirs).scan()
     for env_dir in settings.env_dirs:

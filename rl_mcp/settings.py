@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
+
+from rl_mcp.errors import UserError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = PACKAGE_DIR.parent
@@ -22,7 +25,7 @@ BUNDLED_ENV_DIR = PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "environm
 SECTIONS = ("env", "tinker")
 
 
-class SettingsError(ValueError):
+class SettingsError(UserError):
     """A configuration problem the operator must fix (bad profile, bad env var)."""
 
 
@@ -155,6 +158,7 @@ class Settings:
     python: str = sys.executable
     project_root: Path = PROJECT_ROOT
     introspect_timeout_s: float = 60.0
+    status_min_interval_s: float = 1800.0  # between two rl_check_status of one active run
     stop_runs_on_exit: bool = False
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
 
@@ -181,18 +185,24 @@ class Settings:
         extra = [Path(p).expanduser().resolve() for p in env.get("RL_MCP_ENV_DIRS", "").split(os.pathsep) if p]
         env_dirs = tuple(dict.fromkeys([BUNDLED_ENV_DIR, *extra]))
         chosen = profile or env.get("RL_MCP_PROFILE") or default_profile_name(env)
-        timeout = env.get("RL_MCP_INTROSPECT_TIMEOUT", "60")
-        try:
-            introspect_timeout_s = float(timeout)
-        except ValueError as exc:
-            raise SettingsError(f"RL_MCP_INTROSPECT_TIMEOUT must be seconds, got {timeout!r}") from exc
         return cls(
             home=home,
             cache_dir=cache_dir,
             env_dirs=env_dirs,
             profile=load_profile(chosen),
             auth_token=auth_token or env.get("RL_MCP_AUTH_TOKEN") or None,
-            introspect_timeout_s=introspect_timeout_s,
+            introspect_timeout_s=_seconds(env, "RL_MCP_INTROSPECT_TIMEOUT", 60.0),
+            status_min_interval_s=_seconds(env, "RL_MCP_STATUS_MIN_INTERVAL", 1800.0),
             stop_runs_on_exit=stop_runs_on_exit,
             environ=env,
         )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        return max(float(raw), 0.0)
+    except ValueError as exc:
+        raise SettingsError(f"{name} must be seconds, got {raw!r}") from exc

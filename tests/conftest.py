@@ -61,8 +61,8 @@ def free_port() -> Callable[[], int]:
 @pytest.fixture
 def mcp_app():
     """`async with mcp_app(profile="local") as (app, server)`: a real server for in-memory clients."""
-    from rl_mcp.context import open_app
-    from rl_mcp.server import build_server
+    from rl_mcp.app import open_app
+    from rl_mcp.mcp_api.server import build_server
     from rl_mcp.settings import Settings
 
     @asynccontextmanager

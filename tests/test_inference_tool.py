@@ -23,14 +23,14 @@ import pytest
 import yaml
 from mcp import Client
 
-from rl_mcp.inference_test import (
+from rl_mcp.inference.target import (
     OPENROUTER_BASE_URL,
     OPENROUTER_MODELS,
     InferenceTestError,
     child_env,
     resolve_target,
 )
-from rl_mcp.jsonl_scores import read_groups, summarize
+from rl_mcp.inference.scores import read_groups, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_CONFIG = ROOT / "tinker-atropos" / "configs" / "local.yaml"
@@ -292,7 +292,7 @@ async def test_a_key_travels_only_by_environment_variable(mcp_app, rl_home, infe
                     try:
                         cmd = " ".join(proc.info["cmdline"] or [])
                         seen_argv.append(cmd)
-                        if "rl_mcp.env_process" in cmd and str(rl_home) in cmd:
+                        if "rl_mcp.children.env_process" in cmd and str(rl_home) in cmd:
                             env_processes_environ[proc.pid] = json.dumps(proc.environ())
                     except psutil.Error:
                         continue

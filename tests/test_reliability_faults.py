@@ -219,7 +219,8 @@ PARTIAL_WRITE = textwrap.dedent(
     # A real short write: the kernel refuses every byte past the limit (EFBIG), mid-file.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-    from rl_mcp.session import Session, SessionState, write_run_config
+    from rl_mcp.session.run_config import write_run_config
+    from rl_mcp.session.state import Session, SessionState
     what, path = sys.argv[1], Path(sys.argv[2])
     big = {f"field_{i}": "x" * 100 for i in range(200)}  # ~25 KB: far past the limit
     try:
@@ -236,7 +237,7 @@ PARTIAL_WRITE = textwrap.dedent(
 
 @pytest.mark.parametrize("what", ["run_config", "session"])
 def test_config_write_that_fails_part_way_leaves_the_old_file(tmp_path: Path, what: str) -> None:
-    from rl_mcp.session import Session
+    from rl_mcp.session.state import Session
 
     name = "config.yaml" if what == "run_config" else "state.json"
     folder = tmp_path / "target"

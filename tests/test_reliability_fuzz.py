@@ -137,8 +137,8 @@ def check_answer(tool: str, result: Any) -> None:
 
 @asynccontextmanager
 async def _server(home: Path) -> AsyncIterator[tuple[Any, Client]]:
-    from rl_mcp.context import open_app
-    from rl_mcp.server import build_server
+    from rl_mcp.app import open_app
+    from rl_mcp.mcp_api.server import build_server
     from rl_mcp.settings import Settings
 
     environ = {

@@ -10,17 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_mcp.logs import ChangeWatcher, tail_lines
-from rl_mcp.metrics import (
-    JsonlReader,
-    downsample,
-    eta_seconds,
-    latest_metrics,
-    read_result,
-    wandb_url_from_log,
-)
+from rl_mcp.mcp_api import run_views as views
+from rl_mcp.runs.metrics import MetricsCache, downsample, eta_seconds, latest_metrics, wandb_url_from_log
 from rl_mcp.plots import reward_loss_png
-from rl_mcp.runs import views
 from rl_mcp.runs.store import RunRecord
+from tinker_atropos.run_files import JsonlReader, read_result
 
 
 def test_tail_of_a_big_file_reads_only_its_end(tmp_path: Path) -> None:
@@ -109,13 +103,12 @@ def test_curve_png() -> None:
 def test_wandb_lookup_is_optional_and_bounded(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import anyio
 
-    from rl_mcp.metrics import wandb_summary
+    from rl_mcp.runs.wandb_lookup import wandb_summary
 
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    assert anyio.run(wandb_summary, "run", "proj") is None  # no key: W&B is not consulted at all
-    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)  # a key, but W&B is unreachable from here
+    assert anyio.run(wandb_summary, "run", "proj", {}) is None  # no key: W&B is not consulted at all
+    environ = {"WANDB_API_KEY": "0" * 40}  # a key, but W&B is unreachable from here
     started = time.perf_counter()
-    answer = anyio.run(lambda: wandb_summary("run", "proj", timeout_s=2))
+    answer = anyio.run(lambda: wandb_summary("run", "proj", environ, timeout_s=2))
     assert time.perf_counter() - started < 4
     assert set(answer) == {"error"} and "W&B" in answer["error"]
 
@@ -140,7 +133,7 @@ def test_status_explains_a_run_whose_environment_drops_every_group(tmp_path: Pat
         config_path=str(tmp_path / "config.yaml"), run_name="r", total_steps=5, api_port=1, inference_port=2,
         created_at=now - 90, running_at=now - 80,
     )
-    cache = views.MetricsCache()
+    cache = MetricsCache()
     assert "Training is under way" in views.status(rec, {}, cache, min_interval_s=0).next_step
     with env_log.open("a") as f:
         f.write("WARNING Scores are the same in a group, skipping...\n")

@@ -27,9 +27,9 @@ import pytest
 from mcp import Client
 from mcp_types import ResourceListChangedNotification, ResourceUpdatedNotification
 
-from rl_mcp.context import AppContext, open_app
+from rl_mcp.app import AppContext, open_app
 from rl_mcp.runs.store import ProcessRecord, RunRecord, RunStore
-from rl_mcp.server import build_server
+from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import Settings
 
 pytestmark = [

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from rl_mcp.runs.ports import PortReservations
-from rl_mcp.runs.processes import StageError, adopt, same_process_alive, spawn, stop, wait_ready
+from rl_mcp.processes import StageError, adopt, same_process_alive, spawn, stop, wait_ready
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_mcp.environments import Discovery, scan_file
+from rl_mcp.environments.discovery import Discovery, scan_file
 from rl_mcp.settings import BUNDLED_ENV_DIR
 
 
@@ -102,7 +102,7 @@ def _write_fast_env(path: Path, fields: str = "", extra: str = "") -> None:
 
 
 async def _schema(tmp_path: Path, **settings_env):
-    from rl_mcp.environments import Introspector
+    from rl_mcp.environments.introspection import Introspector
     from rl_mcp.settings import Settings
 
     settings = Settings.from_env({**os.environ, **settings_env}, profile="local")
@@ -133,7 +133,7 @@ async def test_introspection_is_cached_until_the_file_changes(tmp_path: Path, mo
 async def test_introspection_timeout_stops_the_child(tmp_path: Path, monkeypatch):
     import psutil
 
-    from rl_mcp.environments import IntrospectionError
+    from rl_mcp.environments.introspection import IntrospectionError
 
     env_file = tmp_path / "envs" / "fast.py"
     env_file.parent.mkdir()

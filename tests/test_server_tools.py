@@ -16,7 +16,7 @@ import yaml
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from rl_mcp.session import render_run_config, write_run_config
+from rl_mcp.session.run_config import render_run_config, write_run_config
 
 pytestmark = pytest.mark.anyio
 MODES = ["auto", "legacy"]

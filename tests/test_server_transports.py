@@ -62,7 +62,7 @@ async def test_stdio_server_answers_and_imports_nothing_heavy(probe_envs, tmp_pa
     while not modules_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     modules = set(modules_file.read_text().split())
-    assert "rl_mcp.server" in modules
+    assert "rl_mcp.mcp_api.server" in modules
     imported = [m for m in modules if m.split(".")[0] in HEAVY_MODULES]
     assert imported == [], f"the server process imported {imported}"
     assert "profile local" in (tmp_path / "stderr.log").read_text()  # logs went to stderr

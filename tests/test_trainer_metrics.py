@@ -10,7 +10,8 @@ from tinker import types
 
 from tinker_atropos.batches import groups_to_datums
 from tinker_atropos.metrics import MetricsSink, StepMetrics, wandb_mode
-from tinker_atropos.trainer import TrainResult, logprob_drift
+from tinker_atropos.run_files import RunResult
+from tinker_atropos.trainer import logprob_drift
 
 DOC_FIELDS = [
     "step", "total_steps", "time", "loss", "reward_mean", "reward_std", "percent_correct",
@@ -62,7 +63,7 @@ def test_wandb_mode(env, mode):
 
 
 def test_result_json_is_written_whole(tmp_path):
-    path = TrainResult("stopped", 4, "/a", "/b", "local").write(tmp_path / "run")
+    path = RunResult("stopped", 4, "/a", "/b", "local").write(tmp_path / "run")
     assert json.loads(path.read_text()) == {
         "status": "stopped", "steps": 4, "final_checkpoint": "/a", "final_state": "/b",
         "backend": "local", "wandb_url": None, "error": None,

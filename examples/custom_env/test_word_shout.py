@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from mcp import Client
-
 from word_shout import EVAL_WORDS, WORDS, shout_prompt, shout_score
 
 HERE = Path(__file__).resolve().parent
@@ -49,8 +48,8 @@ def anyio_backend() -> str:
 
 @pytest.mark.anyio
 async def test_rl_mcp_discovers_and_introspects_it(tmp_path: Path) -> None:
-    from rl_mcp.context import open_app
-    from rl_mcp.server import build_server
+    from rl_mcp.app import open_app
+    from rl_mcp.mcp_api.server import build_server
     from rl_mcp.settings import Settings
 
     environ = {
@@ -76,9 +75,7 @@ async def test_rl_mcp_discovers_and_introspects_it(tmp_path: Path) -> None:
             assert fields["max_completion_tokens"]["constraints"].get("maximum") == 256
             assert fields["temperature"]["editable"] is True
 
-            refused = await client.call_tool(
-                "rl_edit_config", {"field": "max_completion_tokens", "value": 1000}
-            )
+            refused = await client.call_tool("rl_edit_config", {"field": "max_completion_tokens", "value": 1000})
             assert refused.is_error
             edited = await client.call_tool("rl_edit_config", {"field": "seed", "value": 7})
             assert not edited.is_error, edited.content

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from tinker_atropos.models.paths import TINY_CHAT, model_ref
 
 WORDS = (
@@ -60,9 +60,7 @@ def shout_prompt(word: str) -> list[dict[str, str]]:
 
 class WordShoutConfig(BaseEnvConfig):
     seed: int = Field(default=0, description="Seed of the order in which training words are drawn")
-    max_completion_tokens: int = Field(
-        default=8, ge=1, le=256, description="Tokens sampled per completion"
-    )
+    max_completion_tokens: int = Field(default=8, ge=1, le=256, description="Tokens sampled per completion")
     temperature: float = Field(default=1.0, ge=0.0, le=2.0, description="Sampling temperature")
 
 
@@ -137,9 +135,7 @@ class WordShoutEnv(BaseEnv):
     async def wandb_log(self, wandb_metrics: dict | None = None) -> None:
         wandb_metrics = dict(wandb_metrics or {})
         if self.percent_correct:
-            wandb_metrics["train/percent_correct"] = sum(self.percent_correct) / len(
-                self.percent_correct
-            )
+            wandb_metrics["train/percent_correct"] = sum(self.percent_correct) / len(self.percent_correct)
             self.percent_correct = []
         await super().wandb_log(wandb_metrics)
 

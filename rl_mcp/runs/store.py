@@ -6,19 +6,20 @@ Why SQLite: runs outlive the server, two server processes may look at the same s
 
 from __future__ import annotations
 
+import builtins
 import json
 import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
 
-ACTIVE_STATUSES = frozenset({"starting", "running", "stopping"})
-FINAL_STATUSES = frozenset({"completed", "failed", "stopped", "lost"})
-ALL_STATUSES = ACTIVE_STATUSES | FINAL_STATUSES
+from rl_mcp.errors import UserError
+from rl_mcp.runs.vocab import ACTIVE_STATUSES, RunStatus, Stage
+from tinker_atropos.run_files import RunFiles
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -44,7 +45,7 @@ CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
 """
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError):
     """The registry cannot be used; the message says which file and what to do."""
 
 
@@ -66,7 +67,7 @@ class RunRecord:
     run_id: str
     environment: str
     profile: str
-    status: str
+    status: RunStatus
     run_dir: str
     config_path: str
     run_name: str
@@ -74,39 +75,62 @@ class RunRecord:
     api_port: int
     inference_port: int
     created_at: float
-    stage: str | None = None
+    stage: Stage | None = None
     processes: dict[str, ProcessRecord] = field(default_factory=dict)
     running_at: float | None = None
     ended_at: float | None = None
     error: str | None = None
     log_tail: list[str] | None = None
 
+    def __post_init__(self) -> None:  # records built from plain strings get the vocabulary
+        self.status = RunStatus(self.status)
+        self.stage = None if self.stage is None else Stage(self.stage)
+
     @property
     def active(self) -> bool:
-        return self.status in ACTIVE_STATUSES
+        return self.status.active
+
+    @property
+    def files(self) -> RunFiles:
+        return RunFiles(Path(self.run_dir))
 
     def log_path(self, name: str) -> Path:
-        return Path(self.run_dir) / "logs" / f"{name}.log"
+        return self.files.log(name)
 
 
-_COLUMNS = (
-    "run_id environment profile status stage run_dir config_path run_name total_steps api_port "
-    "inference_port processes created_at running_at ended_at error log_tail"
-).split()
+_COLUMNS = [
+    "run_id",
+    "environment",
+    "profile",
+    "status",
+    "stage",
+    "run_dir",
+    "config_path",
+    "run_name",
+    "total_steps",
+    "api_port",
+    "inference_port",
+    "processes",
+    "created_at",
+    "running_at",
+    "ended_at",
+    "error",
+    "log_tail",
+]
 
 
 def _to_row(rec: RunRecord) -> tuple[object, ...]:
     values = asdict(rec)
     values["processes"] = json.dumps(values["processes"])
     values["log_tail"] = None if rec.log_tail is None else json.dumps(rec.log_tail)
+    values["status"] = str(rec.status)
+    values["stage"] = None if rec.stage is None else str(rec.stage)
     return tuple(values[c] for c in _COLUMNS)
 
 
 def _from_row(row: sqlite3.Row) -> RunRecord:
     values = dict(row)
-    values["processes"] = {
-        name: ProcessRecord(**proc) for name, proc in json.loads(values["processes"]).items()
-    }
+    values["processes"] = {name: ProcessRecord(**proc) for name, proc in json.loads(values["processes"]).items()}
     values["log_tail"] = None if values["log_tail"] is None else json.loads(values["log_tail"])
     return RunRecord(**values)
 
@@ -181,14 +205,14 @@ class RunStore:
         rows = self._query("SELECT * FROM runs WHERE run_id=?", (run_id,))
         return _from_row(rows[0]) if rows else None
 
-    def list(self, status: str | None = None) -> list[RunRecord]:
+    def list(self, status: RunStatus | None = None) -> list[RunRecord]:
         if status is None:
             rows = self._query("SELECT * FROM runs ORDER BY created_at DESC")
         else:
-            rows = self._query("SELECT * FROM runs WHERE status=? ORDER BY created_at DESC", (status,))
+            rows = self._query("SELECT * FROM runs WHERE status=? ORDER BY created_at DESC", (str(status),))
         return [_from_row(r) for r in rows]
 
-    def ids(self) -> list[str]:
+    def ids(self) -> builtins.list[str]:
         return [r["run_id"] for r in self._query("SELECT run_id FROM runs ORDER BY created_at DESC")]
 
     def ports_in_use(self) -> set[int]:
@@ -196,7 +220,7 @@ class RunStore:
         marks = ",".join("?" * len(ACTIVE_STATUSES))
         rows = self._query(
             f"SELECT api_port, inference_port FROM runs WHERE status IN ({marks})",
-            tuple(ACTIVE_STATUSES),
+            tuple(str(s) for s in ACTIVE_STATUSES),
         )
         return {p for r in rows for p in (r["api_port"], r["inference_port"])}
 

@@ -5,16 +5,8 @@ server on tinker.inference_host:inference_port (its /health answers 503 until a 
 installed) -> register with run-api -> train. The trainer installs the first sampler right after
 registration, so /health turns 200 only when the model is loaded and the run is registered.
 
-Exit codes (docs/run-files.md):
-  0  ran total_steps, or stopped by SIGTERM/SIGINT after saving
-  1  any other error during training (traceback in the log; result.json status "failed")
-  2  the config file is missing or invalid (the message names the key)
-  3  backend unavailable: TINKER_API_KEY missing/malformed, Tinker unreachable, model not loadable
-  4  run-api unreachable within $TINKER_ATROPOS_REGISTER_TIMEOUT_S (default 60 s), or it
-     rejected the registration
-  5  the inference server could not bind its port
-On 0 the last stdout line is `FINAL_CHECKPOINT <path>` (a local folder or a tinker:// path).
-Logs go to stderr.
+Exit codes: `run_files.ExitCode` (docs/run-files.md). On 0 the last stdout line is
+`FINAL_CHECKPOINT <path>` (a local folder or a tinker:// path). Logs go to stderr.
 """
 
 from __future__ import annotations
@@ -28,12 +20,10 @@ import sys
 from pathlib import Path
 
 from tinker_atropos.config import ConfigError, RunConfig, load_run_config
-from tinker_atropos.trainer import REGISTER_TIMEOUT_S, TrainResult, registration_for, train
+from tinker_atropos.run_files import FINAL_CHECKPOINT_MARK, ExitCode, Outcome, RunResult
+from tinker_atropos.trainer import REGISTER_TIMEOUT_S, registration_for, train
 
 logger = logging.getLogger("tinker_atropos.launch")
-
-EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_BACKEND, EXIT_RUN_API, EXIT_PORT = 0, 1, 2, 3, 4, 5
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -53,13 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         registration_for(cfg)  # validates the env fields the trainer needs
     except ConfigError as exc:
         logger.error("invalid config: %s", exc)
-        return EXIT_CONFIG
+        return ExitCode.CONFIG
     try:
         return asyncio.run(_launch(cfg))
     except Exception as exc:
         logger.exception("training failed")
         _failed(cfg, f"{type(exc).__name__}: {exc}").write(Path(cfg.tinker.run_dir))
-        return EXIT_ERROR
+        return ExitCode.ERROR
 
 
 async def _launch(cfg: RunConfig) -> int:
@@ -86,7 +76,7 @@ async def _launch(cfg: RunConfig) -> int:
     try:
         training = await asyncio.to_thread(create_training_backend, cfg)
     except BackendUnavailable as exc:
-        return fail(EXIT_BACKEND, f"backend unavailable: {exc}")
+        return fail(ExitCode.BACKEND, f"backend unavailable: {exc}")
     logger.info("backend %s ready: %s", cfg.tinker.backend, cfg.tinker.base_model)
 
     holder = SamplerHolder()
@@ -94,7 +84,7 @@ async def _launch(cfg: RunConfig) -> int:
     try:
         server = serve_in_thread(app, cfg.tinker.inference_host, cfg.tinker.inference_port)
     except PortBindError as exc:
-        return fail(EXIT_PORT, str(exc))
+        return fail(ExitCode.PORT, str(exc))
     logger.info("inference server on %s (waiting for the first sampler)", server.url)
 
     api = RunApiClient(cfg.tinker.api_url)
@@ -103,17 +93,17 @@ async def _launch(cfg: RunConfig) -> int:
             timeout_s = float(os.environ.get("TINKER_ATROPOS_REGISTER_TIMEOUT_S", REGISTER_TIMEOUT_S))
             await api.register(registration_for(cfg), timeout_s=timeout_s)
         except RunApiUnavailable as exc:
-            return fail(EXIT_RUN_API, str(exc))
+            return fail(ExitCode.RUN_API, str(exc))
         logger.info("registered with run-api at %s", cfg.tinker.api_url)
         result = await train(cfg, training=training, api=api, holder=holder, stop=stop)
     finally:
         await api.aclose()
         await asyncio.to_thread(server.stop)
     logger.info("run %s after %d steps: %s", result.status, result.steps, result.final_checkpoint)
-    if result.status == "failed":
-        return EXIT_ERROR
-    print(f"FINAL_CHECKPOINT {result.final_checkpoint}", flush=True)
-    return EXIT_OK
+    if result.status == Outcome.FAILED:
+        return ExitCode.ERROR
+    print(f"{FINAL_CHECKPOINT_MARK} {result.final_checkpoint}", flush=True)
+    return ExitCode.OK
 
 
 def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
@@ -130,9 +120,9 @@ def _served_model_name(cfg: RunConfig) -> str:
     return cfg.tinker.base_model
 
 
-def _failed(cfg: RunConfig, message: str) -> TrainResult:
-    return TrainResult(
-        status="failed",
+def _failed(cfg: RunConfig, message: str) -> RunResult:
+    return RunResult(
+        status=Outcome.FAILED,
         steps=0,
         final_checkpoint=None,
         final_state=None,

@@ -9,12 +9,13 @@ never ends a training run.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from tinker_atropos.run_files import JsonlWriter, RunFiles
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +74,8 @@ class MetricsSink:
         run_name: str | None = None,
         config: dict[str, Any] | None = None,
     ) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = run_dir / "metrics.jsonl"
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = JsonlWriter(RunFiles(run_dir).metrics)
+        self.path = self._file.path
         self._wandb: Any = None
         self.wandb_url: str | None = None
         if use_wandb:
@@ -102,7 +102,7 @@ class MetricsSink:
             )
             self._wandb = run
             self.wandb_url = run.url if mode == "online" else None
-            where = self.wandb_url or str(run_dir / "wandb")
+            where = self.wandb_url or str(RunFiles(run_dir).wandb_dir)
             logger.info("W&B %s: %s", mode, where)
         except Exception as exc:  # noqa: BLE001 - W&B must never end a run
             logger.warning("W&B could not start (%s); continuing without it", exc)
@@ -110,9 +110,7 @@ class MetricsSink:
 
     def log(self, metrics: StepMetrics) -> None:
         record = asdict(metrics)
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._file.write(record)
         if self._wandb is not None:
             try:
                 values = {k: v for k, v in record.items() if isinstance(v, (int, float))}

@@ -13,11 +13,8 @@ sampler weights are saved (bounded by FINAL_SAVE_TIMEOUT_S) and result.json says
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,34 +32,13 @@ from tinker_atropos.config import ConfigError, RunConfig
 from tinker_atropos.inference_server.holder import SamplerHolder
 from tinker_atropos.metrics import MetricsSink, StepMetrics
 from tinker_atropos.run_api_client import Registration, RunApiClient
+from tinker_atropos.run_files import Outcome, RunFiles, RunResult
 
 logger = logging.getLogger(__name__)
 
 STEP_GRACE_S = 10.0
 FINAL_SAVE_TIMEOUT_S = 15.0
 REGISTER_TIMEOUT_S = 60.0
-
-
-@dataclass
-class TrainResult:
-    """result.json (docs/run-files.md)."""
-
-    status: str  # completed | stopped | failed
-    steps: int
-    final_checkpoint: str | None
-    final_state: str | None
-    backend: str
-    wandb_url: str | None = None
-    error: str | None = None
-
-    def write(self, run_dir: Path) -> Path:
-        """Write result.json atomically (a reader never sees a partial file)."""
-        run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / "result.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        return path
 
 
 def registration_for(cfg: RunConfig) -> Registration:
@@ -73,7 +49,7 @@ def registration_for(cfg: RunConfig) -> Registration:
         wandb_project=t.wandb_project,
         batch_size=_env_batch_size(cfg),
         max_token_len=t.max_token_trainer_length,
-        checkpoint_dir=str(Path(t.run_dir) / "checkpoints"),
+        checkpoint_dir=str(RunFiles(Path(t.run_dir)).checkpoints_dir),
         save_checkpoint_interval=1,
         starting_step=0,
         num_steps=t.total_steps,
@@ -151,7 +127,7 @@ class Trainer:
         self.checkpoint = path
         return path
 
-    async def run(self) -> TrainResult:
+    async def run(self) -> RunResult:
         total = self.cfg.tinker.total_steps
         try:
             await self.publish("step-000000")  # the policy before any update; /health -> 200
@@ -163,12 +139,12 @@ class Trainer:
         except Exception as exc:
             logger.exception("training failed at step %d", self.steps_done + 1)
             final_ckpt, final_state = await self._save_final(bounded=True)
-            return self._result("failed", final_ckpt, final_state, f"{type(exc).__name__}: {exc}")
+            return self._result(Outcome.FAILED, final_ckpt, final_state, f"{type(exc).__name__}: {exc}")
         stopped = self.steps_done < total
         if stopped:
             logger.info("stop requested after %d/%d steps: saving", self.steps_done, total)
         final_ckpt, final_state = await self._save_final(bounded=stopped)
-        return self._result("stopped" if stopped else "completed", final_ckpt, final_state, None)
+        return self._result(Outcome.STOPPED if stopped else Outcome.COMPLETED, final_ckpt, final_state, None)
 
     async def _run_step(self, step: int, groups: list[dict[str, Any]]) -> None:
         """Run one step; when stop is set meanwhile, grant it STEP_GRACE_S, then abandon it."""
@@ -264,8 +240,8 @@ class Trainer:
 
     def _result(
         self, status: str, final_ckpt: str | None, final_state: str | None, error: str | None
-    ) -> TrainResult:
-        return TrainResult(
+    ) -> RunResult:
+        return RunResult(
             status=status,
             steps=self.steps_done,
             final_checkpoint=final_ckpt,
@@ -283,7 +259,7 @@ async def train(
     api: RunApiClient | None = None,
     holder: SamplerHolder | None = None,
     stop: asyncio.Event | None = None,
-) -> TrainResult:
+) -> RunResult:
     """Train for cfg.tinker.total_steps; writes metrics.jsonl and result.json in run_dir.
 
     launch.py passes the backend, a registered run-api client and the holder its inference
@@ -312,7 +288,7 @@ async def train(
     finally:
         if own_api:
             await api.aclose()
-    sink.close(exit_code=0 if result.status != "failed" else 1)
+    sink.close(exit_code=0 if result.status != Outcome.FAILED else 1)
     result.write(run_dir)
     return result
 

@@ -11,6 +11,10 @@ from typing import Protocol, Sequence
 from tinker import types
 
 
+class BackendUnavailable(Exception):
+    """The backend cannot be used: missing/malformed key, service unreachable, model not loadable."""
+
+
 class SamplingBackend(Protocol):
     """A frozen policy snapshot that can sample and score tokens."""
 

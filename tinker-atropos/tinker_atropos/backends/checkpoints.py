@@ -1,33 +1,34 @@
-"""Checkpoint folders and their index: <root>/<run>/{sampler_weights,weights}/<name> + checkpoints.jsonl."""
+"""Checkpoint folders, written atomically (staged, then renamed) and indexed (run_files)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Any
 
-Kind = Literal["sampler_weights", "weights"]
+from tinker_atropos.run_files import CheckpointKind, RunFiles, read_checkpoints, record_checkpoint
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class CheckpointStore:
-    """Writes checkpoint folders atomically (staged, then renamed) and appends to the index."""
+    """`checkpoints/<run_name>/{sampler_weights,weights}/<name>` of one run, and their index."""
 
-    def __init__(self, run_dir: Path, run_name: str) -> None:
-        self.root = Path(run_dir) / "checkpoints" / run_name
-        self.index = self.root / "checkpoints.jsonl"
+    def __init__(self, run_dir: str | Path, run_name: str) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_name = run_name
+        self.root = RunFiles(self.run_dir).checkpoint_root(run_name)
 
-    def path(self, kind: Kind, name: str) -> Path:
+    def path(self, kind: CheckpointKind, name: str) -> Path:
         if not _NAME.match(name):
             raise ValueError(f"checkpoint name {name!r}: use letters, digits, '.', '_' or '-'")
-        return self.root / kind / name
+        return self.root / CheckpointKind(kind) / name
 
-    def save(self, kind: Kind, name: str, write: Callable[[Path], None], **extra: object) -> Path:
+    def save(self, kind: CheckpointKind, name: str, write: Callable[[Path], None], **extra: object) -> Path:
         """Call `write(folder)` on a staging folder, move it to its place, record it."""
         target = self.path(kind, name)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -43,14 +44,9 @@ class CheckpointStore:
         self.record(kind, name, str(target), **extra)
         return target
 
-    def record(self, kind: Kind, name: str, path: str, **extra: object) -> None:
-        """Append one line to checkpoints.jsonl (also used for tinker:// paths)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        entry = {"kind": kind, "name": name, "path": path, "time": time.time(), **extra}
-        with self.index.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(entry) + "\n")
+    def record(self, kind: CheckpointKind, name: str, path: str, **extra: object) -> None:
+        """Index a checkpoint (also used for tinker:// paths)."""
+        record_checkpoint(self.run_dir, self.run_name, kind, name, path, **extra)
 
-    def entries(self) -> list[dict]:
-        if not self.index.exists():
-            return []
-        return [json.loads(line) for line in self.index.read_text().splitlines() if line.strip()]
+    def entries(self) -> list[dict[str, Any]]:
+        return read_checkpoints(self.run_dir, self.run_name)

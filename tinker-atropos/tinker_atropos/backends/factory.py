@@ -1,14 +1,10 @@
 """Backend selection from the run config. Failures to reach or load a backend raise
-`BackendUnavailable`, which launch_training turns into exit code 3."""
+`BackendUnavailable` (base.py), which launch_training turns into exit code 3."""
 
 from __future__ import annotations
 
 from ..config import RunConfig
-from .base import SamplingBackend, TrainingBackend
-
-
-class BackendUnavailable(Exception):
-    """The backend cannot be used: missing/malformed key, service unreachable, model not loadable."""
+from .base import BackendUnavailable, SamplingBackend, TrainingBackend
 
 
 def create_training_backend(cfg: RunConfig) -> TrainingBackend:

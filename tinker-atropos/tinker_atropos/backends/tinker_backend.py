@@ -16,8 +16,10 @@ import tinker
 from tinker import types
 
 from ..config import TinkerConfig
+from tinker_atropos.run_files import CheckpointKind
+
+from .base import BackendUnavailable
 from .checkpoints import CheckpointStore
-from .factory import BackendUnavailable
 
 KEY_PREFIX = "tml-"
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
@@ -155,12 +157,12 @@ class TinkerTrainingClient:
 
     async def save_weights_for_sampler_async(self, name: str) -> str:
         path = (await self.training.save_weights_for_sampler(name)).path
-        self.checkpoints.record("sampler_weights", name, path)
+        self.checkpoints.record(CheckpointKind.SAMPLER_WEIGHTS, name, path)
         return path
 
     async def save_state_async(self, name: str) -> str:
         path = (await self.training.save_state(name)).path
-        self.checkpoints.record("weights", name, path)
+        self.checkpoints.record(CheckpointKind.WEIGHTS, name, path)
         return path
 
     async def load_state_async(self, path: str) -> None:

@@ -8,7 +8,6 @@ A subclass supplies its items, the chat messages for an item, and the reward of 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from abc import abstractmethod
@@ -21,6 +20,7 @@ from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from pydantic import Field
 
 from tinker_atropos.models.paths import TINY_CHAT, model_ref
+from tinker_atropos.run_files import RunFiles, append_jsonl
 
 
 @dataclass(frozen=True)
@@ -189,10 +189,7 @@ class ChatTaskEnv(BaseEnv):
     def write_eval(self, record: dict[str, Any]) -> None:
         if self.config.data_dir_to_save_evals is None:
             return
-        folder = Path(self.config.data_dir_to_save_evals)
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "eval.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_jsonl(RunFiles(Path(self.config.data_dir_to_save_evals)).evals, record)
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         metrics = dict(wandb_metrics or {})

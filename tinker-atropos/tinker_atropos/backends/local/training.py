@@ -16,6 +16,8 @@ from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dic
 from safetensors.torch import load_file
 from tinker import types
 
+from tinker_atropos.run_files import CheckpointKind
+
 from ..checkpoints import CheckpointStore
 from .engine import BaseModel
 from .losses import LOSS_INPUTS, elementwise_loss
@@ -162,7 +164,7 @@ class LocalTrainingClient:
 
     def save_weights_for_sampler(self, name: str) -> str:
         with self._lock:
-            path = self.checkpoints.save("sampler_weights", name, self.model.save_pretrained, step=self.steps)
+            path = self.checkpoints.save(CheckpointKind.SAMPLER_WEIGHTS, name, self.model.save_pretrained, step=self.steps)
         return str(path)
 
     async def save_state_async(self, name: str) -> str:
@@ -174,7 +176,7 @@ class LocalTrainingClient:
             torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, folder / OPTIMIZER_FILE)
 
         with self._lock:
-            path = self.checkpoints.save("weights", name, write, step=self.steps)
+            path = self.checkpoints.save(CheckpointKind.WEIGHTS, name, write, step=self.steps)
         return str(path)
 
     async def load_state_async(self, path: str) -> None:

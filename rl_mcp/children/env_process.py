@@ -1,6 +1,6 @@
 """Run an environment file as `python <file> <args>` would, with atroposlib's progress on stderr.
 
-`python -m rl_mcp.env_process <env file> process --config X.yaml ...`
+`python -m rl_mcp.children.env_process <env file> process --config X.yaml ...`
 
 atroposlib logs "Successfully processed group k/n" at INFO but installs no log handler, and its
 JSONL writer buffers whole groups; this handler puts those lines in the log that
@@ -18,7 +18,7 @@ from pathlib import Path
 
 def main(argv: list[str]) -> None:
     if not argv:
-        raise SystemExit("usage: python -m rl_mcp.env_process <environment file> <command> [flags]")
+        raise SystemExit("usage: python -m rl_mcp.children.env_process <environment file> <command> [flags]")
     env_file = Path(argv[0]).resolve()
     sys.argv = [str(env_file), *argv[1:]]
     sys.path.insert(0, str(env_file.parent))  # what `python <file>` does: sibling imports work

@@ -1,4 +1,7 @@
-"""Child processes of a run: spawn, readiness, stop, re-adopt.
+"""Supervised child processes: spawn, readiness to a deadline, shielded stop, re-adopt.
+
+Used by runs (run-api, trainer, environment) and by rl_test_inference (inference server,
+`process`, model builds).
 
 Each child runs in its own session (so its own process group): a signal to the group reaches
 everything it forked, a Ctrl-C or hang-up of the server reaches none of it, and the child
@@ -12,17 +15,21 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import httpx
 import psutil
+
+from rl_mcp.errors import UserError
 
 _CREATE_TIME_TOLERANCE_S = 0.05
 
 
-class StageError(RuntimeError):
+class StageError(UserError):
     """A start stage failed: which process, its exit code if it exited, and why."""
 
     def __init__(self, stage: str, message: str, exit_code: int | None = None, process: str | None = None) -> None:
@@ -200,3 +207,49 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+async def wait_exit(child: Child, deadline: float, *, poll_s: float = 0.2) -> int | None:
+    """The child's exit code once it exits, or None when `deadline` (monotonic) comes first."""
+    while child.running and time.monotonic() < deadline:
+        await anyio.sleep(poll_s)
+    return child.poll()
+
+
+@asynccontextmanager
+async def supervised(
+    name: str,
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    ready: Callable[[], Awaitable[bool]] | None = None,
+    ready_timeout_s: float = 60.0,
+    stop_grace_s: float = 5.0,
+) -> AsyncIterator[Child]:
+    """A child that lives exactly as long as the block: ready (when `ready` is given) on entry,
+    stopped on exit, even when the block is cancelled."""
+    child = spawn(name, argv, log_path=log_path, env=env, cwd=cwd)
+    try:
+        if ready is not None:
+            await wait_ready(name, child, ready, timeout_s=ready_timeout_s)
+        yield child
+    finally:
+        with anyio.CancelScope(shield=True):
+            await stop(child, grace_s=stop_grace_s)
+
+
+async def health_ok(client: httpx.AsyncClient, url: str) -> bool:
+    """True when `url` answers 200 (and, for a JSON body with a `status`, that status is "ok")."""
+    try:
+        resp = await client.get(url)
+    except httpx.HTTPError:
+        return False
+    if resp.status_code != 200:
+        return False
+    try:
+        body = resp.json()
+    except ValueError:
+        return True
+    return not isinstance(body, dict) or body.get("status", "ok") == "ok"

@@ -151,7 +151,7 @@ def _split_decoded(text: str, limit: int) -> tuple[str, str]:
     for marker in _ASSISTANT_MARKERS:
         at = text.rfind(marker)
         if at >= 0:
-            reply = text[at + len(marker):]
+            reply = text[at + len(marker) :]
             for end in _END_MARKERS:
                 reply = reply.replace(end, "")
             return _tail(text[:at], limit), reply.strip()
@@ -159,7 +159,7 @@ def _split_decoded(text: str, limit: int) -> tuple[str, str]:
 
 
 def _tail(text: str, limit: int) -> str:
-    return text if len(text) <= limit else "…" + text[-(limit - 1):]
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
 
 
 def _text(content: Any) -> str:

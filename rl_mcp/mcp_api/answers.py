@@ -6,6 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from rl_mcp.runs import vocab
+from tinker_atropos.run_files import ProcessName
+
 
 class EnvironmentSummary(BaseModel):
     name: str = Field(description="The name to pass to rl_select_environment")
@@ -97,11 +100,9 @@ class EditResult(BaseModel):
 
 # --- training runs (rl_mcp/runs) ----------------------------------------------------------------
 
-RunStatusName = Literal["starting", "running", "stopping", "completed", "failed", "stopped", "lost"]
-
 
 class RunProcess(BaseModel):
-    name: Literal["api", "trainer", "env"] = Field(description="run-api, the trainer, or the environment")
+    name: ProcessName = Field(description="run-api, the trainer, or the environment")
     pid: int
     state: Literal["running", "exited"]
     exit_code: int | None = Field(description="None while running; -1 when it exited outside this server's view")
@@ -112,8 +113,8 @@ class RunSummary(BaseModel):
     run_id: str
     environment: str
     profile: str
-    status: RunStatusName
-    stage: str | None = Field(description="The start stage in progress, or the one that failed")
+    status: vocab.RunStatus
+    stage: vocab.Stage | None = Field(description="The start stage in progress, or the one that failed")
     step: int = Field(description="Completed training steps")
     total_steps: int
     created_at: str = Field(description="UTC, ISO 8601")
@@ -128,8 +129,8 @@ class RunList(BaseModel):
 
 class RunStarted(BaseModel):
     run_id: str
-    status: RunStatusName = Field(description="starting: the start continues in the background")
-    stage: str | None
+    status: vocab.RunStatus = Field(description="starting: the start continues in the background")
+    stage: vocab.Stage | None
     environment: str
     profile: str
     config_path: str = Field(description="The run config (never holds a secret)")
@@ -154,8 +155,8 @@ class RunStatus(BaseModel):
     run_id: str
     rate_limited: bool = Field(description="True: this call was too soon after the last one and checked nothing")
     next_check_in_seconds: float = Field(description="Wait at least this long before checking this run again")
-    status: RunStatusName
-    stage: str | None = None
+    status: vocab.RunStatus
+    stage: vocab.Stage | None = None
     error: str | None = None
     failure_log_tail: list[str] | None = Field(default=None, description="Last lines of the failing process's log")
     step: int | None = None
@@ -179,7 +180,7 @@ class HistoryPoint(BaseModel):
 
 class RunResults(BaseModel):
     run_id: str
-    status: RunStatusName
+    status: vocab.RunStatus
     environment: str
     backend: str | None
     steps_completed: int
@@ -201,8 +202,8 @@ class RunResults(BaseModel):
 
 class RunStopped(BaseModel):
     run_id: str
-    status: RunStatusName
-    was: RunStatusName = Field(description="The status before this call")
+    status: vocab.RunStatus
+    was: vocab.RunStatus = Field(description="The status before this call")
     processes: list[RunProcess]
     message: str
 

@@ -4,7 +4,8 @@
 listen handler filters by the URIs each client asked for. 2025-era clients (Hermes, Claude
 Desktop, Inspector) send `resources/subscribe`; we remember their sessions per URI and notify them
 directly. Every push goes through one loop that sends a URI at most once per `min_interval_s`
-(2 a second by default), however fast a log grows.
+(2 a second by default), however fast a log grows. This is the only module that touches the
+SDK's lowlevel server (for the 2025-era subscribe methods).
 """
 
 from __future__ import annotations
@@ -16,18 +17,34 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.subscriptions import ResourcesListChanged, ResourceUpdated, SubscriptionBus
 from mcp_types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
 
-from mcp.server.subscriptions import ResourcesListChanged, ResourceUpdated, SubscriptionBus
 from rl_mcp.logs import ChangeWatcher
-from rl_mcp.runs.manager import RunEvents
+from rl_mcp.runs.store import RunRecord
+from tinker_atropos.run_files import ProcessName
 
 log = logging.getLogger(__name__)
 
 RUNS_URI = "rl://runs"
 
 
-class ResourcePublisher(RunEvents):
+def run_uri(run_id: str) -> str:
+    return f"{RUNS_URI}/{run_id}"
+
+
+def run_file_uris(rec: RunRecord) -> dict[str, list[Path]]:
+    """A run's file-backed resources: URI -> the files behind it."""
+    base = run_uri(rec.run_id)
+    out = {f"{base}/metrics": [rec.files.metrics, rec.files.evals]}
+    out.update({f"{base}/logs/{name}": [rec.log_path(name)] for name in ProcessName})
+    return out
+
+
+class ResourcePublisher:
+    """A RunListener that turns run changes into resource notifications."""
+
     def __init__(self, bus: SubscriptionBus, *, min_interval_s: float = 0.5) -> None:
         self.bus = bus
         self.min_interval_s = min_interval_s
@@ -38,10 +55,15 @@ class ResourcePublisher(RunEvents):
         self._legacy_sessions: set[Any] = set()  # every 2025-era session that subscribed to anything
         self._watch = ChangeWatcher()
 
-    # RunEvents: called by the manager; cheap, never blocks
+    # RunListener: called by the manager; cheap, never blocks
 
-    def resource_changed(self, uri: str) -> None:
-        self._dirty.add(uri)
+    def run_changed(self, rec: RunRecord) -> None:
+        self._dirty.update((run_uri(rec.run_id), RUNS_URI))
+        if not rec.active:  # its last lines may land between two ticks of the watcher
+            for uri, paths in run_file_uris(rec).items():
+                self._dirty.add(uri)
+                for path in paths:
+                    self._watch.forget(path)
 
     def runs_list_changed(self) -> None:
         self._list_dirty = True
@@ -63,11 +85,12 @@ class ResourcePublisher(RunEvents):
 
     # the push loop
 
-    async def run(self, watched: Callable[[], dict[str, list[Path]]], *, interval_s: float | None = None) -> None:
+    async def run(self, supervised: Callable[[], list[RunRecord]], *, interval_s: float | None = None) -> None:
         """Forever: mark URIs whose files changed, then flush what the throttle allows."""
         tick = interval_s or self.min_interval_s / 2
         while True:
-            for uri, paths in watched().items():
+            watched = {uri: paths for rec in supervised() for uri, paths in run_file_uris(rec).items()}
+            for uri, paths in watched.items():
                 # every path is stamped each tick, so one change is never reported twice
                 if sum(self._watch.changed(p) for p in paths):
                     self._dirty.add(uri)
@@ -76,6 +99,8 @@ class ResourcePublisher(RunEvents):
 
     async def flush(self) -> None:
         now = time.monotonic()
+        # a URI last sent longer ago than the interval throttles nothing: forget it
+        self._last_sent = {u: t for u, t in self._last_sent.items() if now - t < self.min_interval_s}
         if self._list_dirty:
             self._list_dirty = False
             await self.bus.publish(ResourcesListChanged())
@@ -102,3 +127,10 @@ class ResourcePublisher(RunEvents):
             self._legacy_sessions.discard(session)
             for sessions in self._legacy.values():
                 sessions.discard(session)
+
+
+def install_legacy_subscriptions(server: MCPServer, publisher: ResourcePublisher) -> None:
+    """2025-era clients subscribe per URI; the SDK documents the lowlevel API for these methods."""
+    lowlevel = server._lowlevel_server
+    lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, publisher.on_subscribe)
+    lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, publisher.on_unsubscribe)

@@ -1,0 +1,120 @@
+"""The application: one per server process, shared by every connection.
+
+Created in `main()` by `open_app`, outside the SDK's lifespan (which over SSE is entered once per
+connection), together with the anyio task group that owns background work such as training runs:
+a client disconnecting never cancels it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import anyio.abc
+
+from rl_mcp.environments.discovery import Catalog, Discovery, EnvironmentInfo
+from rl_mcp.environments.introspection import ConfigSchema, Introspector
+from rl_mcp.errors import UserError
+from rl_mcp.runs.manager import RunManager
+from rl_mcp.runs.store import StoreError
+from rl_mcp.session.state import Session
+from rl_mcp.settings import Settings
+
+logger = logging.getLogger("rl_mcp")
+
+
+class NoSelection(UserError):
+    """No environment is selected, or the selected one is gone."""
+
+
+class UnknownEnvironment(UserError):
+    """No environment of that name in the env dirs."""
+
+
+class RunsUnavailable(UserError):
+    """The run registry could not be opened; the other tools keep serving."""
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    session: Session
+    discovery: Discovery
+    introspector: Introspector
+    task_group: anyio.abc.TaskGroup
+    # None when the run registry cannot be opened (then `runs_unavailable` says why).
+    runs_manager: RunManager | None = None
+    runs_unavailable: str | None = None
+
+    @property
+    def runs(self) -> RunManager:
+        """The run manager, or RunsUnavailable saying why there is none."""
+        if self.runs_manager is None:
+            raise RunsUnavailable(self.runs_unavailable or "training runs are not available in this server")
+        return self.runs_manager
+
+    async def aclose(self) -> None:
+        """Release what the app holds (idempotent): on exit, and on SIGTERM before a stdio server exits."""
+        if self.runs_manager is not None:
+            await self.runs_manager.shutdown(stop_runs=self.settings.stop_runs_on_exit)
+
+    def catalog(self) -> Catalog:
+        """A fresh scan of the env dirs (cheap: files are re-parsed only when they change)."""
+        return self.discovery.scan()
+
+    def environment(self, name: str) -> EnvironmentInfo:
+        """The environment called `name`, or UnknownEnvironment listing the known ones."""
+        catalog = self.catalog()
+        info = catalog.environments.get(name)
+        if info is None:
+            known = ", ".join(sorted(catalog.environments)) or "none found"
+            raise UnknownEnvironment(
+                f"unknown environment {name!r}: known environments are {known} (see rl_list_environments)"
+            )
+        return info
+
+    def selected(self) -> EnvironmentInfo:
+        """The selected environment as found now, or NoSelection saying what to do."""
+        state = self.session.state
+        if not state.environment:
+            raise NoSelection("no environment is selected: call rl_list_environments, then rl_select_environment(name)")
+        info = self.catalog().environments.get(state.environment)
+        if info is None:
+            raise NoSelection(
+                f"the selected environment {state.environment!r} ({state.env_file}) is no longer found in "
+                "the environment dirs: call rl_list_environments and select another"
+            )
+        return info
+
+    async def selected_schema(self) -> tuple[EnvironmentInfo, ConfigSchema]:
+        """The selected environment and its config fields (cached; a child process on a miss)."""
+        info = self.selected()
+        return info, await self.introspector.schema(info)
+
+
+@asynccontextmanager
+async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
+    """The process-wide app; its task group outlives every connection."""
+    settings.home.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness probes would log every 0.2 s
+    async with AsyncExitStack() as stack:
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        app = AppContext(
+            settings=settings,
+            session=Session.load(settings.state_file),
+            discovery=Discovery(settings.env_dirs),
+            introspector=Introspector(settings),
+            task_group=tg,
+        )
+        stack.callback(tg.cancel_scope.cancel)  # runs last: after the manager's shutdown
+        try:
+            manager = await stack.enter_async_context(RunManager(settings))
+            await manager.attach(tg)  # re-adopts runs an earlier lifetime left going
+            app.runs_manager = manager
+        except StoreError as exc:
+            app.runs_unavailable = str(exc)
+            logger.error("training runs unavailable: %s", exc)
+        yield app

@@ -1,0 +1,1 @@
+"""Environment discovery (AST, nothing imported) and config introspection (in a child process)."""

@@ -1,0 +1,223 @@
+"""Environment discovery: env dirs parsed with `ast`, nothing imported or run.
+
+A class is an environment when `BaseEnv` is among its ancestors, followed by name through every
+scanned file (so a shared base class in another file counts).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+BASE_CLASS = "BaseEnv"
+MAX_SCAN_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class EnvironmentInfo:
+    """One discovered environment class."""
+
+    name: str
+    class_name: str
+    file: Path
+    env_dir: Path
+    line: int
+    description: str
+    config_class: str
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The result of one scan: environments by name plus what could not be used."""
+
+    environments: dict[str, EnvironmentInfo]
+    shadowed: list[dict[str, str]]
+    errors: list[dict[str, str]]
+    env_dirs: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class _ClassDef:
+    name: str
+    bases: tuple[str, ...]
+    env_name: str | None
+    docstring: str
+    config_class: str | None
+    abstract: bool
+    line: int
+
+
+@dataclass(frozen=True)
+class _FileScan:
+    classes: tuple[_ClassDef, ...]
+    error: str | None = None
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript):  # Generic[...] style bases
+        return _dotted(node.value)
+    return None
+
+
+def _assigned_names(stmt: ast.stmt) -> list[str]:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+    return [t.id for t in targets if isinstance(t, ast.Name)]
+
+
+def _config_class(body: list[ast.stmt]) -> str | None:
+    """`env_config_cls = X`, else the first `...Config(...)` call inside `config_init`."""
+    for stmt in body:
+        value = getattr(stmt, "value", None) if "env_config_cls" in _assigned_names(stmt) else None
+        if isinstance(value, ast.expr):
+            return _dotted(value)
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "config_init":
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Call) and (called := _dotted(node.func)) and called.endswith("Config"):
+                    return called
+    return None
+
+
+def _class_attr_str(body: list[ast.stmt], attr: str) -> str | None:
+    for stmt in body:
+        value = getattr(stmt, "value", None) if attr in _assigned_names(stmt) else None
+        if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value:
+            return value.value
+    return None
+
+
+def _is_abstract(body: list[ast.stmt]) -> bool:
+    return any(
+        isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and any(_dotted(d) == "abstractmethod" for d in stmt.decorator_list)
+        for stmt in body
+    )
+
+
+def scan_file(path: Path) -> _FileScan:
+    """Top-level classes of one file, or the reason it could not be parsed."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError) as exc:
+        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        return _FileScan(classes=(), error=f"{type(exc).__name__}: {getattr(exc, 'msg', None) or exc}{where}")
+    module_doc = (ast.get_docstring(tree) or "").strip()
+    classes = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        doc = (ast.get_docstring(node) or "").strip() or module_doc
+        classes.append(
+            _ClassDef(
+                name=node.name,
+                bases=tuple(b for b in (_dotted(base) for base in node.bases) if b),
+                env_name=_class_attr_str(node.body, "name"),
+                docstring=doc.splitlines()[0] if doc else "",
+                config_class=_config_class(node.body),
+                abstract=_is_abstract(node.body),
+                line=node.lineno,
+            )
+        )
+    return _FileScan(classes=tuple(classes))
+
+
+def _python_files(root: Path) -> list[Path]:
+    out: list[Path] = []
+    base_depth = len(root.parts)
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = sorted(
+            d for d in dirnames if not d.startswith((".", "_")) and len(here.parts) - base_depth < MAX_SCAN_DEPTH
+        )
+        out.extend(here / f for f in sorted(filenames) if f.endswith(".py") and not f.startswith("_"))
+    return out
+
+
+class Discovery:
+    """Scans the env dirs; per-file parses are cached by (mtime, size) so a rescan is cheap."""
+
+    def __init__(self, env_dirs: tuple[Path, ...]) -> None:
+        self.env_dirs = env_dirs
+        self._parsed: dict[Path, tuple[tuple[int, int], _FileScan]] = {}
+
+    def _scan(self, path: Path) -> _FileScan:
+        st = path.stat()
+        key = (st.st_mtime_ns, st.st_size)
+        hit = self._parsed.get(path)
+        if hit and hit[0] == key:
+            return hit[1]
+        result = scan_file(path)
+        self._parsed[path] = (key, result)
+        return result
+
+    def scan(self) -> Catalog:
+        files: list[tuple[Path, Path, _FileScan]] = []
+        errors: list[dict[str, str]] = []
+        for env_dir in self.env_dirs:
+            if not env_dir.is_dir():
+                errors.append({"file": str(env_dir), "error": "environment directory does not exist"})
+                continue
+            for path in _python_files(env_dir):
+                try:
+                    scanned = self._scan(path)
+                except OSError as exc:
+                    scanned = _FileScan(classes=(), error=f"{type(exc).__name__}: {exc}")
+                if scanned.error:
+                    errors.append({"file": str(path), "error": scanned.error})
+                files.append((env_dir, path, scanned))
+        # A class is an environment if BaseEnv is among its ancestors, following bases by name
+        # through every scanned file (so a shared base class in another file counts).
+        by_name: dict[str, list[_ClassDef]] = {}
+        for _, _, scanned in files:
+            for cls in scanned.classes:
+                by_name.setdefault(cls.name, []).append(cls)
+        memo: dict[str, bool] = {}
+
+        def is_env(name: str, seen: frozenset[str] = frozenset()) -> bool:
+            if name == BASE_CLASS:
+                return True
+            if name in memo:
+                return memo[name]
+            if name in seen:
+                return False
+            result = any(is_env(b, seen | {name}) for c in by_name.get(name, ()) for b in c.bases)
+            memo[name] = result
+            return result
+
+        used_as_base = {b for _, _, scanned in files for c in scanned.classes for b in c.bases}
+        environments: dict[str, EnvironmentInfo] = {}
+        shadowed: list[dict[str, str]] = []
+        for env_dir, path, scanned in files:
+            for cls in scanned.classes:
+                if not any(is_env(b) for b in cls.bases):
+                    continue
+                if cls.abstract or (cls.name in used_as_base and cls.env_name is None):
+                    continue  # a shared base class, not a runnable environment
+                info = EnvironmentInfo(
+                    name=cls.env_name or path.stem,
+                    class_name=cls.name,
+                    file=path,
+                    env_dir=env_dir,
+                    line=cls.line,
+                    description=cls.docstring,
+                    config_class=cls.config_class or "BaseEnvConfig",
+                )
+                kept = environments.get(info.name)
+                if kept is None:
+                    environments[info.name] = info
+                else:  # first wins: env dirs in order, then path, then line
+                    shadowed.append(
+                        {
+                            "name": info.name,
+                            "file": str(info.file),
+                            "class_name": info.class_name,
+                            "shadowed_by": f"{kept.file}:{kept.class_name}",
+                        }
+                    )
+        return Catalog(environments=environments, shadowed=shadowed, errors=errors, env_dirs=self.env_dirs)

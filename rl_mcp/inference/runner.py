@@ -1,0 +1,257 @@
+"""rl_test_inference: run an environment's `process` mode against real inference, per model.
+
+One `process` child per model, each with a fresh output folder (atroposlib would write
+`x_1.jsonl` next to an old `x.jsonl`), W&B off unless WANDB_API_KEY is set, a per-model
+timeout, a few models at a time. Scores come from the JSONL atroposlib writes.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import httpx
+
+from rl_mcp.inference.scores import ScoreSummary, read_groups, summarize
+from rl_mcp.inference.target import InferenceRequest, Target, child_env, model_slug, process_config
+from rl_mcp.logs import tail_lines
+from rl_mcp.processes import StageError, health_ok, supervised, wait_exit
+from rl_mcp.runs.ports import PortReservations
+from rl_mcp.session.run_config import write_run_config
+from tinker_atropos.run_files import InferenceTestFiles
+
+_PROGRESS = re.compile(r"Successfully processed group (\d+)/(\d+)")
+LOG_TAIL_LINES = 25
+MAX_PARALLEL = 3
+
+ProgressFn = Callable[[float, float, str], Awaitable[None]]
+
+
+@dataclass
+class ModelOutcome:
+    model: str
+    status: Literal["ok", "failed", "timeout"]
+    seconds: float
+    output_dir: Path
+    log: Path
+    jsonl: Path | None = None
+    html: Path | None = None
+    server_log: Path | None = None
+    scores: ScoreSummary | None = None
+    error: str | None = None
+    log_tail: list[str] = field(default_factory=list)
+
+
+class _Progress:
+    """Counts scored groups over all models and reports each new one."""
+
+    def __init__(self, per_model: int, models: int, report: ProgressFn | None) -> None:
+        self.per_model = per_model
+        self.total = per_model * models
+        self.done: dict[str, int] = {}
+        self._report = report
+
+    async def update(self, model: str, groups: int) -> None:
+        if groups <= self.done.get(model, 0):
+            return
+        self.done[model] = groups
+        if self._report is not None:
+            message = f"{model}: group {groups}/{self.per_model} scored"
+            await self._report(float(sum(self.done.values())), float(self.total), message)
+
+
+async def run_inference_test(
+    req: InferenceRequest,
+    target: Target,
+    *,
+    environ: Mapping[str, str],
+    python: str = sys.executable,
+    ports: PortReservations | None = None,
+    progress: ProgressFn | None = None,
+    max_parallel: int = MAX_PARALLEL,
+) -> list[ModelOutcome]:
+    """Test every model of `target`; returns one outcome per model, in the order given."""
+    ports = ports or PortReservations()
+    tracker = _Progress(req.num_steps, len(target.models), progress)
+    limiter = anyio.CapacityLimiter(1 if target.kind == "local" else max_parallel)  # local: one model in RAM
+    outcomes: dict[str, ModelOutcome] = {}
+
+    async def one(model: str) -> None:
+        async with limiter:
+            outcomes[model] = await _test_model(req, target, model, environ, python, ports, tracker)
+
+    async with anyio.create_task_group() as tg:
+        for model in target.models:
+            tg.start_soon(one, model)
+    return [outcomes[m] for m in target.models]
+
+
+async def _test_model(
+    req: InferenceRequest,
+    target: Target,
+    model: str,
+    environ: Mapping[str, str],
+    python: str,
+    ports: PortReservations,
+    tracker: _Progress,
+) -> ModelOutcome:
+    started = time.monotonic()
+    files = InferenceTestFiles(req.out_dir / model_slug(model))
+    files.folder.mkdir(parents=True, exist_ok=True)
+    out = ModelOutcome(model=model, status="failed", seconds=0.0, output_dir=files.folder, log=files.process_log)
+    deadline = started + req.timeout_s
+    env = child_env(environ, target)
+    wandb = bool(environ.get("WANDB_API_KEY"))
+    try:
+        if target.kind != "local":
+            config = process_config(req, target, model, run_dir=files.folder, inference_port=None, use_wandb=wandb)
+            write_run_config(files.config, config)
+            await _run_process(req, model, files, out, env, python, tracker, deadline)
+        else:
+            await _test_local_model(req, target, model, files, out, env, wandb, python, ports, tracker, deadline)
+    finally:
+        out.seconds = round(time.monotonic() - started, 2)
+    return out
+
+
+async def _test_local_model(
+    req: InferenceRequest,
+    target: Target,
+    model: str,
+    files: InferenceTestFiles,
+    out: ModelOutcome,
+    env: dict[str, str],
+    wandb: bool,
+    python: str,
+    ports: PortReservations,
+    tracker: _Progress,
+    deadline: float,
+) -> None:
+    """The same test against a local inference server started for it on a reserved port."""
+    port = ports.reserve(1)[0]
+    try:
+        config = process_config(req, target, model, run_dir=files.folder, inference_port=port, use_wandb=wandb)
+        write_run_config(files.config, config)
+        out.server_log = files.server_log
+        if not await _ensure_local_model(model, python, env, files.server_log, deadline):
+            out.error = f"could not build the offline model {model!r} (see the log tail)"
+            out.log_tail = tail_lines(files.server_log, LOG_TAIL_LINES)
+            return
+        argv = [python, "-m", "tinker_atropos.inference_server", "--config", str(files.config)]
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:  # loopback: no proxy
+            try:
+                server = supervised(
+                    "inference server",
+                    argv,
+                    log_path=files.server_log,
+                    env=env,
+                    ready=lambda: health_ok(http, f"http://127.0.0.1:{port}/health"),
+                    ready_timeout_s=max(1.0, deadline - time.monotonic()),
+                )
+                async with server:
+                    ports.release([port])  # bound now: nobody else can take it
+                    await _run_process(req, model, files, out, env, python, tracker, deadline)
+            except StageError as exc:
+                out.error = f"the local inference server did not start: {exc}"
+                out.log_tail = tail_lines(files.server_log, LOG_TAIL_LINES)
+    finally:
+        ports.release([port])
+
+
+async def _run_process(
+    req: InferenceRequest,
+    model: str,
+    files: InferenceTestFiles,
+    out: ModelOutcome,
+    env: dict[str, str],
+    python: str,
+    tracker: _Progress,
+    deadline: float,
+) -> None:
+    argv = [
+        python,
+        "-m",
+        "rl_mcp.children.env_process",
+        str(req.env_file.resolve()),
+        "process",
+        "--config",
+        str(files.config),
+        "--env.data_path_to_save_groups",
+        str(files.groups),
+        "--env.total_steps",
+        str(req.num_steps),
+        "--env.group_size",
+        str(req.group_size),
+    ]
+    offset = 0
+    async with supervised(
+        "environment process", argv, log_path=out.log, env=env, cwd=files.folder, stop_grace_s=3.0
+    ) as child:
+        while child.running and time.monotonic() < deadline:
+            offset = await _watch_log(out.log, offset, model, tracker)
+            await anyio.sleep(0.25)
+        timed_out = child.running
+    code = child.poll()
+    await _watch_log(out.log, offset, model, tracker)
+    groups = read_groups(files.groups)
+    out.jsonl = files.groups if files.groups.exists() else None
+    out.html = files.groups_html if files.groups_html.exists() else None
+    out.scores = summarize(groups) if groups else None
+    if not timed_out and code == 0 and groups:
+        out.status = "ok"
+        return
+    out.log_tail = tail_lines(out.log, LOG_TAIL_LINES)
+    if timed_out:
+        out.status = "timeout"
+        out.error = (
+            f"no result within {req.timeout_s:.0f} s: {len(groups)} of {req.num_steps} groups scored "
+            f"(atroposlib retries failed groups forever; see the log tail for why they fail)"
+        )
+    elif code == 0:
+        out.error = (
+            "the environment exited without writing a scored group: it ran out of items, or "
+            "atroposlib skipped its groups as invalid (see the log tail)"
+        )
+    else:
+        why = _last_error(out.log_tail) or "see the log tail"
+        out.error = f"the environment process exited with code {code}: {why}"
+
+
+async def _watch_log(log: Path, offset: int, model: str, tracker: _Progress) -> int:
+    """Read what the log gained since `offset`; report progress lines. Returns the new offset."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read()
+    except FileNotFoundError:
+        return offset
+    end = chunk.rfind(b"\n") + 1  # whole lines only; the rest is read next time
+    for match in _PROGRESS.finditer(chunk[:end].decode("utf-8", errors="replace")):
+        await tracker.update(model, int(match.group(1)))
+    return offset + end
+
+
+async def _ensure_local_model(model: str, python: str, env: dict[str, str], log: Path, deadline: float) -> bool:
+    """Build an offline model (tiny-chat, ...) before a config points at its folder."""
+    from tinker_atropos.models.paths import is_offline_model, model_dir  # torch-free by contract
+
+    if not is_offline_model(model) or (model_dir(model) / "config.json").exists():
+        return True
+    argv = [python, "-m", "tinker_atropos.models", "ensure", model]
+    async with supervised("model build", argv, log_path=log, env=env, stop_grace_s=3.0) as child:
+        code = await wait_exit(child, deadline)
+    return code == 0
+
+
+def _last_error(lines: Sequence[str]) -> str | None:
+    """The last `SomeError: message` line of a traceback, if the tail has one."""
+    for line in reversed(lines):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", line.strip()):
+            return line.strip()
+    return None

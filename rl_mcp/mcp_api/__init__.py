@@ -1,0 +1,1 @@
+"""Everything MCP-facing: tools, resources, subscriptions, answer models and their prose."""

@@ -1,0 +1,113 @@
+"""rl_list_environments, rl_select_environment, rl_get_current_config, rl_edit_config."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import Field
+
+from rl_mcp.app import AppContext
+from rl_mcp.mcp_api import descriptions
+from rl_mcp.mcp_api.answers import ConfigView, EditResult, EnvironmentList, SelectionResult
+from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.environment_views import config_view, environment_list
+from rl_mcp.mcp_api.errors import tool_errors
+from rl_mcp.mcp_api.inputs import FIELD_NAME_PATTERN, EnvName
+from rl_mcp.session.fields import apply_edit, resolve_field
+from rl_mcp.session.state import EditRejected
+
+
+def register_environment_tools(server: MCPServer, app: AppContext) -> None:
+    @server.tool(
+        name="rl_list_environments",
+        description=descriptions.RL_LIST_ENVIRONMENTS,
+        annotations=tool_annotations("List RL environments", read_only=True, destructive=False, idempotent=True),
+    )
+    async def rl_list_environments() -> EnvironmentList:
+        return environment_list(app.catalog(), app.session.state.environment)
+
+    @server.tool(
+        name="rl_select_environment",
+        description=descriptions.RL_SELECT_ENVIRONMENT,
+        annotations=tool_annotations("Select an environment", read_only=False, destructive=True, idempotent=False),
+    )
+    @tool_errors
+    async def rl_select_environment(name: EnvName, ctx: Context) -> SelectionResult:
+        info = app.environment(name)
+        fresh = app.introspector.cached(info) is None
+        if fresh:  # seconds of importing in a child: tell clients that asked for progress
+            await ctx.report_progress(0, 1, f"loading the config fields of {name} (imports it in a child process)")
+        schema = await app.introspector.schema(info)
+        if fresh:
+            await ctx.report_progress(1, 1, f"loaded {len(schema.fields)} config fields")
+        previous = app.session.state.environment
+        state = app.session.select(info)
+        return SelectionResult(
+            selected=info.name,
+            previous=previous,
+            wandb_name=state.wandb_name or "",
+            config=config_view(info, schema, app.settings.profile, state),
+            next_step=descriptions.NEXT_AFTER_CONFIG,
+        )
+
+    @server.tool(
+        name="rl_get_current_config",
+        description=descriptions.RL_GET_CURRENT_CONFIG,
+        annotations=tool_annotations("Show the current config", read_only=True, destructive=False, idempotent=True),
+    )
+    @tool_errors
+    async def rl_get_current_config() -> ConfigView:
+        info, schema = await app.selected_schema()
+        return config_view(info, schema, app.settings.profile, app.session.state)
+
+    @server.tool(
+        name="rl_edit_config",
+        description=descriptions.RL_EDIT_CONFIG,
+        annotations=tool_annotations("Edit the config", read_only=False, destructive=True, idempotent=True),
+    )
+    @tool_errors
+    async def rl_edit_config(
+        field: Annotated[
+            str | None,
+            Field(
+                description="The config field to set or reset (see rl_get_current_config); "
+                "omit with reset=true to reset every edit",
+                max_length=64,
+                pattern=FIELD_NAME_PATTERN,
+            ),
+        ] = None,
+        value: Annotated[
+            Any,
+            Field(description="The new value (JSON: number, string, boolean, null, list or object)"),
+        ] = None,
+        reset: Annotated[
+            bool, Field(description="true: remove the edit of `field` (or of every field) instead of setting it")
+        ] = False,
+    ) -> EditResult:
+        info, schema = await app.selected_schema()
+        profile, session = app.settings.profile, app.session
+        if reset:
+            dropped = session.reset(field)
+            current = resolve_field(schema, profile, session.state, field)[0] if field in schema.fields else None
+            return EditResult(
+                environment=info.name,
+                action="reset" if field else "reset_all",
+                field=field,
+                value=current,
+                reset_fields=dropped,
+                edits=dict(session.state.edits),
+                next_step=descriptions.NEXT_AFTER_EDIT,
+            )
+        if field is None:
+            raise EditRejected("name the `field` to set (or pass reset=true to reset every edit)")
+        previous = apply_edit(session, schema, profile, field, value)
+        return EditResult(
+            environment=info.name,
+            action="set",
+            field=field,
+            previous=previous,
+            value=resolve_field(schema, profile, session.state, field)[0],
+            edits=dict(session.state.edits),
+            next_step=descriptions.NEXT_AFTER_EDIT,
+        )

@@ -1,0 +1,73 @@
+"""The answers about environments and their config, built from the domain's objects."""
+
+from __future__ import annotations
+
+from rl_mcp.environments.discovery import Catalog, EnvironmentInfo
+from rl_mcp.environments.introspection import ConfigSchema
+from rl_mcp.mcp_api import descriptions
+from rl_mcp.mcp_api.answers import (
+    ConfigField,
+    ConfigView,
+    EnvironmentList,
+    EnvironmentSummary,
+    ProfileInfo,
+    ScanProblem,
+    ShadowedEnvironment,
+)
+from rl_mcp.session.fields import constraints, resolve_field
+from rl_mcp.session.state import SessionState
+from rl_mcp.settings import BUNDLED_ENV_DIR, Profile
+
+
+def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
+    """The rl_list_environments answer."""
+    return EnvironmentList(
+        environments=[
+            EnvironmentSummary(
+                name=e.name,
+                class_name=e.class_name,
+                file=str(e.file),
+                description=e.description,
+                config_class=e.config_class,
+                bundled=e.env_dir == BUNDLED_ENV_DIR,
+            )
+            for e in sorted(catalog.environments.values(), key=lambda e: e.name)
+        ],
+        selected=selected,
+        shadowed=[ShadowedEnvironment(**s) for s in catalog.shadowed],
+        errors=[ScanProblem(**e) for e in catalog.errors],
+        env_dirs=[str(d) for d in catalog.env_dirs],
+        next_step=descriptions.NEXT_AFTER_LIST,
+    )
+
+
+def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, state: SessionState) -> ConfigView:
+    """The rl_get_current_config answer."""
+    fields = []
+    for name, spec in schema.fields.items():
+        value, status = resolve_field(schema, profile, state, name)
+        fields.append(
+            ConfigField(
+                name=name,
+                section=spec.section,  # type: ignore[arg-type]
+                type=spec.type,
+                value=value,
+                default=spec.default,
+                description=spec.description or "",
+                status=status,
+                editable=status not in ("locked", "managed"),
+                constraints=constraints(schema, name),
+            )
+        )
+    return ConfigView(
+        environment=info.name,
+        file=str(info.file),
+        class_name=info.class_name,
+        config_class=schema.config_class,
+        wandb_name=state.wandb_name,
+        profile=ProfileInfo(**profile.public()),
+        fields=fields,
+        edits=dict(state.edits),
+        note=schema.training_error,
+        next_step=descriptions.NEXT_AFTER_CONFIG,
+    )

@@ -1,0 +1,99 @@
+"""rl_test_inference: the selected environment's config, handed to the runner as plain values."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import Field
+
+from rl_mcp.app import AppContext
+from rl_mcp.inference.runner import run_inference_test
+from rl_mcp.inference.target import (
+    TINY_CHAT,
+    InferenceRequest,
+    InferenceTestError,
+    new_test_dir,
+    probe_reachable,
+    resolve_target,
+)
+from rl_mcp.mcp_api import descriptions
+from rl_mcp.mcp_api.answers import InferenceTestResult
+from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.errors import tool_errors
+from rl_mcp.mcp_api.inference_views import inference_answer
+from rl_mcp.session.run_config import render_run_config
+
+
+def register_inference_tool(server: MCPServer, app: AppContext) -> None:
+    @server.tool(
+        name="rl_test_inference",
+        description=descriptions.RL_TEST_INFERENCE,
+        annotations=tool_annotations(
+            "Test the environment against inference", read_only=False, destructive=False, idempotent=False
+        ).model_copy(update={"open_world_hint": True}),
+    )
+    @tool_errors
+    async def rl_test_inference(
+        ctx: Context,
+        # strict: a count given as a string is refused, not converted (each call starts real work)
+        num_steps: Annotated[
+            int, Field(strict=True, ge=1, le=100, description="Groups (steps) to score per model")
+        ] = 3,
+        group_size: Annotated[int, Field(strict=True, ge=1, le=64, description="Completions per group")] = 16,
+        models: Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=200)]] | None,
+            Field(max_length=8, description="Model names; default: OpenRouter's three, or the local model"),
+        ] = None,
+        base_url: Annotated[
+            str | None,
+            Field(
+                max_length=500,
+                pattern=r"^https?://\S+$",
+                description="An OpenAI-compatible endpoint, e.g. http://host:8000/v1 (needs models)",
+            ),
+        ] = None,
+        api_key_env: Annotated[
+            str | None,
+            Field(
+                max_length=100,  # checked in resolve_target, whose errors never echo it (it may be a key)
+                description="NAME of the server-side environment variable holding the endpoint's key "
+                "(e.g. MY_API_KEY), never the key itself",
+            ),
+        ] = None,
+        timeout_s: Annotated[float, Field(ge=10, le=3600, description="Per-model time limit in seconds")] = 600,
+    ) -> InferenceTestResult:
+        settings, profile = app.settings, app.settings.profile
+        info, schema = await app.selected_schema()
+        target = resolve_target(
+            models=models,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            environ=settings.environ,
+            local_model=profile.model if profile.backend == "local" else TINY_CHAT,
+        )
+        if target.base_url and (why := await probe_reachable(target.base_url)):
+            raise InferenceTestError(why)
+        out_dir = new_test_dir(settings.home / "inference_tests", info.name)
+        # Ports are per model (local server) or unused (process mode talks to no run-api): 0 here.
+        base = render_run_config(
+            profile=profile, schema=schema, state=app.session.state, api_port=0, inference_port=0, run_dir=out_dir
+        )
+        req = InferenceRequest(
+            env_name=info.name,
+            env_file=info.file,
+            base_config=base,
+            num_steps=num_steps,
+            group_size=group_size,
+            timeout_s=timeout_s,
+            out_dir=out_dir,
+        )
+        outcomes = await run_inference_test(
+            req,
+            target,
+            environ=settings.environ,
+            python=settings.python,
+            ports=app.runs_manager.ports if app.runs_manager is not None else None,
+            progress=ctx.report_progress,
+        )
+        return inference_answer(req, target, outcomes)

@@ -1,0 +1,58 @@
+"""The rl_test_inference answer, built from the runner's per-model outcomes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from rl_mcp.inference.runner import ModelOutcome
+from rl_mcp.inference.target import InferenceRequest, Target
+from rl_mcp.mcp_api import descriptions
+from rl_mcp.mcp_api.answers import InferenceSample, InferenceTestResult, ModelInferenceResult
+from tinker_atropos.run_files import InferenceTestFiles
+
+
+def inference_answer(req: InferenceRequest, target: Target, outcomes: list[ModelOutcome]) -> InferenceTestResult:
+    results = [_model_result(o) for o in outcomes]
+    ran = [r for r in results if r.status == "ok"]
+    best = max(ran, key=lambda r: (r.accuracy, r.mean_score), default=None)
+    working = bool(ran)
+    next_step = descriptions.NEXT_INFERENCE_WORKING if working else descriptions.NEXT_INFERENCE_BROKEN
+    return InferenceTestResult(
+        environment=req.env_name,
+        target=target.kind,
+        base_url=target.base_url,
+        key_env=target.key_env,
+        num_steps=req.num_steps,
+        group_size=req.group_size,
+        results=results,
+        best_model=best.model if best else None,
+        mean_accuracy=round(sum(r.accuracy for r in ran) / len(ran), 4) if ran else None,
+        environment_working=working,
+        output_dir=str(req.out_dir),
+        next_step=next_step,
+    )
+
+
+def _model_result(o: ModelOutcome) -> ModelInferenceResult:
+    s = o.scores
+    return ModelInferenceResult(
+        model=o.model,
+        status=o.status,
+        seconds=o.seconds,
+        steps_tested=s.steps_tested if s else 0,
+        completions=s.completions if s else 0,
+        correct=s.correct if s else 0,
+        accuracy=round(s.accuracy, 4) if s else 0.0,
+        step_success_rate=round(s.step_success_rate, 4) if s else 0.0,
+        mean_score=round(s.mean_score, 4) if s else 0.0,
+        step_scores=s.step_scores if s else [],
+        real_logprobs=s.has_logprobs if s else False,
+        samples=[InferenceSample(**asdict(x)) for x in s.samples] if s else [],
+        output_jsonl=str(o.jsonl) if o.jsonl else None,
+        output_html=str(o.html) if o.html else None,
+        log=str(o.log),
+        server_log=str(o.server_log) if o.server_log else None,
+        config=str(InferenceTestFiles(o.output_dir).config),
+        error=o.error,
+        log_tail=o.log_tail,
+    )

@@ -1,0 +1,31 @@
+"""The tools' and resources' input types: names, ids and their patterns, checked by the SDK."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+ENV_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+FIELD_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+EnvName = Annotated[
+    str,
+    Field(
+        description="Environment name, as listed by rl_list_environments (e.g. 'gsm8k_tinker')",
+        min_length=1,
+        max_length=64,
+        pattern=ENV_NAME_PATTERN,
+    ),
+]
+
+RunId = Annotated[
+    str,
+    Field(
+        description="A run id from rl_start_training or rl_list_runs",
+        min_length=1,
+        max_length=128,
+        pattern=RUN_ID_PATTERN,
+    ),
+]

@@ -1,0 +1,163 @@
+"""rl_start_training, rl_check_status, rl_stop_training, rl_get_results, rl_list_runs."""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import yaml
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import AudioContent, CallToolResult, EmbeddedResource, ImageContent, ResourceLink, TextContent
+from pydantic import Field
+
+from rl_mcp.app import AppContext
+from rl_mcp.mcp_api import descriptions, run_views
+from rl_mcp.mcp_api.answers import RunList, RunResults, RunStarted, RunStatus, RunStopped
+from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.errors import tool_errors
+from rl_mcp.mcp_api.inputs import RunId
+from rl_mcp.runs.live import RunPlan
+from rl_mcp.runs.metrics import MetricsCache
+from rl_mcp.runs.store import RunRecord
+from rl_mcp.runs.vocab import RunStatus as Status
+from rl_mcp.runs.wandb_lookup import wandb_summary
+from rl_mcp.session.run_config import render_run_config, write_run_config
+from tinker_atropos.run_files import RunFiles
+
+
+class StatusChecks:
+    """When each run was last checked (for the per-run rate limit); a settled run is forgotten."""
+
+    def __init__(self, cache: MetricsCache) -> None:
+        self.last: dict[str, float] = {}
+        self.cache = cache
+
+    def run_changed(self, rec: RunRecord) -> None:
+        if not rec.active:
+            self.last.pop(rec.run_id, None)
+            self.cache.forget(rec)
+
+    def runs_list_changed(self) -> None:
+        return None
+
+
+def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) -> None:
+    checks = StatusChecks(cache)
+    if app.runs_manager is not None:
+        app.runs_manager.events.add_listener(checks)
+
+    @server.tool(
+        name="rl_start_training",
+        description=descriptions.RL_START_TRAINING,
+        annotations=tool_annotations("Start training", read_only=False, destructive=False, idempotent=False),
+    )
+    @tool_errors
+    async def rl_start_training(
+        ctx: Context,
+        wait: Annotated[
+            bool,
+            Field(
+                description="true: return only once the run is running or has failed, "
+                "with a progress notification per stage"
+            ),
+        ] = False,
+    ) -> RunStarted:
+        info, schema = await app.selected_schema()
+        state, profile = app.session.state, app.settings.profile
+
+        def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:
+            config = render_run_config(
+                profile=profile,
+                schema=schema,
+                state=state,
+                api_port=api_port,
+                inference_port=inference_port,
+                run_dir=run_dir,
+                run_name=run_name,
+            )
+            return write_run_config(RunFiles(run_dir).config, config)
+
+        plan = RunPlan(environment=info.name, env_file=info.file, write_config=write, run_name=state.wandb_name)
+        rec = await app.runs.start(plan, progress=ctx.report_progress, wait=wait)
+        return run_views.started(rec)
+
+    @server.tool(
+        name="rl_check_status",
+        description=descriptions.RL_CHECK_STATUS,
+        annotations=tool_annotations("Check a run", read_only=True, destructive=False, idempotent=False),
+    )
+    @tool_errors
+    def rl_check_status(run_id: RunId) -> RunStatus:
+        rec = app.runs.get(run_id)
+        interval = app.settings.status_min_interval_s
+        now = time.monotonic()
+        last = checks.last.get(run_id)
+        if rec.active and last is not None and now - last < interval:
+            return run_views.rate_limited(rec, interval - (now - last))
+        checks.last[run_id] = now
+        return run_views.status(rec, app.runs.children(run_id), cache, min_interval_s=interval)
+
+    @server.tool(
+        name="rl_stop_training",
+        description=descriptions.RL_STOP_TRAINING,
+        annotations=tool_annotations("Stop a run", read_only=False, destructive=True, idempotent=True),
+    )
+    @tool_errors
+    async def rl_stop_training(run_id: RunId) -> RunStopped:
+        was = app.runs.get(run_id).status
+        rec = await app.runs.stop(run_id)
+        return RunStopped(
+            run_id=run_id,
+            status=rec.status,
+            was=was,
+            processes=run_views.processes_view(rec, {}),
+            message=descriptions.stop_message(run_id, was, was.active),
+        )
+
+    @server.tool(
+        name="rl_get_results",
+        description=descriptions.RL_GET_RESULTS,
+        annotations=tool_annotations("Get run results", read_only=True, destructive=False, idempotent=True),
+    )
+    @tool_errors
+    async def rl_get_results(run_id: RunId) -> Annotated[CallToolResult, RunResults]:
+        rec = app.runs.get(run_id)
+        project = _wandb_project(Path(rec.config_path))
+        wandb = await wandb_summary(rec.run_name, project, app.settings.environ) if project else None
+        result = run_views.results(rec, cache, wandb)
+        content: list[TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource] = [
+            TextContent(type="text", text=result.model_dump_json(indent=1))
+        ]
+        metrics = cache.metrics(rec)
+        if metrics:
+            from rl_mcp.plots import reward_loss_png  # matplotlib: imported on first use
+
+            png = await anyio.to_thread.run_sync(lambda: reward_loss_png(metrics, title=rec.run_id))
+            content.append(ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png"))
+        return CallToolResult(content=content, structured_content=result.model_dump(mode="json"))
+
+    @server.tool(
+        name="rl_list_runs",
+        description=descriptions.RL_LIST_RUNS,
+        annotations=tool_annotations("List runs", read_only=True, destructive=False, idempotent=True),
+    )
+    @tool_errors
+    def rl_list_runs(
+        status: Annotated[Status | None, Field(description="Only runs with this status")] = None,
+    ) -> RunList:
+        runs = app.runs.list(status)
+        return RunList(runs=[run_views.summary(r, cache) for r in runs], next_step=descriptions.NEXT_AFTER_RUN_LIST)
+
+
+def _wandb_project(config_path: Path) -> str | None:
+    try:
+        with open(config_path, encoding="utf-8") as fh:
+            data: dict[str, Any] = yaml.safe_load(fh) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    tinker = data.get("tinker") or {}
+    project = tinker.get("wandb_project")
+    return str(project) if tinker.get("use_wandb") and project else None

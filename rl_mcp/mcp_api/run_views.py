@@ -1,0 +1,211 @@
+"""What the run tools and resources answer, built from a run's record and its files."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rl_mcp.logs import tail_lines
+from rl_mcp.mcp_api import descriptions
+from rl_mcp.mcp_api.answers import (
+    HistoryPoint,
+    LatestMetrics,
+    RunProcess,
+    RunResults,
+    RunStarted,
+    RunStatus,
+    RunSummary,
+)
+from rl_mcp.processes import Child
+from rl_mcp.runs.metrics import MetricsCache, downsample, eta_seconds, latest_metrics, wandb_url_from_log
+from rl_mcp.runs.store import RunRecord
+from tinker_atropos.run_files import ProcessName, read_checkpoints, read_result
+
+STATUS_LOG_LINES = 8
+# atroposlib's warning when it drops a group whose scores are all equal (no learning signal).
+EQUAL_SCORES_MARK = "Scores are the same in a group"
+MAX_HISTORY_POINTS = 200
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def processes_view(rec: RunRecord, children: dict[str, Child]) -> list[RunProcess]:
+    out = []
+    for name, proc in rec.processes.items():
+        child = children.get(name)
+        code = proc.exit_code if proc.exit_code is not None else (child.poll() if child else None)
+        out.append(
+            RunProcess(
+                name=ProcessName(name),
+                pid=proc.pid,
+                state="running" if code is None and proc.exit_code is None else "exited",
+                exit_code=code,
+                log=proc.log_path,
+            )
+        )
+    return out
+
+
+def summary(rec: RunRecord, cache: MetricsCache) -> RunSummary:
+    metrics = cache.metrics(rec)
+    return RunSummary(
+        run_id=rec.run_id,
+        environment=rec.environment,
+        profile=rec.profile,
+        status=rec.status,
+        stage=rec.stage,
+        step=_step(metrics),
+        total_steps=rec.total_steps,
+        created_at=_iso(rec.created_at) or "",
+        ended_at=_iso(rec.ended_at),
+        error=rec.error,
+    )
+
+
+def started(rec: RunRecord) -> RunStarted:
+    return RunStarted(
+        run_id=rec.run_id,
+        status=rec.status,
+        stage=rec.stage,
+        environment=rec.environment,
+        profile=rec.profile,
+        config_path=rec.config_path,
+        run_dir=rec.run_dir,
+        logs={name: str(rec.log_path(name)) for name in ProcessName},
+        ports={"api": rec.api_port, "inference": rec.inference_port},
+        error=rec.error,
+        next_step=descriptions.next_after_start(rec.run_id, rec.active),
+    )
+
+
+def _latest(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> LatestMetrics | None:
+    if not metrics and not evals:
+        return None
+    data = latest_metrics(metrics, evals)
+    return LatestMetrics(
+        step=_step(metrics) if metrics else None,
+        loss=data["loss"],
+        reward_mean=data["reward_mean"],
+        reward_std=data["reward_std"],
+        percent_correct=data["percent_correct"],
+        eval_accuracy=data["eval_accuracy"],
+        eval_step=data["eval_step"],
+    )
+
+
+def _step(metrics: list[dict[str, Any]]) -> int:
+    return int(metrics[-1].get("step", len(metrics))) if metrics else 0
+
+
+def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, *, min_interval_s: float) -> RunStatus:
+    metrics, evals = cache.metrics(rec), cache.evals(rec)
+    result = read_result(Path(rec.run_dir)) or {}
+    end = rec.ended_at or time.time()
+    running_s = round(end - rec.running_at, 1) if rec.running_at else None
+    if rec.active and not metrics and _env_dropping_equal_groups(rec):
+        hint = descriptions.next_status_no_signal()
+    elif rec.active:
+        hint = descriptions.next_status_running(rec.run_id, min_interval_s)
+    else:
+        hint = descriptions.next_status_ended(rec.run_id, rec.status)
+    return RunStatus(
+        run_id=rec.run_id,
+        rate_limited=False,
+        next_check_in_seconds=min_interval_s if rec.active else 0.0,
+        status=rec.status,
+        stage=rec.stage,
+        error=rec.error,
+        failure_log_tail=rec.log_tail,
+        step=_step(metrics),
+        total_steps=rec.total_steps,
+        running_seconds=running_s,
+        eta_seconds=eta_seconds(metrics, rec.total_steps) if rec.active else None,
+        latest=_latest(metrics, evals),
+        processes=processes_view(rec, children),
+        logs={name: tail_lines(rec.log_path(name), STATUS_LOG_LINES) for name in rec.processes},
+        wandb_url=result.get("wandb_url") or wandb_url_from_log(rec.log_path(ProcessName.TRAINER)),
+        next_step=hint,
+    )
+
+
+def _env_dropping_equal_groups(rec: RunRecord) -> bool:
+    return any(EQUAL_SCORES_MARK in line for line in tail_lines(rec.log_path(ProcessName.ENV), 50))
+
+
+def rate_limited(rec: RunRecord, wait_s: float) -> RunStatus:
+    return RunStatus(
+        run_id=rec.run_id,
+        rate_limited=True,
+        next_check_in_seconds=round(wait_s, 1),
+        status=rec.status,
+        next_step=descriptions.next_rate_limited(rec.run_id, wait_s),
+    )
+
+
+def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -> RunResults:
+    run_dir = Path(rec.run_dir)
+    metrics, evals = cache.metrics(rec), cache.evals(rec)
+    result = read_result(run_dir) or {}
+    checkpoints = read_checkpoints(run_dir, rec.run_name)
+    final = result.get("final_checkpoint") or (metrics[-1].get("checkpoint") if metrics else None)
+    exists = Path(final).is_dir() if final and not str(final).startswith("tinker://") else None
+    offline = rec.files.wandb_dir
+    history = [
+        HistoryPoint(
+            step=int(m.get("step", i + 1)),
+            reward_mean=m.get("reward_mean"),
+            reward_std=m.get("reward_std"),
+            loss=m.get("loss"),
+            percent_correct=m.get("percent_correct"),
+        )
+        for i, m in enumerate(downsample(metrics, MAX_HISTORY_POINTS))
+    ]
+    missing = (
+        None
+        if run_dir.is_dir()
+        else (
+            f"run folder {run_dir} is missing (deleted or moved): its metrics, checkpoints and weights are "
+            "gone; the registry keeps only the run's record"
+        )
+    )
+    hint = descriptions.next_after_results(missing=bool(missing), active=rec.active, final_weights=final)
+    return RunResults(
+        run_id=rec.run_id,
+        status=rec.status,
+        environment=rec.environment,
+        backend=result.get("backend"),
+        steps_completed=_step(metrics),
+        total_steps=rec.total_steps,
+        final_metrics=_latest(metrics, evals),
+        history=history,
+        history_total_steps=len(metrics),
+        evals=evals[-MAX_HISTORY_POINTS:],
+        checkpoints=checkpoints[-MAX_HISTORY_POINTS:],
+        final_weights=final,
+        final_weights_exists=exists,
+        final_state=result.get("final_state"),
+        wandb_url=(wandb or {}).get("url")
+        or result.get("wandb_url")
+        or wandb_url_from_log(rec.log_path(ProcessName.TRAINER)),
+        wandb=wandb,
+        wandb_offline_dir=str(offline) if offline.is_dir() else None,
+        error=missing or rec.error or result.get("error"),
+        next_step=hint,
+    )
+
+
+def metrics_document(rec: RunRecord, cache: MetricsCache) -> dict[str, Any]:
+    """rl://runs/{id}/metrics: the downsampled history and evals, as JSON."""
+    metrics = cache.metrics(rec)
+    return {
+        "run_id": rec.run_id,
+        "status": rec.status,
+        "total_steps": rec.total_steps,
+        "steps": len(metrics),
+        "history": downsample(metrics, MAX_HISTORY_POINTS),
+        "evals": cache.evals(rec)[-MAX_HISTORY_POINTS:],
+    }

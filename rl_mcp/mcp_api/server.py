@@ -1,0 +1,76 @@
+"""Builds the MCP server: the tools, resources and subscriptions, bound to one app.
+
+Each tool validates its input through its signature (pydantic Field bounds), calls the domain
+and returns a pydantic model (structuredContent). The domain's UserErrors become ToolErrors,
+which the client sees as isError with a message that names the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import hmac
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from mcp.server.subscriptions import InMemorySubscriptionBus
+from pydantic import AnyHttpUrl
+
+from rl_mcp.app import AppContext
+from rl_mcp.mcp_api import descriptions
+from rl_mcp.mcp_api.environment_tools import register_environment_tools
+from rl_mcp.mcp_api.inference_tool import register_inference_tool
+from rl_mcp.mcp_api.resources import register_environment_resources, register_run_resources
+from rl_mcp.mcp_api.run_tools import register_run_tools
+from rl_mcp.mcp_api.subscriptions import ResourcePublisher, install_legacy_subscriptions
+from rl_mcp.runs.metrics import MetricsCache
+
+
+class StaticTokenVerifier:
+    """Accepts exactly one bearer token (compared in constant time)."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode(), self._token):
+            return AccessToken(token="***", client_id="rl-mcp", scopes=[])
+        return None
+
+
+def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MCPServer:
+    """The MCPServer with this package's tools and resources bound to `app`."""
+    auth_kwargs: dict[str, Any] = {}
+    if app.settings.auth_token:
+        auth_kwargs = {
+            "auth": AuthSettings(issuer_url=AnyHttpUrl(public_url), resource_server_url=None, required_scopes=[]),
+            "token_verifier": StaticTokenVerifier(app.settings.auth_token),
+        }
+    publisher = ResourcePublisher(InMemorySubscriptionBus())
+    server: MCPServer = MCPServer(
+        "rl-mcp",
+        title="RL training (Atropos + Tinker)",
+        instructions=descriptions.INSTRUCTIONS,
+        version=_version(),
+        subscriptions=publisher.bus,
+        **auth_kwargs,
+    )
+    cache = MetricsCache()
+    register_environment_tools(server, app)
+    register_environment_resources(server, app)
+    register_run_tools(server, app, cache)
+    register_run_resources(server, app, cache)
+    register_inference_tool(server, app)
+    if app.runs_manager is not None:
+        app.runs_manager.events.add_listener(publisher)
+        app.task_group.start_soon(publisher.run, app.runs_manager.supervised)
+        install_legacy_subscriptions(server, publisher)
+    return server
+
+
+def _version() -> str:
+    try:
+        return version("rl-mcp")
+    except PackageNotFoundError:
+        return "0.0.0"

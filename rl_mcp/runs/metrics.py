@@ -1,0 +1,97 @@
+"""A run's metrics as read from its files (docs/run-files.md): the source of truth for status
+and results, always written, needing no network.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from rl_mcp.runs.store import RunRecord
+from tinker_atropos.run_files import JsonlReader
+
+LATEST_KEYS = ("loss", "reward_mean", "reward_std", "percent_correct", "logprob_drift", "tokens")
+
+
+def downsample(rows: list[dict[str, Any]], max_points: int) -> list[dict[str, Any]]:
+    """At most `max_points` rows, evenly spaced, always keeping the first and the last."""
+    if len(rows) <= max_points:
+        return list(rows)
+    if max_points <= 1:
+        return rows[-1:]
+    last = len(rows) - 1
+    idx = sorted({round(i * last / (max_points - 1)) for i in range(max_points)})
+    return [rows[i] for i in idx]
+
+
+def latest_metrics(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> dict[str, Any]:
+    """The newest step's headline numbers plus the newest eval accuracy."""
+    out: dict[str, Any] = {k: None for k in LATEST_KEYS}
+    if metrics:
+        out.update({k: metrics[-1].get(k) for k in LATEST_KEYS})
+    out["eval_accuracy"] = evals[-1].get("eval_accuracy") if evals else None
+    out["eval_step"] = evals[-1].get("step") if evals else None
+    return out
+
+
+def _numbers(rows: list[dict[str, Any]], key: str) -> list[float]:
+    return [float(v) for m in rows if isinstance(v := m.get(key), (int, float))]
+
+
+def eta_seconds(metrics: list[dict[str, Any]], total_steps: int) -> float | None:
+    """Remaining steps times the mean wall time per step seen so far."""
+    if not metrics:
+        return None
+    done = int(metrics[-1].get("step", len(metrics)))
+    remaining = max(total_steps - done, 0)
+    if remaining == 0:
+        return 0.0
+    times = _numbers(metrics, "time")
+    if len(times) >= 2:
+        per_step = (times[-1] - times[0]) / (len(times) - 1)
+    else:
+        secs = _numbers(metrics, "step_seconds")
+        if not secs:
+            return None
+        per_step = sum(secs) / len(secs)
+    return round(per_step * remaining, 1)
+
+
+_WANDB_URL = re.compile(rb"W&B online: (https?://\S+)")
+
+
+def wandb_url_from_log(trainer_log: Path, *, head_bytes: int = 65536) -> str | None:
+    """The run URL the trainer logs when W&B starts online (result.json has it only at the end)."""
+    try:
+        with open(trainer_log, "rb") as fh:
+            match = _WANDB_URL.search(fh.read(head_bytes))
+    except FileNotFoundError:
+        return None
+    return match.group(1).decode() if match else None
+
+
+class MetricsCache:
+    """One incremental reader per run file, so a long run's metrics are parsed once."""
+
+    def __init__(self) -> None:
+        self._readers: dict[Path, JsonlReader] = {}
+        self._lock = threading.Lock()  # sync tool and resource handlers run in worker threads
+
+    def rows(self, path: Path) -> list[dict[str, Any]]:
+        with self._lock:
+            reader = self._readers.setdefault(path, JsonlReader(path))
+            return reader.refresh()
+
+    def metrics(self, rec: RunRecord) -> list[dict[str, Any]]:
+        return self.rows(rec.files.metrics)
+
+    def evals(self, rec: RunRecord) -> list[dict[str, Any]]:
+        return self.rows(rec.files.evals)
+
+    def forget(self, rec: RunRecord) -> None:
+        """Drop a settled run's readers (read again, once, if asked for later)."""
+        with self._lock:
+            for path in (rec.files.metrics, rec.files.evals):
+                self._readers.pop(path, None)

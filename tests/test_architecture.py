@@ -1,0 +1,172 @@
+"""The layout's rules, checked on the source: one-way dependencies, no import cycles, the run-file
+contract in one module, and modules a reader can take in at once."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"rl_mcp": ROOT / "rl_mcp", "tinker_atropos": ROOT / "tinker-atropos" / "tinker_atropos"}
+# rl_mcp's layers, lowest first: a module may import its own layer and the ones below it.
+LAYERS = [
+    ("files/settings", ("rl_mcp.errors", "rl_mcp.settings", "rl_mcp.logs")),
+    (
+        "domain",
+        (
+            "rl_mcp.processes",
+            "rl_mcp.plots",
+            "rl_mcp.environments",
+            "rl_mcp.session",
+            "rl_mcp.runs",
+            "rl_mcp.inference",
+            "rl_mcp.children",
+        ),
+    ),
+    ("app wiring", ("rl_mcp.app",)),
+    ("MCP adapters", ("rl_mcp.mcp_api",)),
+    ("cli", ("rl_mcp.cli", "rl_mcp.demo", "rl_mcp.doctor", "rl_mcp.__main__")),
+]
+# What the server process may import of the trainer's package: stdlib-only modules.
+SERVER_SAFE_TRAINER_MODULES = {"tinker_atropos.run_files", "tinker_atropos.models.paths"}
+RUN_FILE_NAMES = {"metrics.jsonl", "eval.jsonl", "result.json", "checkpoints.jsonl", "config.yaml"}
+MAX_MODULE_LINES = 400
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
+    """Every module of the two packages that `name` imports, anywhere in the file (function-level
+    and TYPE_CHECKING imports included)."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:  # `import a.b.c` imports a.b.c; an attribute maps to its module
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                yield target
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: set(imports(name, path, known)) for name, path in known.items()}
+
+
+def layer_of(module: str) -> int | None:
+    for index, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return index
+    return None
+
+
+def test_every_rl_mcp_module_has_a_layer() -> None:
+    unplaced = [m for m in modules() if m.startswith("rl_mcp.") and layer_of(m) is None]
+    assert unplaced == [], f"add these to LAYERS (and docs/architecture.md): {unplaced}"
+
+
+def test_no_import_cycles(graph: dict[str, set[str]]) -> None:
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
+
+
+def test_dependencies_run_one_way(graph: dict[str, set[str]]) -> None:
+    upward = []
+    for module, targets in graph.items():
+        here = layer_of(module)
+        if here is None:
+            continue
+        for target in targets:
+            there = layer_of(target)
+            if there is not None and there > here:
+                upward.append(f"{module} ({LAYERS[here][0]}) imports {target} ({LAYERS[there][0]})")
+    assert upward == []
+
+
+def test_only_the_mcp_layer_and_the_cli_speak_mcp() -> None:
+    mcp_layers = {3, 4}
+    offenders = []
+    for module, path in modules().items():
+        if not module.startswith("rl_mcp.") or layer_of(module) in mcp_layers:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            offenders += [f"{module}: {n}" for n in names if n.split(".")[0] in ("mcp", "mcp_types")]
+    assert offenders == []
+
+
+def test_the_server_imports_only_stdlib_modules_of_the_trainer(graph: dict[str, set[str]]) -> None:
+    reached = {
+        target
+        for module, targets in graph.items()
+        if module.startswith("rl_mcp.") and not module.startswith("rl_mcp.children")
+        for target in targets
+        if target.startswith("tinker_atropos")
+    }
+    assert reached <= SERVER_SAFE_TRAINER_MODULES
+    for module in SERVER_SAFE_TRAINER_MODULES:  # and those import nothing else of the package
+        assert {t for t in graph[module] if t.startswith("tinker_atropos")} <= SERVER_SAFE_TRAINER_MODULES
+
+
+def test_run_file_names_are_spelled_only_in_the_contract() -> None:
+    spelled = []
+    for module, path in modules().items():
+        if module == "tinker_atropos.run_files":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in RUN_FILE_NAMES:
+                spelled.append(f"{module}:{node.lineno} {node.value!r}")
+    assert spelled == [], "use tinker_atropos.run_files (RunFiles, InferenceTestFiles)"
+
+
+def test_rl_mcp_modules_stay_readable() -> None:
+    long = {
+        m: n
+        for m, p in modules().items()
+        if m.startswith("rl_mcp")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}

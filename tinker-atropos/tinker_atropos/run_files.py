@@ -1,0 +1,299 @@
+"""The run-directory contract between `rl_mcp` and `tinker_atropos` (docs/run-files.md).
+
+Both sides of the process boundary read and write a run only through this module: its paths,
+the trainer's exit codes, result.json, the checkpoint index and the JSONL files. Stdlib only, so
+the MCP server can import it without pulling in torch or atroposlib.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from enum import IntEnum, StrEnum
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class ProcessName(StrEnum):
+    """The three processes of a run; each logs to `logs/<name>.log`."""
+
+    API = "api"
+    """atroposlib's run-api: the rollout queue between environment and trainer."""
+    TRAINER = "trainer"
+    """launch_training.py: the trainer and the inference server in one process."""
+    ENV = "env"
+    """The environment's `serve`: rollouts, rewards, evaluations."""
+
+
+class ExitCode(IntEnum):
+    """The trainer's exit codes; `meaning` is what a user reads when a run fails."""
+
+    OK = 0
+    ERROR = 1
+    CONFIG = 2
+    BACKEND = 3
+    RUN_API = 4
+    PORT = 5
+
+    @property
+    def meaning(self) -> str:
+        return _EXIT_MEANINGS[self]
+
+
+_EXIT_MEANINGS = {
+    ExitCode.OK: "ran total_steps, or stopped by SIGTERM after saving",
+    ExitCode.ERROR: "error during training (traceback in the trainer log)",
+    ExitCode.CONFIG: "the config file is missing or invalid",
+    ExitCode.BACKEND: "backend unavailable (TINKER_API_KEY missing/malformed, Tinker unreachable, or model not loadable)",
+    ExitCode.RUN_API: "run-api unreachable or rejected the registration",
+    ExitCode.PORT: "the inference server could not bind its port",
+}
+_SIGNAL_MEANINGS = {-9: "killed (SIGKILL)", -15: "terminated (SIGTERM)"}
+
+
+def exit_meaning(code: int) -> str:
+    """What a trainer exit code (or a negative signal number) means."""
+    if code in _SIGNAL_MEANINGS:
+        return _SIGNAL_MEANINGS[code]
+    try:
+        return ExitCode(code).meaning
+    except ValueError:
+        return "see the trainer log"
+
+
+class Outcome(StrEnum):
+    """result.json `status`: how the trainer ended."""
+
+    COMPLETED = "completed"
+    """Ran total_steps."""
+    STOPPED = "stopped"
+    """Stopped by SIGTERM; state and weights saved."""
+    FAILED = "failed"
+    """An error ended it; `error` says which."""
+
+
+class CheckpointKind(StrEnum):
+    """The two kinds of checkpoint folders."""
+
+    SAMPLER_WEIGHTS = "sampler_weights"
+    """Adapter only: what the inference server loads."""
+    WEIGHTS = "weights"
+    """Adapter and optimizer state: what a run resumes from."""
+
+
+FINAL_CHECKPOINT_MARK = "FINAL_CHECKPOINT"  # the trainer's last stdout line on success
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Every path of one run directory."""
+
+    run_dir: Path
+
+    @property
+    def config(self) -> Path:
+        return self.run_dir / "config.yaml"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.run_dir / "logs"
+
+    def log(self, process: str) -> Path:
+        return self.logs_dir / f"{ProcessName(process)}.log"
+
+    @property
+    def metrics(self) -> Path:
+        return self.run_dir / "metrics.jsonl"
+
+    @property
+    def evals(self) -> Path:
+        return self.run_dir / "eval.jsonl"
+
+    @property
+    def result(self) -> Path:
+        return self.run_dir / "result.json"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    def checkpoint_root(self, run_name: str) -> Path:
+        return self.checkpoints_dir / run_name
+
+    def checkpoint_index(self, run_name: str) -> Path:
+        return self.checkpoint_root(run_name) / "checkpoints.jsonl"
+
+    @property
+    def wandb_dir(self) -> Path:
+        return self.run_dir / "wandb"
+
+
+@dataclass(frozen=True)
+class InferenceTestFiles:
+    """The files of one model's folder in an rl_test_inference call."""
+
+    folder: Path
+
+    @property
+    def config(self) -> Path:
+        return self.folder / "config.yaml"
+
+    @property
+    def groups(self) -> Path:
+        return self.folder / "groups.jsonl"
+
+    @property
+    def groups_html(self) -> Path:
+        return self.folder / "groups.html"
+
+    @property
+    def process_log(self) -> Path:
+        return self.folder / "process.log"
+
+    @property
+    def server_log(self) -> Path:
+        return self.folder / "server.log"
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary sibling + rename: readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def append_jsonl(path: Path, row: dict[str, Any], *, fsync: bool = False) -> None:
+    """Append one JSON line (whole, newline-terminated: readers skip only a half-written tail)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
+        fh.flush()
+        if fsync:
+            os.fsync(fh.fileno())
+
+
+class JsonlWriter:
+    """An open JSONL file for a writer that appends often (the trainer's metrics)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+@dataclass
+class JsonlReader:
+    """Incremental, tolerant reader: each refresh parses only the bytes appended since the last.
+
+    A half-written last line is left for the next refresh, a line that is not a JSON object is
+    skipped, and a truncated or replaced file is read again from the start.
+    """
+
+    path: Path
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    _offset: int = 0
+    _inode: int | None = None
+
+    def refresh(self) -> list[dict[str, Any]]:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            self.rows, self._offset, self._inode = [], 0, None
+            return self.rows
+        if st.st_ino != self._inode or st.st_size < self._offset:
+            self.rows, self._offset, self._inode = [], 0, st.st_ino
+        if st.st_size == self._offset:
+            return self.rows
+        with open(self.path, "rb") as fh:
+            fh.seek(self._offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].splitlines():
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                log.warning("%s: skipping a line that is not JSON", self.path)
+                continue
+            if isinstance(row, dict):
+                self.rows.append(row)
+        self._offset += end
+        return self.rows
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete JSON-object line of `path` ([] when it does not exist)."""
+    return JsonlReader(path).refresh()
+
+
+# --- result.json -------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    """result.json, written once by the trainer when it ends."""
+
+    status: str  # an Outcome
+    steps: int
+    final_checkpoint: str | None
+    final_state: str | None
+    backend: str
+    wandb_url: str | None = None
+    error: str | None = None
+
+    def write(self, run_dir: Path) -> Path:
+        path = RunFiles(run_dir).result
+        atomic_write_text(path, json.dumps(asdict(self), indent=1) + "\n")
+        return path
+
+
+def read_result(run_dir: Path) -> dict[str, Any] | None:
+    """result.json, or None while the trainer has not written it (or wrote garbage)."""
+    try:
+        data = json.loads(RunFiles(run_dir).result.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# --- the checkpoint index ----------------------------------------------------------------------
+
+
+def record_checkpoint(run_dir: Path, run_name: str, kind: CheckpointKind, name: str, path: str, **extra: object) -> None:
+    """Append one entry to the index (local folders and tinker:// paths alike)."""
+    entry = {"kind": str(kind), "name": name, "path": path, "time": time.time(), **extra}
+    append_jsonl(RunFiles(run_dir).checkpoint_index(run_name), entry)
+
+
+def read_checkpoints(run_dir: Path, run_name: str) -> list[dict[str, Any]]:
+    """The index entries, oldest first."""
+    return read_jsonl(RunFiles(run_dir).checkpoint_index(run_name))
