@@ -8,7 +8,7 @@ per-rollout overrides {"correct", "turns", "tool_calls", "tool_errors"} the trai
 
 Porting a Hermes environment changes its imports only (docs/agentic-environments.md).
 Extras beyond Hermes: `execute_tool()` (an environment's own tools next to the sandbox ones),
-`is_correct()`, `max_turn_tokens`, and `evaluate_agent()` for a ready-made evaluate().
+`prepare_sandbox()` (a task's starting files), `is_correct()`, `max_turn_tokens`, and `evaluate_agent()` for a ready-made evaluate().
 """
 
 from __future__ import annotations
@@ -107,6 +107,9 @@ class HermesAgentBaseEnv(BaseEnv):
         """Run one tool call; override to serve tools of your own, else the sandbox's."""
         return await ctx.call(name, arguments)
 
+    async def prepare_sandbox(self, item: Item, ctx: ToolContext) -> None:
+        """Put the task's starting files in a rollout's fresh sandbox (default: nothing)."""
+
     async def _guarded_tool(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         async with self._tool_slots:
             try:
@@ -133,6 +136,7 @@ class HermesAgentBaseEnv(BaseEnv):
         tools, valid = self._current_group_tools or self._resolve_tools_for_group()
         async with open_sandbox(self.sandbox_config) as sandbox:
             ctx = ToolContext(sandbox)
+            await self.prepare_sandbox(item, ctx)
             loop_kwargs = dict(
                 tool_schemas=tools, valid_tool_names=valid, tokenizer=self.tokenizer,
                 tool_handler=lambda name, args: self._guarded_tool(name, args, ctx),

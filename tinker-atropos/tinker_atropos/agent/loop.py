@@ -154,6 +154,9 @@ class HermesAgentLoop:
             if self.max_tokens:
                 budget = min(budget, self.max_tokens)
             if budget < 1:
+                if turn == 0:
+                    logger.warning("the prompt (%d tokens, tool schemas included) leaves no room "
+                                   "under max_token_length=%d", len(trace), self.max_context)
                 result.stop_reason = "context"
                 return
             _, outs, lps, _ = await self.server.server.tokens_and_logprobs_completion(
