@@ -45,6 +45,9 @@ class BatchConversion:
       (its mean advantage over completion tokens).
     - `percent_correct`: the fraction of sequences whose `overrides[i]["correct"]` is true, among
       the sequences that report it; None when no sequence of the batch reports correctness.
+    - `agent_turns_mean` / `agent_tool_calls_mean` (per rollout) and `agent_tool_errors` (total):
+      from the `turns`, `tool_calls`, `tool_errors` keys of `overrides[i]` that agentic
+      environments report; None when no sequence of the batch reports them.
     - `num_sequences`: sequences received; `tokens`: tokens in the trained sequences.
     - `skipped_groups`: groups with all-zero advantages; `invalid_groups`: malformed groups
       (mismatched lengths), dropped with a warning so one bad group cannot end a run.
@@ -61,6 +64,9 @@ class BatchConversion:
     advantage_mean: float = 0.0
     advantage_std: float = 0.0
     percent_correct: float | None = None
+    agent_turns_mean: float | None = None
+    agent_tool_calls_mean: float | None = None
+    agent_tool_errors: int | None = None
     num_sequences: int = 0
     tokens: int = 0
     skipped_groups: int = 0
@@ -77,6 +83,7 @@ def groups_to_datums(groups: list[dict[str, Any]]) -> BatchConversion:
     scores_all: list[np.ndarray] = []
     seq_advantages: list[float] = []
     correct_flags: list[bool] = []
+    agent: dict[str, list[float]] = {"turns": [], "tool_calls": [], "tool_errors": []}
 
     for g_index, group in enumerate(groups):
         try:
@@ -89,6 +96,10 @@ def groups_to_datums(groups: list[dict[str, Any]]) -> BatchConversion:
         scores_all.append(scores)
         out.num_sequences += len(scores)
         correct_flags.extend(_correct_flags(group.get("overrides"), len(scores)))
+        for o in _per_item(group.get("overrides"), len(scores)):
+            for key, values in agent.items():
+                if isinstance(o.get(key), (int, float)):
+                    values.append(float(o[key]))
 
         built = [_sequence(row) for row in rows]
         if not any(b is not None and b.has_signal for b in built):
@@ -112,6 +123,12 @@ def groups_to_datums(groups: list[dict[str, Any]]) -> BatchConversion:
         out.advantage_mean, out.advantage_std = float(adv.mean()), float(adv.std())
     if correct_flags:
         out.percent_correct = float(np.mean(correct_flags))
+    if agent["turns"]:
+        out.agent_turns_mean = float(np.mean(agent["turns"]))
+    if agent["tool_calls"]:
+        out.agent_tool_calls_mean = float(np.mean(agent["tool_calls"]))
+    if agent["tool_errors"]:
+        out.agent_tool_errors = int(sum(agent["tool_errors"]))
     return out
 
 

@@ -31,6 +31,9 @@ class StepMetrics:
     - `logprob_drift`: mean |trainer logprob - sampler logprob| over completion tokens, i.e. how
       far the weights that produced the rollouts are from the weights being trained.
     - `checkpoint`: the sampler weights serving after this step (folder or tinker:// path).
+    - `agent_*`: from agentic environments' per-rollout overrides (batches.BatchConversion);
+      left out of the line when no sequence reports them. W&B gets them as `agent/turns_mean`, `agent/tool_calls_mean`,
+      `agent/tool_errors`.
     """
 
     step: int
@@ -48,6 +51,9 @@ class StepMetrics:
     tokens: int
     step_seconds: float
     checkpoint: str | None
+    agent_turns_mean: float | None = None
+    agent_tool_calls_mean: float | None = None
+    agent_tool_errors: int | None = None
 
 
 def wandb_mode(env: dict[str, str] | None = None) -> str:
@@ -109,11 +115,12 @@ class MetricsSink:
             self._wandb = None
 
     def log(self, metrics: StepMetrics) -> None:
-        record = asdict(metrics)
+        record = {k: v for k, v in asdict(metrics).items() if v is not None or not k.startswith("agent_")}
         self._file.write(record)
         if self._wandb is not None:
             try:
-                values = {k: v for k, v in record.items() if isinstance(v, (int, float))}
+                values = {k.replace("agent_", "agent/", 1): v for k, v in record.items()
+                          if isinstance(v, (int, float))}
                 self._wandb.log(values, step=metrics.step)
             except Exception as exc:  # noqa: BLE001
                 logger.warning("W&B log failed (%s); W&B switched off for this run", exc)

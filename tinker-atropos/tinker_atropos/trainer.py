@@ -194,6 +194,9 @@ class Trainer:
             tokens=conv.tokens,
             step_seconds=round(time.monotonic() - started, 4),
             checkpoint=self.checkpoint,
+            agent_turns_mean=conv.agent_turns_mean,
+            agent_tool_calls_mean=conv.agent_tool_calls_mean,
+            agent_tool_errors=conv.agent_tool_errors,
         )
         self.sink.log(metrics)
         logger.info(

@@ -16,6 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from tinker_atropos.agent.chat_format import ChatScaffold, openai_tool_calls
+from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.inference_server import engine
 from tinker_atropos.inference_server.engine import Generation, SampleSpec, SamplerLoop
 from tinker_atropos.inference_server.holder import SamplerHolder, SamplerNotReady
@@ -56,9 +58,8 @@ class _Codec:
     def stops(self, stop: str | list[str] | None, stop_token_ids: list[int] | None = None) -> tuple[str, ...] | None:
         return engine.normalize_stop(stop, stop_token_ids, self.piece, self.tok.eos_token)
 
-    def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
-        text = self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return list(self.tok.encode(text, add_special_tokens=False))
+    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        return ChatScaffold(self.tok, tools).prompt_tokens(messages)
 
     def cut_at_stop(self, gen: Generation, stops: tuple[str, ...]) -> tuple[str, Generation]:
         """OpenAI semantics: the text ends before the first stop string (tokens up to it)."""
@@ -173,7 +174,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
         req: ChatCompletionRequest = _parse(ChatCompletionRequest, body)
         if req.stream:
             raise BadRequest("stream is not supported")
-        prompt = codec.chat_prompt(req.messages)
+        prompt = codec.chat_prompt(req.messages, req.tools)
         stops = _string_stops(req.stop)
         max_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_CHAT_MAX_TOKENS
         spec = SampleSpec(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
@@ -183,9 +184,16 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
         for i, gen in enumerate(gens):
             text, gen = codec.cut_at_stop(gen, stops)
             kept.append(gen)
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            finish = gen.finish_reason
+            if req.tools:  # like vLLM's hermes tool parser: well-formed calls become tool_calls
+                parsed = parse_tool_calls(text)
+                if parsed.calls and not parsed.errors:
+                    message = {"role": "assistant", "content": parsed.content or None,
+                               "tool_calls": openai_tool_calls(parsed.calls)}
+                    finish = "tool_calls"
             choices.append({
-                "index": i, "finish_reason": gen.finish_reason,
-                "message": {"role": "assistant", "content": text},
+                "index": i, "finish_reason": finish, "message": message,
                 "logprobs": _chat_logprobs(gen, codec) if req.logprobs else None,
             })
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",

@@ -44,6 +44,7 @@ class ChatCompletionRequest(_Request):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0)
     stream: bool = False
+    tools: list[dict[str, Any]] | None = None  # hermes tool calls in the reply -> tool_calls
 
 
 class SglangSamplingParams(_Request):

@@ -1,0 +1,46 @@
+"""Agent-test fixtures: the real inference server (in a thread) over a sampler whose replies a
+test scripts per turn, so tool-call paths are exercised exactly through HTTP and atroposlib."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from agent_helpers import ScriptedSampler
+
+from tinker_atropos.models import ensure_model
+
+MODEL = "tiny-chat"
+
+
+@pytest.fixture(scope="session")
+def tiny_path() -> Path:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return ensure_model(MODEL)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_path: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_path))
+
+
+@pytest.fixture(scope="session")
+def scripted_server(tiny_tokenizer) -> Iterator[tuple[str, ScriptedSampler]]:
+    """(url, sampler) of a real inference server whose policy is a ScriptedSampler."""
+    from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
+
+    sampler = ScriptedSampler(tiny_tokenizer)
+    handle = serve_in_thread(build_app(SamplerHolder(sampler), MODEL, tiny_tokenizer), "127.0.0.1", 0)
+    yield handle.url, sampler
+    handle.stop()
+
+
+@pytest.fixture
+def scripted(scripted_server) -> Iterator[tuple[str, ScriptedSampler]]:
+    url, sampler = scripted_server
+    sampler.prompts.clear()
+    yield url, sampler

@@ -1,0 +1,96 @@
+"""The hermes tool-call parser: valid calls, prose around them, and every malformed shape."""
+
+from __future__ import annotations
+
+import pytest
+from tinker_atropos.agent.tool_calls import (
+    SUPPORTED_PARSERS,
+    ParsedReply,
+    ToolCall,
+    UnknownToolCallParser,
+    format_tool_call,
+    parse_tool_calls,
+)
+
+
+def test_several_calls_with_text_around() -> None:
+    text = (
+        "Let me look.\n<tool_call>\n"
+        '{"name": "terminal", "arguments": {"command": "ls"}}\n</tool_call>\nand\n'
+        '<tool_call>{"name": "read_file", "arguments": {"path": "a.txt", "limit": 5}}</tool_call> done'
+    )
+    parsed = parse_tool_calls(text)
+    assert [(c.name, c.arguments) for c in parsed.calls] == [
+        ("terminal", {"command": "ls"}),
+        ("read_file", {"path": "a.txt", "limit": 5}),
+    ]
+    assert parsed.errors == []
+    assert parsed.content == "Let me look.\n\nand\n done"
+    assert len({c.id for c in parsed.calls}) == 2 and all(
+        c.id.startswith("call_") for c in parsed.calls
+    )
+
+
+def test_plain_text_has_no_calls() -> None:
+    assert parse_tool_calls("The answer is 4.") == ParsedReply(
+        content="The answer is 4.", calls=[], errors=[]
+    )
+
+
+def test_malformed_blocks_become_errors_and_valid_ones_survive() -> None:
+    text = (
+        "<tool_call>{not json}</tool_call>"
+        '<tool_call>{"arguments": {}}</tool_call>'
+        '<tool_call>{"name": "terminal", "arguments": [1, 2]}</tool_call>'
+        '<tool_call>["terminal"]</tool_call>'
+        '<tool_call>{"name": "terminal", "arguments": {"command": "pwd"}}</tool_call>'
+    )
+    parsed = parse_tool_calls(text)
+    assert [c.arguments for c in parsed.calls] == [{"command": "pwd"}]
+    assert len(parsed.errors) == 4
+    assert "#1" in parsed.errors[0] and "invalid JSON" in parsed.errors[0]
+    assert '"name"' in parsed.errors[1]
+    assert "must be a JSON object" in parsed.errors[2] and "list" in parsed.errors[2]
+    assert "JSON object" in parsed.errors[3]
+
+
+def test_unclosed_tag_is_an_error_even_before_another_block() -> None:
+    parsed = parse_tool_calls(
+        '<tool_call>{"name": "terminal", "arguments": {"command": "ls"}}'
+    )
+    assert (
+        parsed.calls == []
+        and len(parsed.errors) == 1
+        and "unclosed" in parsed.errors[0]
+    )
+    parsed = parse_tool_calls(
+        '<tool_call>{"name": "a", "arguments": {}}\n<tool_call>{"name": "b", "arguments": {}}</tool_call>'
+    )
+    assert [c.name for c in parsed.calls] == ["b"] and "unclosed" in parsed.errors[0]
+
+
+def test_missing_or_string_encoded_arguments() -> None:
+    parsed = parse_tool_calls(
+        '<tool_call>{"name": "a"}</tool_call><tool_call>{"name": "b", "arguments": "{\\"x\\": 1}"}</tool_call>'
+    )
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("a", {}), ("b", {"x": 1})]
+
+
+def test_unknown_parser_lists_supported() -> None:
+    with pytest.raises(UnknownToolCallParser, match="hermes") as info:
+        parse_tool_calls("x", parser="mistral")
+    assert isinstance(info.value, ValueError) and SUPPORTED_PARSERS == ("hermes",)
+
+
+def test_format_round_trips() -> None:
+    call = ToolCall(
+        name="write_file", arguments={"path": "é.txt", "content": "a\nb"}, id="call_1"
+    )
+    text = format_tool_call(call)
+    assert (
+        text.startswith("<tool_call>\n")
+        and text.endswith("\n</tool_call>")
+        and "é" in text
+    )
+    (back,) = parse_tool_calls(text).calls
+    assert (back.name, back.arguments) == (call.name, call.arguments)

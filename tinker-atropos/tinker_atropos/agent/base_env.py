@@ -1,0 +1,282 @@
+"""HermesAgentBaseEnv: multi-turn tool-calling environments, with Hermes' subclass contract.
+
+A subclass implements `setup()`, `get_next_item()`, `format_prompt(item)`,
+`compute_reward(item, result, ctx)` and `evaluate()`; this class runs the agent loop for each
+rollout in its own sandbox, hands `compute_reward` a ToolContext on that still-open sandbox, and
+turns the group into a ScoredDataGroup: tokens, masks, sampler logprobs (phase 2), scores, and
+per-rollout overrides {"correct", "turns", "tool_calls", "tool_errors"} the trainer reports.
+
+Porting a Hermes environment changes its imports only (docs/agentic-environments.md).
+Extras beyond Hermes: `execute_tool()` (an environment's own tools next to the sandbox ones),
+`prepare_sandbox()` (a task's starting files), `is_correct()`, `max_turn_tokens`, and `evaluate_agent()` for a ready-made evaluate().
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from abc import abstractmethod
+from pathlib import Path
+from typing import Any, Optional
+
+from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.server_handling.openai_server import OpenAIServer
+from atroposlib.type_definitions import Item
+from pydantic import Field
+
+from tinker_atropos.agent.loop import AgentResult, HermesAgentLoop, tool_error
+from tinker_atropos.agent.sandbox import SandboxConfig, open_sandbox
+from tinker_atropos.agent.tool_calls import parse_tool_calls
+from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext, ToolResult, select_tools
+from tinker_atropos.agent.trajectory import format_trajectory
+
+logger = logging.getLogger(__name__)
+
+
+class HermesAgentEnvConfig(BaseEnvConfig):
+    """Hermes' agent settings (same names, same defaults) on top of BaseEnvConfig."""
+
+    enabled_toolsets: Optional[list[str]] = Field(
+        default=None, description="Toolsets to enable (e.g. ['terminal', 'file']); None: all.")
+    disabled_toolsets: Optional[list[str]] = Field(
+        default=None, description="Toolsets removed from enabled_toolsets.")
+    distribution: Optional[str] = Field(
+        default=None, description="Hermes toolset distribution name (sampled per group); not "
+        "available here: use enabled_toolsets.")
+    max_agent_turns: int = Field(
+        default=30, ge=1, description="Maximum LLM calls (tool-calling iterations) per rollout.")
+    system_prompt: Optional[str] = Field(
+        default=None, description="System prompt for the agent (tools are offered separately).")
+    agent_temperature: float = Field(
+        default=1.0, ge=0.0, description="Sampling temperature for agent rollouts.")
+    terminal_backend: str = Field(
+        default="local", description="Sandbox backend for tool calls: 'local' or 'docker'.")
+    terminal_timeout: int = Field(
+        default=120, ge=1, description="Per-command timeout in seconds for terminal tool calls.")
+    terminal_lifetime: int = Field(
+        default=3600, ge=1, description="Sandbox lifetime in seconds.")
+    dataset_name: Optional[str] = Field(
+        default=None, description="Dataset name or local path; optional if tasks are inline.")
+    dataset_split: str = Field(default="train", description="Dataset split to use.")
+    prompt_field: str = Field(default="prompt", description="Dataset field holding the prompt.")
+    tool_pool_size: int = Field(
+        default=128, ge=1, description="Tool calls allowed to run at once across all rollouts.")
+    tool_call_parser: str = Field(
+        default="hermes", description="Parser for tool calls in raw model text (phase 2, and "
+        "phase 1 servers that return no native tool_calls).")
+    extra_body: Optional[dict[str, Any]] = Field(
+        default=None, description="Extra body for chat.completions.create() (phase 1), e.g. "
+        "OpenRouter provider preferences.")
+    max_turn_tokens: Optional[int] = Field(
+        default=None, ge=1, description="Tokens sampled per assistant turn; None: the rest of "
+        "max_token_length.")
+
+
+class HermesAgentBaseEnv(BaseEnv):
+    """Abstract base of tool-calling environments (not an environment by itself)."""
+
+    name: Optional[str] = "hermes-agent"
+    env_config_cls = HermesAgentEnvConfig
+
+    def __init__(self, config: HermesAgentEnvConfig, server_configs: Any, slurm: bool = False,
+                 testing: bool = False) -> None:
+        super().__init__(config, server_configs, slurm, testing)
+        self.config: HermesAgentEnvConfig = config
+        parse_tool_calls("", config.tool_call_parser)  # an unknown parser fails here, listing the known
+        if config.distribution:
+            raise ValueError("distribution is not supported here: list toolsets in enabled_toolsets")
+        self.sandbox_config = SandboxConfig(
+            backend=config.terminal_backend, timeout_s=config.terminal_timeout,
+            lifetime_s=config.terminal_lifetime)
+        self._tool_slots = asyncio.Semaphore(config.tool_pool_size)
+        self._current_group_tools: Optional[tuple[list[dict[str, Any]], set[str]]] = None
+        self._tool_error_buffer: list[dict[str, Any]] = []
+        self._agent_stats: list[tuple[int, int, int]] = []  # (turns, tool calls, tool errors)
+
+    # --- tools ---------------------------------------------------------------------------
+
+    def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
+        """(tool schemas, valid names) offered to every rollout of a group."""
+        names = select_tools(self.config.enabled_toolsets, self.config.disabled_toolsets)
+        return [TOOL_SCHEMAS[n] for n in names], set(names)
+
+    async def execute_tool(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Run one tool call; override to serve tools of your own, else the sandbox's."""
+        return await ctx.call(name, arguments)
+
+    async def prepare_sandbox(self, item: Item, ctx: ToolContext) -> None:
+        """Put the task's starting files in a rollout's fresh sandbox (default: nothing)."""
+
+    async def _guarded_tool(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        async with self._tool_slots:
+            try:
+                return await self.execute_tool(name, arguments, ctx)
+            except Exception as exc:  # noqa: BLE001 - a tool failure is the model's feedback
+                return tool_error(f"{name}: {type(exc).__name__}: {exc}")
+
+    # --- rollouts ------------------------------------------------------------------------
+
+    def _use_managed_server(self) -> bool:
+        """Phase 2 (exact tokens) unless the server is an OpenAI chat endpoint (phase 1)."""
+        return bool(self.server.servers) and not isinstance(self.server.servers[0], OpenAIServer)
+
+    def initial_messages(self, item: Item) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        if self.config.system_prompt:
+            messages.append({"role": "system", "content": self.config.system_prompt})
+        messages.append({"role": "user", "content": self.format_prompt(item)})
+        return messages
+
+    async def rollout(self, item: Item, *, split: str = "train",
+                      temperature: Optional[float] = None) -> tuple[AgentResult, float]:
+        """One conversation in a fresh sandbox, scored while the sandbox is still open."""
+        tools, valid = self._current_group_tools or self._resolve_tools_for_group()
+        async with open_sandbox(self.sandbox_config) as sandbox:
+            ctx = ToolContext(sandbox)
+            await self.prepare_sandbox(item, ctx)
+            loop_kwargs = dict(
+                tool_schemas=tools, valid_tool_names=valid, tokenizer=self.tokenizer,
+                tool_handler=lambda name, args: self._guarded_tool(name, args, ctx),
+                max_turns=self.config.max_agent_turns, task_id=uuid.uuid4().hex,
+                temperature=self.config.agent_temperature if temperature is None else temperature,
+                max_tokens=self.config.max_turn_tokens, max_context=self.config.max_token_length,
+                tool_call_parser=self.config.tool_call_parser, extra_body=self.config.extra_body,
+                split=split,
+            )
+            if self._use_managed_server():
+                async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
+                    result = await HermesAgentLoop(server=managed, **loop_kwargs).run(self.initial_messages(item))
+            else:
+                result = await HermesAgentLoop(server=self.server, **loop_kwargs).run(self.initial_messages(item))
+            if result.turns_used == 0:
+                return result, 0.0  # nothing was produced: nothing to verify
+            try:
+                reward = float(await self.compute_reward(item, result, ctx))
+            except Exception as exc:  # noqa: BLE001 - a verifier bug scores 0, the run goes on
+                logger.error("compute_reward failed: %s", exc)
+                reward = 0.0
+        return result, reward
+
+    async def collect_trajectory(self, item: Item) -> tuple[Optional[dict[str, Any]], list[Item]]:
+        result, reward = await self.rollout(item)
+        for err in result.tool_errors:
+            self._tool_error_buffer.append({"turn": err.turn, "tool": err.tool_name,
+                                            "args": err.arguments[:150], "error": err.error[:300]})
+        self._agent_stats.append((result.turns_used, result.tool_calls, len(result.tool_errors)))
+        trace = result.trace
+        scored: dict[str, Any] = {
+            "tokens": trace.tokens, "masks": trace.masks, "scores": reward,
+            "inference_logprobs": trace.logprobs, "messages": _plain_messages(result.messages),
+            "overrides": {
+                "correct": bool(self.is_correct(item, result, reward)),
+                "turns": result.turns_used,
+                "tool_calls": result.tool_calls,
+                "tool_errors": len(result.tool_errors),
+            },
+        }
+        return scored, []
+
+    async def collect_trajectories(self, item: Item) -> tuple[Optional[ScoredDataGroup], list[Item]]:
+        """Tools resolved once per group, rollouts in parallel, one ScoredDataGroup (with the
+        sampler logprobs, which BaseEnv's default assembly would drop)."""
+        self._current_group_tools = self._resolve_tools_for_group()
+        results = await asyncio.gather(*(self.collect_trajectory(item) for _ in range(self.config.group_size)))
+        items = [r[0] for r in results if r[0] is not None]
+        if not items:
+            return None, []
+        group = ScoredDataGroup(
+            tokens=[s["tokens"] for s in items], masks=[s["masks"] for s in items],
+            scores=[s["scores"] for s in items], overrides=[s["overrides"] for s in items],
+            messages=[s["messages"] for s in items],
+        )
+        if all(s["inference_logprobs"] is not None for s in items):
+            group["inference_logprobs"] = [s["inference_logprobs"] for s in items]
+        return group, [b for r in results for b in r[1]]
+
+    def is_correct(self, item: Item, result: AgentResult, reward: float) -> bool:
+        """What percent_correct counts; override when full reward is not the criterion."""
+        return reward >= 1.0
+
+    # --- evaluation helper -----------------------------------------------------------------
+
+    async def evaluate_agent(self, items: list[Item], temperature: float = 0.0) -> dict[str, Any]:
+        """Roll out `items` (eval split), append one line to eval.jsonl, return it."""
+        gate = asyncio.Semaphore(max(1, self.config.max_eval_workers))
+        self._current_group_tools = self._resolve_tools_for_group()
+
+        async def one(item: Item) -> tuple[AgentResult, float, bool]:
+            async with gate:
+                result, reward = await self.rollout(item, split="eval", temperature=temperature)
+            return result, reward, self.is_correct(item, result, reward)
+
+        done = await asyncio.gather(*(one(i) for i in items))
+        n = max(len(done), 1)
+        record = {
+            "step": self.curr_step, "time": time.time(),
+            "eval_accuracy": sum(c for _, _, c in done) / n,
+            "eval_reward_mean": sum(r for _, r, _ in done) / n,
+            "eval_agent_turns_mean": sum(res.turns_used for res, _, _ in done) / n,
+            "num_items": len(done),
+        }
+        if self.config.data_dir_to_save_evals:
+            folder = Path(self.config.data_dir_to_save_evals)
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / "eval.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        return record
+
+    # --- logging -------------------------------------------------------------------------
+
+    async def add_rollouts_for_wandb(self, scored_data: Any, item: Item = None) -> None:
+        """Rollout tables show the formatted trajectory, tool calls included."""
+        keep = self.config.num_rollouts_per_group_for_logging
+        keep = self.config.group_size if keep == -1 else keep
+        messages = scored_data.get("messages") or []
+        rows = [(format_trajectory(messages[i]) if i < len(messages)
+                 else self.tokenizer.decode(scored_data["tokens"][i]), scored_data["scores"][i])
+                for i in range(min(keep, len(scored_data.get("scores", []))))]
+        self.rollouts_for_wandb.append(rows)
+        if len(self.rollouts_for_wandb) > self.config.num_rollouts_to_keep:
+            self.rollouts_for_wandb.pop(0)
+
+    async def wandb_log(self, wandb_metrics: Optional[dict[str, Any]] = None) -> None:
+        metrics = dict(wandb_metrics or {})
+        metrics["train/tool_errors_count"] = len(self._tool_error_buffer)
+        for err in self._tool_error_buffer:
+            logger.info("tool error [turn %s] %s(%s) -> %s", err["turn"], err["tool"], err["args"], err["error"])
+        if self._agent_stats:
+            n = len(self._agent_stats)
+            metrics["train/agent_turns_mean"] = sum(s[0] for s in self._agent_stats) / n
+            metrics["train/agent_tool_calls_mean"] = sum(s[1] for s in self._agent_stats) / n
+        self._tool_error_buffer, self._agent_stats = [], []
+        await super().wandb_log(metrics)
+
+    # --- what a subclass implements ----------------------------------------------------------
+
+    @abstractmethod
+    async def setup(self) -> None:
+        """Load the dataset, initialise state."""
+
+    @abstractmethod
+    async def get_next_item(self) -> Item:
+        """The next item to roll out (cycle through the dataset)."""
+
+    @abstractmethod
+    def format_prompt(self, item: Item) -> str:
+        """The user message that poses `item`."""
+
+    @abstractmethod
+    async def compute_reward(self, item: Item, result: AgentResult, ctx: ToolContext) -> float:
+        """Score the rollout; `ctx` runs tools in the rollout's own, still open, sandbox."""
+
+    @abstractmethod
+    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+        """Periodic evaluation (every steps_per_eval steps); `evaluate_agent()` does the work."""
+
+
+def _plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as run-api accepts them: role and a string content on every one."""
+    return [{**m, "content": m.get("content") or ""} for m in messages]
