@@ -31,7 +31,13 @@ LAYERS = [
     ("cli", ("rl_mcp.cli", "rl_mcp.demo", "rl_mcp.doctor", "rl_mcp.__main__")),
 ]
 # What the server process may import of the trainer's package: stdlib-only modules.
-SERVER_SAFE_TRAINER_MODULES = {"tinker_atropos.run_files", "tinker_atropos.models.paths"}
+SERVER_SAFE_TRAINER_MODULES = {
+    "tinker_atropos",
+    "tinker_atropos.agent",
+    "tinker_atropos.agent.trajectory",
+    "tinker_atropos.models.paths",
+    "tinker_atropos.run_files",
+}
 RUN_FILE_NAMES = {"metrics.jsonl", "eval.jsonl", "result.json", "checkpoints.jsonl", "config.yaml"}
 MAX_MODULE_LINES = 400
 

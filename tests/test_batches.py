@@ -61,10 +61,8 @@ def test_shift_alignment_and_group_mean_advantage():
 
 
 def test_zero_advantage_group_is_skipped_but_counted_in_rewards():
-    flat = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [0.7, 0.7],
-                  [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
-    live = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [1.0, 0.0],
-                  [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
+    flat = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [0.7, 0.7], [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
+    live = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [1.0, 0.0], [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
     out = groups_to_datums([flat, live])
     assert out.skipped_groups == 1
     assert len(out.datums) == 2
@@ -81,9 +79,13 @@ def test_everything_skipped_gives_no_datums():
 
 def test_set_advantage_to_zero_override_per_item_and_group():
     lps = [[1.0, -1.0, -1.0]] * 3
-    group = _group([[1, 2, 3], [1, 4, 5], [1, 6, 7]], [[P, 2, 3], [P, 4, 5], [P, 6, 7]],
-                   [3.0, 0.0, 0.0], lps,
-                   overrides=[{}, {"set_advantage_to_zero": True}, {"temperature": 0.7}])
+    group = _group(
+        [[1, 2, 3], [1, 4, 5], [1, 6, 7]],
+        [[P, 2, 3], [P, 4, 5], [P, 6, 7]],
+        [3.0, 0.0, 0.0],
+        lps,
+        overrides=[{}, {"set_advantage_to_zero": True}, {"temperature": 0.7}],
+    )
     out = groups_to_datums([group])
     # mean 1.0 -> advantages 2, -1, -1; the second is zeroed by its override
     assert [_arr(d, "advantages") for d in out.datums] == [[2.0, 2.0], [0.0, 0.0], [-1.0, -1.0]]
@@ -122,10 +124,15 @@ def test_multi_turn_mask_keeps_only_completion_targets():
 
 
 def test_ragged_lengths_across_groups():
-    g1 = _group([[1, 2, 3], [1, 2, 3, 4, 5, 6, 7]], [[P, P, 3], [P, P, 3, 4, 5, 6, 7]],
-                [0.0, 1.0], [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0, -1.0, -1.0, -1.0, -1.0]])
-    g2 = _group([[8] * 10, [8] * 4], [[P] * 9 + [8], [P, P, 8, 8]], [0.0, 2.0],
-                [[1.0] * 9 + [-0.5], [1.0, 1.0, -0.5, -0.5]])
+    g1 = _group(
+        [[1, 2, 3], [1, 2, 3, 4, 5, 6, 7]],
+        [[P, P, 3], [P, P, 3, 4, 5, 6, 7]],
+        [0.0, 1.0],
+        [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0, -1.0, -1.0, -1.0, -1.0]],
+    )
+    g2 = _group(
+        [[8] * 10, [8] * 4], [[P] * 9 + [8], [P, P, 8, 8]], [0.0, 2.0], [[1.0] * 9 + [-0.5], [1.0, 1.0, -0.5, -0.5]]
+    )
     out = groups_to_datums([g1, g2])
     assert [d.model_input.length for d in out.datums] == [2, 6, 9, 3]
     assert [len(_arr(d, "advantages")) for d in out.datums] == [2, 6, 9, 3]
@@ -146,8 +153,7 @@ def test_missing_inference_logprobs_are_reported_and_fillable():
 def test_malformed_group_is_dropped_not_fatal():
     bad = _group([[1, 2, 3], [1, 2]], [[P, P, 3], [P, P, 4]], [1.0, 0.0])
     short_scores = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [1.0])
-    good = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [1.0, 0.0],
-                  [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
+    good = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [1.0, 0.0], [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
     out = groups_to_datums([bad, short_scores, good])
     assert out.invalid_groups == 2
     assert len(out.datums) == 2
@@ -155,23 +161,30 @@ def test_malformed_group_is_dropped_not_fatal():
 
 
 def test_percent_correct_from_overrides():
-    group = _group([[1, 2, 3]] * 4, [[P, P, 3]] * 4, [1.0, 0.0, 0.0, 1.0],
-                   [[1.0, 1.0, -1.0]] * 4,
-                   overrides=[{"correct": True}, {"correct": False}, {}, {"correct": True}])
+    group = _group(
+        [[1, 2, 3]] * 4,
+        [[P, P, 3]] * 4,
+        [1.0, 0.0, 0.0, 1.0],
+        [[1.0, 1.0, -1.0]] * 4,
+        overrides=[{"correct": True}, {"correct": False}, {}, {"correct": True}],
+    )
     assert groups_to_datums([group]).percent_correct == pytest.approx(2 / 3)
 
 
 def test_single_token_sequence_has_no_target_and_is_dropped():
-    group = _group([[1], [1, 2, 3], [1, 2, 4]], [[P], [P, P, 3], [P, P, 4]], [0.0, 3.0, 0.0],
-                   [[1.0], [1.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
+    group = _group(
+        [[1], [1, 2, 3], [1, 2, 4]],
+        [[P], [P, P, 3], [P, P, 4]],
+        [0.0, 3.0, 0.0],
+        [[1.0], [1.0, 1.0, -1.0], [1.0, 1.0, -1.0]],
+    )
     out = groups_to_datums([group])
     assert len(out.datums) == 2
     assert [_arr(d, "advantages") for d in out.datums] == [[0.0, 2.0], [0.0, -1.0]]
 
 
 def test_loss_inputs_per_loss_fn():
-    group = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [1.0, 0.0],
-                   [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
+    group = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [1.0, 0.0], [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
     datums = groups_to_datums([group]).datums
     assert for_loss(datums, "importance_sampling") is datums
     assert set(datums[0].loss_fn_inputs) == {"target_tokens", "logprobs", "advantages"}

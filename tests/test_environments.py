@@ -112,8 +112,9 @@ def inference_url():
     from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
 
     base = load_base_model("tiny-chat", "cpu")
-    handle = serve_in_thread(build_app(SamplerHolder(create_sampler(base)), "tiny-chat", base.tokenizer),
-                             "127.0.0.1", 0)
+    handle = serve_in_thread(
+        build_app(SamplerHolder(create_sampler(base)), "tiny-chat", base.tokenizer), "127.0.0.1", 0
+    )
     yield handle.url
     handle.stop()
 
@@ -171,8 +172,16 @@ async def test_gsm8k_offline_uses_generated_problems_and_scores_replies(
     from tinker_atropos.environments.gsm8k_tinker import Gsm8kTinkerEnv
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    env = _env(Gsm8kTinkerEnv, inference_url, tmp_path, group_size=2, max_completion_tokens=16,
-               eval_size=2, hf_timeout=15, num_generated=50)
+    env = _env(
+        Gsm8kTinkerEnv,
+        inference_url,
+        tmp_path,
+        group_size=2,
+        max_completion_tokens=16,
+        eval_size=2,
+        hf_timeout=15,
+        num_generated=50,
+    )
     try:
         await env.setup()
         assert [t.prompt for t in env.train_tasks] == [p.question for p in generate_problems(50, 0)]
@@ -207,5 +216,6 @@ async def test_openai_only_endpoint_is_scored_from_reply_text(inference_url, tmp
         reply = [t for t, m in zip(tokens, masks) if m != -100]
         assert tokens[: len(tokens) - len(reply)] == env.tokenizer.encode(
             env.tokenizer.apply_chat_template(env.messages(item), tokenize=False, add_generation_prompt=True),
-            add_special_tokens=False)
+            add_special_tokens=False,
+        )
         assert score == pytest.approx(env.score(item, env.tokenizer.decode(reply)).reward)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,11 +71,7 @@ async def test_hermes_config_starts_a_working_server(tmp_path: Path) -> None:
     assert servers["rl_http"]["url"].endswith("/mcp")
 
     # As the config's comment says: drop the key lines you have no key for.
-    env = {
-        k: _resolve_placeholders(v, tmp_path)
-        for k, v in entry["env"].items()
-        if k not in SECRET_NAMES
-    }
+    env = {k: _resolve_placeholders(v, tmp_path) for k, v in entry["env"].items() if k not in SECRET_NAMES}
     names = await _environment_names(_resolve_placeholders(entry["command"], tmp_path), entry["args"], env)
     assert "word_shout" in names
     assert (tmp_path / ".rl-mcp").is_dir()

@@ -77,8 +77,12 @@ def http(served) -> Iterator[httpx.Client]:
 
 def manager(url: str, server_type: str) -> ServerManager:
     cfg = APIServerConfig(
-        model_name=MODEL, base_url=f"{url}/v1", api_key="local", server_type=server_type,
-        tokenizer_name=str(ensure_model(MODEL)), timeout=60,
+        model_name=MODEL,
+        base_url=f"{url}/v1",
+        api_key="local",
+        server_type=server_type,
+        tokenizer_name=str(ensure_model(MODEL)),
+        timeout=60,
     )
     return ServerManager([cfg])
 
@@ -112,7 +116,7 @@ async def test_server_manager_tokens_and_logprobs(served, http, server_type: str
         assert 1 <= len(out) <= 6 and len(lp) == len(out)
         assert (reason["type"] if isinstance(reason, dict) else reason) in ("stop", "length")
         # The logprobs the sampler reported are the model's: a fresh forward pass agrees.
-        again = recomputed(http, prompt_tokens + out)[len(prompt_tokens):]
+        again = recomputed(http, prompt_tokens + out)[len(prompt_tokens) :]
         assert again == pytest.approx(lp, abs=1e-4)
 
 
@@ -187,11 +191,13 @@ def test_openai_client_completions_with_logprobs_and_seed(served) -> None:
 def test_openai_client_chat_with_logprobs_stop_and_greedy(served) -> None:
     client = openai.OpenAI(base_url=f"{served[1].url}/v1", api_key="local")
     msgs = [{"role": "user", "content": "Say something."}]
-    greedy = [client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=10, temperature=0.0)
-              for _ in range(2)]
+    greedy = [
+        client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=10, temperature=0.0) for _ in range(2)
+    ]
     assert greedy[0].choices[0].message.content == greedy[1].choices[0].message.content
-    full = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=10, temperature=0.0,
-                                          logprobs=True, top_logprobs=1)
+    full = client.chat.completions.create(
+        model=MODEL, messages=msgs, max_tokens=10, temperature=0.0, logprobs=True, top_logprobs=1
+    )
     content = full.choices[0].logprobs.content
     assert len(content) == full.usage.completion_tokens
     text = full.choices[0].message.content
@@ -203,8 +209,14 @@ def test_openai_client_chat_with_logprobs_stop_and_greedy(served) -> None:
 
 
 def test_raw_sglang_and_vllm_generate_shapes(http) -> None:
-    sg = http.post("/generate", json={"input_ids": [[97, 98], [99, 100, 101]], "return_logprob": True,
-                                      "sampling_params": {"max_new_tokens": 3, "n": 2, "temperature": 1.0}})
+    sg = http.post(
+        "/generate",
+        json={
+            "input_ids": [[97, 98], [99, 100, 101]],
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 3, "n": 2, "temperature": 1.0},
+        },
+    )
     assert sg.status_code == 200 and len(sg.json()) == 4
     meta = sg.json()[2]["meta_info"]
     assert meta["prompt_tokens"] == 3 and meta["finish_reason"]["type"] in ("stop", "length")
@@ -302,8 +314,15 @@ def standalone_config(tmp_path: Path, port: int, api: int) -> Path:
     config = {
         "env": {"tokenizer_name": str(ensure_model(MODEL))},
         "openai": [{"model_name": MODEL, "base_url": f"http://127.0.0.1:{port}/v1", "server_type": "sglang"}],
-        "tinker": {"backend": "local", "base_model": MODEL, "total_steps": 1, "device": "cpu",
-                   "api_url": f"http://127.0.0.1:{api}", "inference_port": port, "run_dir": str(tmp_path)},
+        "tinker": {
+            "backend": "local",
+            "base_model": MODEL,
+            "total_steps": 1,
+            "device": "cpu",
+            "api_url": f"http://127.0.0.1:{api}",
+            "inference_port": port,
+            "run_dir": str(tmp_path),
+        },
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -313,7 +332,10 @@ def standalone_config(tmp_path: Path, port: int, api: int) -> Path:
 def standalone(config: Path, log: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tinker_atropos.inference_server", "--config", str(config), *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("wb"), start_new_session=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=log.open("wb"),
+        start_new_session=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
 
@@ -333,8 +355,11 @@ def test_standalone_serves_the_base_model_and_exits_cleanly_on_sigterm(tmp_path:
                 pass
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
-        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=30, json={
-            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+        reply = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            timeout=30,
+            json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        )
         assert reply.status_code == 200 and reply.json()["model"] == MODEL
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0

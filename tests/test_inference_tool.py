@@ -23,6 +23,7 @@ import pytest
 import yaml
 from mcp import Client
 
+from rl_mcp.inference.scores import read_groups, summarize
 from rl_mcp.inference.target import (
     OPENROUTER_BASE_URL,
     OPENROUTER_MODELS,
@@ -30,7 +31,6 @@ from rl_mcp.inference.target import (
     child_env,
     resolve_target,
 )
-from rl_mcp.inference.scores import read_groups, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_CONFIG = ROOT / "tinker-atropos" / "configs" / "local.yaml"
@@ -67,6 +67,7 @@ def test_summary_uses_the_environments_verdict_when_given_else_positive_score():
 
 def test_samples_are_best_and_worst_with_prompt_and_reply_truncated():
     long_reply = "x" * 1000
+
     def conv(reply: str) -> list[dict]:
         return [{"role": "user", "content": "Repeat a"}, {"role": "assistant", "content": reply}]
 
@@ -112,16 +113,27 @@ def test_only_complete_lines_are_read(tmp_path: Path):
 def test_targets_follow_the_keys_present_and_the_arguments():
     local = resolve_target(models=None, base_url=None, api_key_env=None, environ={}, local_model="tiny-chat")
     assert (local.kind, local.models, local.server_type, local.key_env) == ("local", ("tiny-chat",), "sglang", None)
-    router = resolve_target(models=None, base_url=None, api_key_env=None,
-                            environ={"OPENROUTER_API_KEY": SENTINEL}, local_model="tiny-chat")
+    router = resolve_target(
+        models=None, base_url=None, api_key_env=None, environ={"OPENROUTER_API_KEY": SENTINEL}, local_model="tiny-chat"
+    )
     assert (router.kind, router.base_url, router.models) == ("openrouter", OPENROUTER_BASE_URL, OPENROUTER_MODELS)
     assert router.key_env == "OPENROUTER_API_KEY" and router.server_type == "openai"
-    chosen = resolve_target(models=[" a/b ", "a/b", "c"], base_url=None, api_key_env=None,
-                            environ={"OPENROUTER_API_KEY": SENTINEL}, local_model="tiny-chat")
+    chosen = resolve_target(
+        models=[" a/b ", "a/b", "c"],
+        base_url=None,
+        api_key_env=None,
+        environ={"OPENROUTER_API_KEY": SENTINEL},
+        local_model="tiny-chat",
+    )
     assert chosen.models == ("a/b", "c")
     # A base_url never receives the OpenRouter key unless its variable is named.
-    custom = resolve_target(models=["m"], base_url="http://h:8000/v1/", api_key_env=None,
-                            environ={"OPENROUTER_API_KEY": SENTINEL}, local_model="tiny-chat")
+    custom = resolve_target(
+        models=["m"],
+        base_url="http://h:8000/v1/",
+        api_key_env=None,
+        environ={"OPENROUTER_API_KEY": SENTINEL},
+        local_model="tiny-chat",
+    )
     assert (custom.kind, custom.base_url, custom.key_env) == ("openai_compatible", "http://h:8000/v1", None)
 
 
@@ -145,10 +157,17 @@ def test_bad_target_arguments_say_what_to_do(kwargs, message):
 
 
 def test_children_get_the_one_key_as_openai_api_key_and_no_other():
-    environ = {"OPENROUTER_API_KEY": SENTINEL, "TINKER_API_KEY": "tml-x", "OPENAI_API_KEY": "sk-real",
-               "OPENAI_ADMIN_KEY": "adm", "MY_KEY": "k-123", "PATH": "/bin"}
-    target = resolve_target(models=["m"], base_url="http://h/v1", api_key_env="MY_KEY", environ=environ,
-                            local_model="x")
+    environ = {
+        "OPENROUTER_API_KEY": SENTINEL,
+        "TINKER_API_KEY": "tml-x",
+        "OPENAI_API_KEY": "sk-real",
+        "OPENAI_ADMIN_KEY": "adm",
+        "MY_KEY": "k-123",
+        "PATH": "/bin",
+    }
+    target = resolve_target(
+        models=["m"], base_url="http://h/v1", api_key_env="MY_KEY", environ=environ, local_model="x"
+    )
     env = child_env(environ, target)
     assert env["OPENAI_API_KEY"] == "k-123" and "MY_KEY" not in env
     assert not {"OPENROUTER_API_KEY", "TINKER_API_KEY", "OPENAI_ADMIN_KEY"} & set(env)
@@ -160,6 +179,7 @@ def test_children_get_the_one_key_as_openai_api_key_and_no_other():
 
 
 # --- real runs through the MCP server ------------------------------------------------------------
+
 
 def our_processes(marker: str) -> list[psutil.Process]:
     """Live processes whose command line mentions `marker` (a test's private folder)."""
@@ -246,8 +266,17 @@ def inference_server(tmp_path_factory: pytest.TempPathFactory):
     """The local backend's standalone inference server as a real process: an OpenAI-compatible
     endpoint to test the base_url path against."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    folder = subprocess.run([sys.executable, "-m", "tinker_atropos.models", "ensure", "tiny-chat"], env=env,
-                            check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    folder = (
+        subprocess.run(
+            [sys.executable, "-m", "tinker_atropos.models", "ensure", "tiny-chat"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     work = tmp_path_factory.mktemp("inference-server")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -301,8 +330,17 @@ async def test_a_key_travels_only_by_environment_variable(mcp_app, rl_home, infe
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch)
             # Two names for the one served model: two environment processes, side by side.
-            res = await call(client, {"num_steps": 1, "group_size": 2, "models": ["tiny-chat", "tiny-chat-2"],
-                                      "base_url": inference_server, "api_key_env": "RLMCP_TEST_KEY", "timeout_s": 240})
+            res = await call(
+                client,
+                {
+                    "num_steps": 1,
+                    "group_size": 2,
+                    "models": ["tiny-chat", "tiny-chat-2"],
+                    "base_url": inference_server,
+                    "api_key_env": "RLMCP_TEST_KEY",
+                    "timeout_s": 240,
+                },
+            )
             tg.cancel_scope.cancel()
     assert not res.is_error, res.content
     answer = res.structured_content

@@ -12,18 +12,25 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tinker import types  # noqa: E402
+from tinker import types
 
-from tinker_atropos.backends.factory import BackendUnavailable, create_base_sampler, create_training_backend  # noqa: E402
-from tinker_atropos.backends.local import LocalTrainingClient, create_sampler, load_base_model  # noqa: E402
-from tinker_atropos.config import parse_run_config  # noqa: E402
+from tinker_atropos.backends.factory import BackendUnavailable, create_base_sampler, create_training_backend
+from tinker_atropos.backends.local import LocalTrainingClient, create_sampler, load_base_model
+from tinker_atropos.config import parse_run_config
 
 PROMPT = "<|im_start|>user\nRepeat the letter b.<|im_end|>\n<|im_start|>assistant\n"
 
 
 def _cfg(run_dir: Path, **tinker: object):
-    base = {"total_steps": 2, "api_url": "http://127.0.0.1:1", "inference_port": 2, "run_dir": str(run_dir),
-            "run_name": "t", "lora_rank": 4, "device": "cpu"}
+    base = {
+        "total_steps": 2,
+        "api_url": "http://127.0.0.1:1",
+        "inference_port": 2,
+        "run_dir": str(run_dir),
+        "run_name": "t",
+        "lora_rank": 4,
+        "device": "cpu",
+    }
     return parse_run_config({"tinker": {**base, **tinker}})
 
 
@@ -105,9 +112,14 @@ def test_ppo_clips_the_ratio(client, base) -> None:
     # Sampler logprobs far below the trainer's: ratio >> 1.2; positive advantages get clipped.
     lp = [_direct_logprobs(client.model, d).detach() for d in data]
     clipped = [
-        types.Datum(model_input=d.model_input, loss_fn_inputs={
-            "target_tokens": d.loss_fn_inputs["target_tokens"], "logprobs": x - 1.0,
-            "advantages": torch.ones_like(x)})
+        types.Datum(
+            model_input=d.model_input,
+            loss_fn_inputs={
+                "target_tokens": d.loss_fn_inputs["target_tokens"],
+                "logprobs": x - 1.0,
+                "advantages": torch.ones_like(x),
+            },
+        )
         for d, x in zip(data, lp)
     ]
     out = client.forward_backward(clipped, "ppo")
@@ -123,7 +135,12 @@ def test_ppo_clips_the_ratio(client, base) -> None:
     out = client.forward_backward(unclipped, "ppo")
     ratio = torch.exp(torch.tensor(1.0))
     for o in out.loss_fn_outputs:
-        torch.testing.assert_close(o["elementwise_loss"].to_torch(), torch.full_like(o["logprobs"].to_torch(), ratio.item()), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            o["elementwise_loss"].to_torch(),
+            torch.full_like(o["logprobs"].to_torch(), ratio.item()),
+            rtol=1e-4,
+            atol=1e-4,
+        )
     assert any(p.grad.abs().max() > 0 for p in client.params)
 
 
@@ -132,8 +149,10 @@ def test_cross_entropy_honours_weights_and_learns(client, base) -> None:
     n_prompt = len(base.tokenizer.encode(PROMPT))
     weights = torch.zeros(len(tokens) - 1)
     weights[n_prompt - 1 :] = 1.0
-    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
-                        loss_fn_inputs={"target_tokens": torch.tensor(tokens[1:]), "weights": weights})
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": torch.tensor(tokens[1:]), "weights": weights},
+    )
     losses = []
     for _ in range(15):
         out = client.forward_backward([datum], "cross_entropy")
@@ -179,13 +198,23 @@ def test_microbatches_sum_to_the_whole_batch(client, base, monkeypatch: pytest.M
 
 def test_malformed_datum_is_rejected_before_any_gradient(client, base) -> None:
     good = _batch(base, k=2)
-    bad = types.Datum(model_input=good[0].model_input,
-                      loss_fn_inputs={**good[0].loss_fn_inputs, "advantages": torch.zeros(3)})
-    with pytest.raises(ValueError, match=r"datum 2: loss_fn_inputs \['advantages'\] must have one entry per input token"):
+    bad = types.Datum(
+        model_input=good[0].model_input, loss_fn_inputs={**good[0].loss_fn_inputs, "advantages": torch.zeros(3)}
+    )
+    with pytest.raises(
+        ValueError, match=r"datum 2: loss_fn_inputs \['advantages'\] must have one entry per input token"
+    ):
         client.forward_backward([*good, bad], "importance_sampling")
     with pytest.raises(ValueError, match=r"datum 0: loss_fn 'ppo' needs loss_fn_inputs \['logprobs', 'advantages'\]"):
-        client.forward_backward([types.Datum(model_input=good[0].model_input,
-                                             loss_fn_inputs={"target_tokens": good[0].loss_fn_inputs["target_tokens"]})], "ppo")
+        client.forward_backward(
+            [
+                types.Datum(
+                    model_input=good[0].model_input,
+                    loss_fn_inputs={"target_tokens": good[0].loss_fn_inputs["target_tokens"]},
+                )
+            ],
+            "ppo",
+        )
     with pytest.raises(ValueError, match="not supported locally"):
         client.forward_backward(good, "dro")
     assert all(p.grad is None for p in client.params)
@@ -212,7 +241,9 @@ def test_save_state_and_resume_reproduce_logits_and_optimizer(client, base, tmp_
         c.optim_step(types.AdamParams(learning_rate=1e-3))
     for a, b in zip(client.params, resumed.params):
         assert torch.equal(a, b)
-    index = [json.loads(line) for line in (tmp_path / "checkpoints" / "t" / "checkpoints.jsonl").read_text().splitlines()]
+    index = [
+        json.loads(line) for line in (tmp_path / "checkpoints" / "t" / "checkpoints.jsonl").read_text().splitlines()
+    ]
     assert index[0]["kind"] == "weights" and index[0]["path"] == path and index[0]["step"] == 2
 
 
@@ -221,11 +252,21 @@ def test_sampler_from_saved_weights_matches_trainer(client, base) -> None:
     assert Path(path, "adapter_model.safetensors").exists() and Path(path).parent.name == "sampler_weights"
     sampler = asyncio.run(client.create_sampling_client_async(path))
     prompt = base.tokenizer.encode(PROMPT)
-    res = asyncio.run(sampler.sample_async(types.ModelInput.from_ints(prompt), 4,
-                                           types.SamplingParams(max_tokens=12, seed=3, stop=[])))
-    data = [types.Datum(model_input=types.ModelInput.from_ints(prompt + s.tokens[:-1]),
-                        loss_fn_inputs={"target_tokens": prompt[1:] + s.tokens, "weights": [0.0] * (len(prompt) + len(s.tokens) - 1)})
-            for s in res.sequences]
+    res = asyncio.run(
+        sampler.sample_async(
+            types.ModelInput.from_ints(prompt), 4, types.SamplingParams(max_tokens=12, seed=3, stop=[])
+        )
+    )
+    data = [
+        types.Datum(
+            model_input=types.ModelInput.from_ints(prompt + s.tokens[:-1]),
+            loss_fn_inputs={
+                "target_tokens": prompt[1:] + s.tokens,
+                "weights": [0.0] * (len(prompt) + len(s.tokens) - 1),
+            },
+        )
+        for s in res.sequences
+    ]
     out = client.forward_backward(data, "cross_entropy")
     for s, o in zip(res.sequences, out.loss_fn_outputs):
         trainer_lp = o["logprobs"].to_numpy()[len(prompt) - 1 :]
@@ -252,7 +293,7 @@ def test_sampling_params(base) -> None:
     top_k = sample(8, max_tokens=16, top_k=3, seed=5, stop=[]).sequences  # only top-3 tokens
     ids = base.tokenizer.encode(PROMPT)
     for s in top_k:
-        full = sampler.compute_logprobs(types.ModelInput.from_ints(ids + s.tokens))[len(ids):]
+        full = sampler.compute_logprobs(types.ModelInput.from_ints(ids + s.tokens))[len(ids) :]
         assert abs(torch.tensor(full) - torch.tensor(s.logprobs)).max() < 1e-4  # reported = model logprobs
 
     # Stop token ids: the sample ends at (and keeps) the first stop token.

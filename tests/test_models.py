@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tinker_atropos.models import ensure_model, model_dir, model_ref, resolve_model  # noqa: E402
+from tinker_atropos.models import ensure_model, model_dir, model_ref, resolve_model
 
 
 @pytest.fixture()
@@ -73,7 +73,10 @@ def test_tokenizer_and_model_load_with_transformers() -> None:
     assert tok.eos_token == "<|im_end|>" and tok.eos_token_id is not None and tok.pad_token_id is not None
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi."}]
     prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        prompt
+        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
+    )
     encoded = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)["input_ids"]
     assert encoded == tok.encode(prompt) and tok.eos_token_id in encoded
 
@@ -98,8 +101,9 @@ def test_smollm2_from_the_wheel_is_a_plain_model_folder() -> None:
 
     folder = ensure_model("smollm2-135m")  # the default cache: a 0.5 GB build is done once
     tok = AutoTokenizer.from_pretrained(folder)
-    ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                  add_generation_prompt=True, tokenize=True)["input_ids"]
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=True
+    )["input_ids"]
     model = AutoModelForCausalLM.from_pretrained(folder)
     out = model.generate(input_ids=__import__("torch").tensor([ids]), max_new_tokens=8, do_sample=False)
-    assert "Paris" in tok.decode(out[0, len(ids):])
+    assert "Paris" in tok.decode(out[0, len(ids) :])

@@ -56,8 +56,13 @@ def seed_finished_run(home: Path, run_id: str, steps: int = 3) -> Path:
     now = time.time()
     processes = {
         name: ProcessRecord(
-            pid=2**22 - i, create_time=now - 55, argv=[name], log_path=str(run_dir / "logs" / f"{name}.log"),
-            started_at=now - 55, exit_code=0, ended_at=now - 5,
+            pid=2**22 - i,
+            create_time=now - 55,
+            argv=[name],
+            log_path=str(run_dir / "logs" / f"{name}.log"),
+            started_at=now - 55,
+            exit_code=0,
+            ended_at=now - 5,
         )
         for i, name in enumerate(("api", "trainer", "env"))
     }
@@ -201,7 +206,7 @@ async def test_deleted_log_file_is_reported_and_other_logs_are_unaffected(rl_hom
         try:
             missing = await client.read_resource("rl://runs/run-a/logs/trainer")
             body = "\n".join(getattr(c, "text", "") for c in missing.contents)
-        except Exception as exc:  # noqa: BLE001 - a resource error is a fine answer if it says why
+        except Exception as exc:
             body = str(exc)
         assert "trainer.log" in body and any(w in body for w in ("missing", "deleted", "no log", "not found")), body
         other = await client.read_resource("rl://runs/run-b/logs/trainer")

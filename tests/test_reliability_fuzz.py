@@ -198,7 +198,10 @@ def test_fuzz_every_tool_with_nothing_selected(served: Served, tool: str) -> Non
 
 def test_fuzz_unknown_tools(served: Served) -> None:
     @settings(FUZZ, max_examples=40)
-    @given(name=st.text(max_size=30).filter(lambda n: n not in TOOLS), args=st.dictionaries(st.text(max_size=5), json_values, max_size=2))
+    @given(
+        name=st.text(max_size=30).filter(lambda n: n not in TOOLS),
+        args=st.dictionaries(st.text(max_size=5), json_values, max_size=2),
+    )
     def fuzz(name: str, args: dict[str, Any]) -> None:
         served.call(name, args)
 

@@ -81,7 +81,7 @@ async def test_200_concurrent_calls_over_streamable_http(rl_mcp_process) -> None
         try:
             check(await client.call_tool(tool, args))
             answered.append(f"{client_no}/{call_no}")
-        except Exception as exc:  # noqa: BLE001 - collect every failure, report them together
+        except Exception as exc:
             failures.append(f"{tool}({args}): {type(exc).__name__}: {exc}")
 
     async def session(client_no: int, ready: Callable[[], Awaitable[None]], go: anyio.Event) -> None:

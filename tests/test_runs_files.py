@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from rl_mcp.logs import ChangeWatcher, tail_lines
 from rl_mcp.mcp_api import run_views as views
-from rl_mcp.runs.metrics import MetricsCache, downsample, eta_seconds, latest_metrics, wandb_url_from_log
 from rl_mcp.plots import reward_loss_png
+from rl_mcp.runs.metrics import MetricsCache, downsample, eta_seconds, latest_metrics, wandb_url_from_log
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import JsonlReader, read_result
 
@@ -129,9 +129,18 @@ def test_status_explains_a_run_whose_environment_drops_every_group(tmp_path: Pat
     env_log.write_text("Registered with the API\n")
     now = time.time()
     rec = RunRecord(
-        run_id="r", environment="gsm8k_tinker", profile="local", status="running", run_dir=str(tmp_path),
-        config_path=str(tmp_path / "config.yaml"), run_name="r", total_steps=5, api_port=1, inference_port=2,
-        created_at=now - 90, running_at=now - 80,
+        run_id="r",
+        environment="gsm8k_tinker",
+        profile="local",
+        status="running",
+        run_dir=str(tmp_path),
+        config_path=str(tmp_path / "config.yaml"),
+        run_name="r",
+        total_steps=5,
+        api_port=1,
+        inference_port=2,
+        created_at=now - 90,
+        running_at=now - 80,
     )
     cache = MetricsCache()
     assert "Training is under way" in views.status(rec, {}, cache, min_interval_s=0).next_step

@@ -11,9 +11,9 @@ generations. Runs are shared between assertions to keep the file inside its time
 from __future__ import annotations
 
 import base64
-import subprocess
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -28,8 +28,8 @@ from mcp import Client
 from mcp_types import ResourceListChangedNotification, ResourceUpdatedNotification
 
 from rl_mcp.app import AppContext, open_app
-from rl_mcp.runs.store import ProcessRecord, RunRecord, RunStore
 from rl_mcp.mcp_api.server import build_server
+from rl_mcp.runs.store import ProcessRecord, RunRecord, RunStore
 from rl_mcp.settings import Settings
 
 pytestmark = [
@@ -88,7 +88,9 @@ async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
     return result.structured_content or {}
 
 
-async def wait_status(client: Client, run_id: str, wanted: set[str], timeout: float, poll: float = 0.5) -> dict[str, Any]:
+async def wait_status(
+    client: Client, run_id: str, wanted: set[str], timeout: float, poll: float = 0.5
+) -> dict[str, Any]:
     with anyio.fail_after(timeout):
         while True:
             status = await call(client, "rl_check_status", run_id=run_id)
@@ -228,7 +230,10 @@ async def test_runs_end_to_end(tmp_path: Path) -> None:
             assert len(images) == 1 and base64.b64decode(images[0].data).startswith(b"\x89PNG")
 
             listing = await call(client, "rl_list_runs")
-            assert {r["run_id"]: r["status"] for r in listing["runs"]} == {a["run_id"]: "completed", b["run_id"]: "failed"}
+            assert {r["run_id"]: r["status"] for r in listing["runs"]} == {
+                a["run_id"]: "completed",
+                b["run_id"]: "failed",
+            }
             assert [r["run_id"] for r in (await call(client, "rl_list_runs", status="failed"))["runs"]] == [b["run_id"]]
 
             log_text = (await client.read_resource(trainer_log_uri)).contents[0].text  # type: ignore[union-attr]
@@ -266,11 +271,28 @@ def _adoptable(home: Path, run_id: str, trainer: subprocess.Popen[bytes], **extr
     (run_dir / "config.yaml").write_text(f"tinker: {{run_name: {run_id}}}\n")
     create_time = psutil.Process(trainer.pid).create_time()
     return RunRecord(
-        run_id=run_id, environment="letter_repeat", profile="local", status="running",
-        run_dir=str(run_dir), config_path=str(run_dir / "config.yaml"), run_name=run_id,
-        total_steps=10, api_port=1, inference_port=2, created_at=time.time(), running_at=time.time(),
-        processes={"trainer": ProcessRecord(pid=trainer.pid, create_time=create_time, argv=["x"],
-                                            log_path=str(run_dir / "logs" / "trainer.log"), started_at=0), **extra},
+        run_id=run_id,
+        environment="letter_repeat",
+        profile="local",
+        status="running",
+        run_dir=str(run_dir),
+        config_path=str(run_dir / "config.yaml"),
+        run_name=run_id,
+        total_steps=10,
+        api_port=1,
+        inference_port=2,
+        created_at=time.time(),
+        running_at=time.time(),
+        processes={
+            "trainer": ProcessRecord(
+                pid=trainer.pid,
+                create_time=create_time,
+                argv=["x"],
+                log_path=str(run_dir / "logs" / "trainer.log"),
+                started_at=0,
+            ),
+            **extra,
+        },
     )
 
 
@@ -284,14 +306,32 @@ async def test_readopt_rate_limit_and_exit_modes(tmp_path: Path) -> None:
     gone.wait()
     try:
         store = RunStore(home / "runs.sqlite")
-        store.insert(_adoptable(home, "earlier-run", earlier, api=ProcessRecord(
-            pid=gone.pid, create_time=1.0, argv=["y"], log_path=str(home / "api.log"), started_at=0)))
+        store.insert(
+            _adoptable(
+                home,
+                "earlier-run",
+                earlier,
+                api=ProcessRecord(
+                    pid=gone.pid, create_time=1.0, argv=["y"], log_path=str(home / "api.log"), started_at=0
+                ),
+            )
+        )
         store.insert(_adoptable(home, "kept-run", kept))
-        store.insert(RunRecord(
-            run_id="dead-run", environment="letter_repeat", profile="local", status="running",
-            run_dir=str(tmp_path / "dead"), config_path="/nonexistent", run_name="dead-run",
-            total_steps=10, api_port=3, inference_port=4, created_at=time.time() - 5,
-        ))
+        store.insert(
+            RunRecord(
+                run_id="dead-run",
+                environment="letter_repeat",
+                profile="local",
+                status="running",
+                run_dir=str(tmp_path / "dead"),
+                config_path="/nonexistent",
+                run_name="dead-run",
+                total_steps=10,
+                api_port=3,
+                inference_port=4,
+                created_at=time.time() - 5,
+            )
+        )
         env = environ(home, RL_MCP_STATUS_MIN_INTERVAL="1800")
         async with serving(env, stop_runs_on_exit=False) as (app, server):
             async with Client(server) as client:
@@ -334,7 +374,10 @@ class ServerProcess:
         self.log = open(log, "ab")
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "rl_mcp", "serve", "--transport", "http", "--port", str(self.port)],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
@@ -368,7 +411,9 @@ async def test_server_killed_and_restarted_readopts_the_run(tmp_path: Path) -> N
             await call(client, "rl_edit_config", field="total_steps", value=STEPS + 2)
             run = await call(client, "rl_start_training", wait=True)
             assert run["status"] == "running", run
-            before = {p["name"]: p["pid"] for p in (await call(client, "rl_check_status", run_id=run["run_id"]))["processes"]}
+            before = {
+                p["name"]: p["pid"] for p in (await call(client, "rl_check_status", run_id=run["run_id"]))["processes"]
+            }
         first.kill()  # SIGKILL: no shutdown code runs; the run's processes are in their own sessions
 
         second = ServerProcess(env, tmp_path / "server2.log")
@@ -376,7 +421,9 @@ async def test_server_killed_and_restarted_readopts_the_run(tmp_path: Path) -> N
         async with Client(second.url) as client:
             status = await call(client, "rl_check_status", run_id=run["run_id"])
             assert status["status"] == "running", status
-            assert {p["name"]: p["pid"] for p in status["processes"] if p["state"] == "running"}.items() <= before.items()
+            assert {
+                p["name"]: p["pid"] for p in status["processes"] if p["state"] == "running"
+            }.items() <= before.items()
             assert before["trainer"] in [p["pid"] for p in status["processes"] if p["state"] == "running"]
             done = await wait_status(client, run["run_id"], {"completed", "failed", "lost"}, timeout=240, poll=1)
             assert done["status"] == "completed", done
@@ -405,7 +452,9 @@ async def test_sigterm_to_a_stdio_server(tmp_path: Path, stop_flag: bool) -> Non
         log = tmp_path / "server.log"
         argv = [sys.executable, "-m", "rl_mcp", "serve", *(["--stop-runs-on-exit"] if stop_flag else [])]
         with open(log, "wb") as err:
-            server = subprocess.Popen(argv, env=environ(home), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err)
+            server = subprocess.Popen(
+                argv, env=environ(home), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err
+            )
         with anyio.fail_after(30):
             while not all(line in log.read_text() for line in ("lives-on re-adopted", "serving stdio")):
                 assert server.poll() is None, log.read_text()

@@ -12,8 +12,8 @@ import httpx
 import psutil
 import pytest
 
-from rl_mcp.runs.ports import PortReservations
 from rl_mcp.processes import StageError, adopt, same_process_alive, spawn, stop, wait_ready
+from rl_mcp.runs.ports import PortReservations
 
 pytestmark = pytest.mark.anyio
 
@@ -67,8 +67,9 @@ async def test_sigterm_ignored_escalates_to_sigkill(tmp_path: Path) -> None:
 
 
 async def test_adopt_matches_pid_and_start_time(tmp_path: Path) -> None:
-    child = spawn("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"],
-                  log_path=tmp_path / "s.log", env=_env())
+    child = spawn(
+        "sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], log_path=tmp_path / "s.log", env=_env()
+    )
     try:
         assert adopt("sleeper", child.pid, child.create_time + 5, child.log_path) is None  # recycled pid
         adopted = adopt("sleeper", child.pid, child.create_time, child.log_path)
@@ -84,10 +85,12 @@ async def test_adopt_matches_pid_and_start_time(tmp_path: Path) -> None:
 async def test_readiness_against_real_run_api(tmp_path: Path) -> None:
     port = PortReservations().reserve(1)[0]
     run_api = Path(sys.executable).with_name("run-api")
-    child = spawn("api", [str(run_api), "--host", "127.0.0.1", "--port", str(port)],
-                  log_path=tmp_path / "api.log", env=_env())
+    child = spawn(
+        "api", [str(run_api), "--host", "127.0.0.1", "--port", str(port)], log_path=tmp_path / "api.log", env=_env()
+    )
     try:
         async with httpx.AsyncClient(timeout=1.0) as http:
+
             async def answers() -> bool:
                 try:
                     return (await http.get(f"http://127.0.0.1:{port}/status")).status_code == 200
@@ -103,8 +106,9 @@ async def test_readiness_against_real_run_api(tmp_path: Path) -> None:
 
 
 async def test_readiness_fails_fast_when_the_child_exits(tmp_path: Path) -> None:
-    child = spawn("dies", [sys.executable, "-c", "import sys; print('bye'); sys.exit(7)"],
-                  log_path=tmp_path / "d.log", env=_env())
+    child = spawn(
+        "dies", [sys.executable, "-c", "import sys; print('bye'); sys.exit(7)"], log_path=tmp_path / "d.log", env=_env()
+    )
 
     async def never() -> bool:
         return False
@@ -117,9 +121,11 @@ async def test_readiness_fails_fast_when_the_child_exits(tmp_path: Path) -> None
 
 
 async def test_readiness_times_out(tmp_path: Path) -> None:
-    child = spawn("slow", [sys.executable, "-c", "import time; time.sleep(60)"],
-                  log_path=tmp_path / "s.log", env=_env())
+    child = spawn(
+        "slow", [sys.executable, "-c", "import time; time.sleep(60)"], log_path=tmp_path / "s.log", env=_env()
+    )
     try:
+
         async def never() -> bool:
             return False
 

@@ -15,9 +15,17 @@ from rl_mcp.runs.store import ProcessRecord, RunRecord, RunStore, StoreError, ne
 
 def _record(run_id: str, status: str = "starting", ports: tuple[int, int] = (1, 2)) -> RunRecord:
     return RunRecord(
-        run_id=run_id, environment="letter_repeat", profile="local", status=status,
-        run_dir=f"/tmp/{run_id}", config_path=f"/tmp/{run_id}/config.yaml", run_name=run_id,
-        total_steps=3, api_port=ports[0], inference_port=ports[1], created_at=time.time(),
+        run_id=run_id,
+        environment="letter_repeat",
+        profile="local",
+        status=status,
+        run_dir=f"/tmp/{run_id}",
+        config_path=f"/tmp/{run_id}/config.yaml",
+        run_name=run_id,
+        total_steps=3,
+        api_port=ports[0],
+        inference_port=ports[1],
+        created_at=time.time(),
     )
 
 

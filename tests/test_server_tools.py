@@ -293,7 +293,11 @@ async def test_run_config_follows_the_contract(mcp_app, probe_envs, tmp_path, mo
     assert server_cfg["tokenizer_name"] == str(model_dir("tiny-chat")) and server_cfg["api_key"] == "local"
     tinker = loaded.tinker
     assert (tinker.backend, tinker.base_model, tinker.total_steps, tinker.lora_rank) == ("local", "tiny-chat", 3, 4)
-    assert (tinker.inference_port, tinker.api_url, tinker.run_name) == (41002, "http://127.0.0.1:41001", env["wandb_name"])
+    assert (tinker.inference_port, tinker.api_url, tinker.run_name) == (
+        41002,
+        "http://127.0.0.1:41001",
+        env["wandb_name"],
+    )
     assert tinker.max_token_trainer_length == 1024  # locked by the local profile
     assert yaml.safe_load(text)["slurm"] is False
 

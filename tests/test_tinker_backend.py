@@ -31,10 +31,19 @@ def _closed_port() -> int:
 
 
 def _cfg(tmp_path: Path, base_url: str | None = None):
-    return parse_run_config({"tinker": {
-        "backend": "tinker", "base_model": "Qwen/Qwen3-8B", "total_steps": 1,
-        "api_url": "http://127.0.0.1:1", "inference_port": 2, "run_dir": str(tmp_path),
-        "tinker_base_url": base_url}})
+    return parse_run_config(
+        {
+            "tinker": {
+                "backend": "tinker",
+                "base_model": "Qwen/Qwen3-8B",
+                "total_steps": 1,
+                "api_url": "http://127.0.0.1:1",
+                "inference_port": 2,
+                "run_dir": str(tmp_path),
+                "tinker_base_url": base_url,
+            }
+        }
+    )
 
 
 @pytest.mark.parametrize("create", [create_training_backend, create_base_sampler])
@@ -48,7 +57,9 @@ def test_missing_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, create) ->
 
 
 @pytest.mark.parametrize("key", ["sk-abc123", "TML-abc", "  "])
-def test_bad_key_prefix_is_rejected_without_echoing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+def test_bad_key_prefix_is_rejected_without_echoing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
     monkeypatch.setenv("TINKER_API_KEY", key)
     with pytest.raises(BackendUnavailable) as err:
         create_training_backend(_cfg(tmp_path))
@@ -72,8 +83,13 @@ def test_unreachable_service_fails_fast_and_the_process_exits(tmp_path: Path) ->
             print(exc)
             sys.exit(3)
     """)
-    env = {"PATH": "/usr/bin:/bin", "TINKER_API_KEY": "tml-not-a-real-key", "TINKER_CONNECT_TIMEOUT": "2",
-           "TINKER_TELEMETRY": "0", "HOME": str(tmp_path)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TINKER_API_KEY": "tml-not-a-real-key",
+        "TINKER_CONNECT_TIMEOUT": "2",
+        "TINKER_TELEMETRY": "0",
+        "HOME": str(tmp_path),
+    }
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     elapsed = time.monotonic() - start

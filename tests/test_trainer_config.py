@@ -46,7 +46,9 @@ def test_ports_and_urls_come_from_the_file(tmp_path: Path) -> None:
 
 
 def test_defaults_fill_optional_keys(tmp_path: Path) -> None:
-    minimal = {"tinker": {"total_steps": 3, "api_url": "http://127.0.0.1:1", "inference_port": 2, "run_dir": str(tmp_path)}}
+    minimal = {
+        "tinker": {"total_steps": 3, "api_url": "http://127.0.0.1:1", "inference_port": 2, "run_dir": str(tmp_path)}
+    }
     cfg = load_run_config(_write(tmp_path, minimal))
     assert cfg.tinker.loss_fn == "importance_sampling"
     assert cfg.env == {} and cfg.openai == [] and cfg.slurm is False
@@ -102,7 +104,11 @@ def test_unknown_key_is_rejected_with_the_known_ones(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
-    [("openai", {"model_name": "x"}, "list of mapping"), ("env", [1, 2], "mapping"), ("slurm", "yes please", "boolean or mapping")],
+    [
+        ("openai", {"model_name": "x"}, "list of mapping"),
+        ("env", [1, 2], "mapping"),
+        ("slurm", "yes please", "boolean or mapping"),
+    ],
 )
 def test_bad_section_type(tmp_path: Path, key: str, value: object, expected: str) -> None:
     data = _valid()

@@ -34,9 +34,21 @@ E2E_STEPS = 30
 GROUP_SIZE = 8
 BATCH_SIZE = 16
 METRIC_FIELDS = [
-    "step", "total_steps", "time", "loss", "reward_mean", "reward_std", "percent_correct",
-    "advantage_mean", "advantage_std", "logprob_drift", "num_sequences", "num_datums", "tokens",
-    "step_seconds", "checkpoint",
+    "step",
+    "total_steps",
+    "time",
+    "loss",
+    "reward_mean",
+    "reward_std",
+    "percent_correct",
+    "advantage_mean",
+    "advantage_std",
+    "logprob_drift",
+    "num_sequences",
+    "num_datums",
+    "tokens",
+    "step_seconds",
+    "checkpoint",
 ]
 
 
@@ -61,12 +73,17 @@ class Proc:
     log: Path
 
     @classmethod
-    def start(cls, argv: list[str], log: Path, env: dict[str, str], **kw) -> "Proc":
+    def start(cls, argv: list[str], log: Path, env: dict[str, str], **kw) -> Proc:
         log.parent.mkdir(parents=True, exist_ok=True)
         out = log.open("w")
         popen = subprocess.Popen(
-            argv, stderr=out, stdout=kw.pop("stdout", out), env=env, start_new_session=True,
-            cwd=kw.pop("cwd", ROOT), **kw,
+            argv,
+            stderr=out,
+            stdout=kw.pop("stdout", out),
+            env=env,
+            start_new_session=True,
+            cwd=kw.pop("cwd", ROOT),
+            **kw,
         )
         return cls(popen, log)
 
@@ -105,7 +122,11 @@ def http_status(url: str) -> int | None:
 def tiny_model() -> str:
     out = subprocess.run(
         [PY, "-m", "tinker_atropos.models", "ensure", "tiny-chat"],
-        capture_output=True, text=True, env=child_env(), timeout=300, check=True,
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+        check=True,
     )
     return out.stdout.strip().splitlines()[-1]
 
@@ -125,14 +146,16 @@ def write_config(run_dir: Path, model: str, api_port: int, inf_port: int, steps:
             "use_wandb": False,
             "data_dir_to_save_evals": str(run_dir),
         },
-        "openai": [{
-            "model_name": "tiny-chat",
-            "base_url": f"http://127.0.0.1:{inf_port}/v1",
-            "api_key": "local",
-            "server_type": "sglang",
-            "tokenizer_name": model,
-            "timeout": 120,
-        }],
+        "openai": [
+            {
+                "model_name": "tiny-chat",
+                "base_url": f"http://127.0.0.1:{inf_port}/v1",
+                "api_key": "local",
+                "server_type": "sglang",
+                "tokenizer_name": model,
+                "timeout": 120,
+            }
+        ],
         "tinker": {
             "backend": "local",
             "base_model": "tiny-chat",
@@ -201,25 +224,27 @@ def learning_run(tmp_path_factory, tiny_model) -> Finished:
     try:
         procs.append(start_run_api(api_port, run_dir / "logs" / "api.log"))
         trainer = Proc.start(
-            [PY, LAUNCH, "--config", str(config)], run_dir / "logs" / "trainer.log", child_env(),
-            stdout=subprocess.PIPE, text=True,
+            [PY, LAUNCH, "--config", str(config)],
+            run_dir / "logs" / "trainer.log",
+            child_env(),
+            stdout=subprocess.PIPE,
+            text=True,
         )
         procs.append(trainer)
-        wait_until(lambda: http_status(f"http://127.0.0.1:{inf_port}/health") == 200, 120,
-                   "trainer /health", [trainer])
-        procs.append(Proc.start(
-            [PY, str(LETTER_REPEAT), "serve", "--config", str(config)],
-            run_dir / "logs" / "env.log", child_env(),
-        ))
+        wait_until(lambda: http_status(f"http://127.0.0.1:{inf_port}/health") == 200, 120, "trainer /health", [trainer])
+        procs.append(
+            Proc.start(
+                [PY, str(LETTER_REPEAT), "serve", "--config", str(config)],
+                run_dir / "logs" / "env.log",
+                child_env(),
+            )
+        )
         started = time.monotonic()
         try:
             stdout, _ = trainer.popen.communicate(timeout=480)
         except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"trainer did not finish:\n{trainer.tail()}\nENV:\n{procs[-1].tail()}"
-            ) from None
-        return Finished(trainer.popen.returncode, time.monotonic() - started, stdout,
-                        trainer.tail(20000), run_dir)
+            raise AssertionError(f"trainer did not finish:\n{trainer.tail()}\nENV:\n{procs[-1].tail()}") from None
+        return Finished(trainer.popen.returncode, time.monotonic() - started, stdout, trainer.tail(20000), run_dir)
     finally:
         for p in reversed(procs):
             p.kill()
@@ -301,8 +326,11 @@ def stopped_run(tmp_path_factory, tiny_model):
     health_before_api = None
     try:
         trainer = Proc.start(
-            [PY, LAUNCH, "--config", str(config)], run_dir / "logs" / "trainer.log",
-            child_env(WANDB_MODE="offline"), stdout=subprocess.PIPE, text=True,
+            [PY, LAUNCH, "--config", str(config)],
+            run_dir / "logs" / "trainer.log",
+            child_env(WANDB_MODE="offline"),
+            stdout=subprocess.PIPE,
+            text=True,
         )
         procs.append(trainer)
         health = f"http://127.0.0.1:{inf_port}/health"
@@ -311,13 +339,29 @@ def stopped_run(tmp_path_factory, tiny_model):
         health_before_api = http_status(health)
         procs.append(start_run_api(api_port, run_dir / "logs" / "api.log"))
         wait_until(lambda: http_status(health) == 200, 60, "trainer /health", [trainer])
-        env = httpx.post(f"http://127.0.0.1:{api_port}/register-env", json={
-            "max_token_length": 128, "desired_name": "manual", "weight": 1.0,
-            "group_size": GROUP_SIZE}).json()
+        env = httpx.post(
+            f"http://127.0.0.1:{api_port}/register-env",
+            json={"max_token_length": 128, "desired_name": "manual", "weight": 1.0, "group_size": GROUP_SIZE},
+        ).json()
         if env.get("status") != "success":  # the trainer must poll /batch once first
-            wait_until(lambda: httpx.post(f"http://127.0.0.1:{api_port}/register-env", json={
-                "max_token_length": 128, "desired_name": "manual", "weight": 1.0,
-                "group_size": GROUP_SIZE}).json().get("status") == "success", 30, "register-env")
+            wait_until(
+                lambda: (
+                    httpx.post(
+                        f"http://127.0.0.1:{api_port}/register-env",
+                        json={
+                            "max_token_length": 128,
+                            "desired_name": "manual",
+                            "weight": 1.0,
+                            "group_size": GROUP_SIZE,
+                        },
+                    )
+                    .json()
+                    .get("status")
+                    == "success"
+                ),
+                30,
+                "register-env",
+            )
         for _ in range(BATCH_SIZE // GROUP_SIZE):
             group = _one_group_from_the_policy(inf_port)
             httpx.post(f"http://127.0.0.1:{api_port}/scored_data", json=group).raise_for_status()
@@ -363,8 +407,14 @@ def test_wandb_offline_files_land_in_the_run_dir(stopped_run):
 
 
 def _launch(config: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, LAUNCH, "--config", str(config)], capture_output=True, text=True,
-                          env=child_env(**env), timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [PY, LAUNCH, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=child_env(**env),
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def test_exit_2_names_the_missing_key(tmp_path, tiny_model):
@@ -383,8 +433,9 @@ def test_exit_2_for_a_missing_env_batch_size(tmp_path, tiny_model):
 
 
 def test_exit_3_when_tinker_has_no_key(tmp_path, tiny_model):
-    config = write_config(tmp_path / "run", tiny_model, free_port(), free_port(), 3,
-                          backend="tinker", base_model="Qwen/Qwen3-8B")
+    config = write_config(
+        tmp_path / "run", tiny_model, free_port(), free_port(), 3, backend="tinker", base_model="Qwen/Qwen3-8B"
+    )
     done = _launch(config)
     assert done.returncode == 3, done.stderr
     assert "TINKER_API_KEY" in done.stderr
@@ -422,9 +473,13 @@ def test_run_api_client_round_trip(tmp_path):
     port = free_port()
     api = start_run_api(port, tmp_path / "api.log")
     url = f"http://127.0.0.1:{port}"
-    group = {"tokens": [[1, 2, 3], [1, 2, 4]], "masks": [[-100, -100, 3], [-100, -100, 4]],
-             "scores": [1.0, 0.0], "inference_logprobs": [[1.0, 1.0, -0.5], [1.0, 1.0, -1.5]],
-             "overrides": [{"correct": True}, {"correct": False}]}
+    group = {
+        "tokens": [[1, 2, 3], [1, 2, 4]],
+        "masks": [[-100, -100, 3], [-100, -100, 4]],
+        "scores": [1.0, 0.0],
+        "inference_logprobs": [[1.0, 1.0, -0.5], [1.0, 1.0, -1.5]],
+        "overrides": [{"correct": True}, {"correct": False}],
+    }
 
     async def scenario() -> None:
         client = RunApiClient(url)
@@ -441,10 +496,8 @@ def test_run_api_client_round_trip(tmp_path):
         finally:
             await client.aclose()
         conv = groups_to_datums(batch)
-        assert [d.loss_fn_inputs["advantages"].to_numpy().tolist() for d in conv.datums] == [
-            [0.0, 0.5], [0.0, -0.5]]
-        assert [d.loss_fn_inputs["logprobs"].to_numpy().tolist() for d in conv.datums] == [
-            [0.0, -0.5], [0.0, -1.5]]
+        assert [d.loss_fn_inputs["advantages"].to_numpy().tolist() for d in conv.datums] == [[0.0, 0.5], [0.0, -0.5]]
+        assert [d.loss_fn_inputs["logprobs"].to_numpy().tolist() for d in conv.datums] == [[0.0, -0.5], [0.0, -1.5]]
         assert conv.percent_correct == 0.5
 
     try:

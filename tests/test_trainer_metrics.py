@@ -14,17 +14,42 @@ from tinker_atropos.run_files import RunResult
 from tinker_atropos.trainer import logprob_drift
 
 DOC_FIELDS = [
-    "step", "total_steps", "time", "loss", "reward_mean", "reward_std", "percent_correct",
-    "advantage_mean", "advantage_std", "logprob_drift", "num_sequences", "num_datums", "tokens",
-    "step_seconds", "checkpoint",
+    "step",
+    "total_steps",
+    "time",
+    "loss",
+    "reward_mean",
+    "reward_std",
+    "percent_correct",
+    "advantage_mean",
+    "advantage_std",
+    "logprob_drift",
+    "num_sequences",
+    "num_datums",
+    "tokens",
+    "step_seconds",
+    "checkpoint",
 ]
 
 
 def _metrics(step: int) -> StepMetrics:
-    return StepMetrics(step=step, total_steps=3, time=1.5, loss=None, reward_mean=0.25,
-                       reward_std=0.1, percent_correct=None, advantage_mean=0.0,
-                       advantage_std=0.3, logprob_drift=0.001, num_sequences=32, num_datums=30,
-                       tokens=4096, step_seconds=1.8, checkpoint="/x/step-000001")
+    return StepMetrics(
+        step=step,
+        total_steps=3,
+        time=1.5,
+        loss=None,
+        reward_mean=0.25,
+        reward_std=0.1,
+        percent_correct=None,
+        advantage_mean=0.0,
+        advantage_std=0.3,
+        logprob_drift=0.001,
+        num_sequences=32,
+        num_datums=30,
+        tokens=4096,
+        step_seconds=1.8,
+        checkpoint="/x/step-000001",
+    )
 
 
 def test_each_line_is_readable_before_the_sink_closes(tmp_path):
@@ -65,8 +90,13 @@ def test_wandb_mode(env, mode):
 def test_result_json_is_written_whole(tmp_path):
     path = RunResult("stopped", 4, "/a", "/b", "local").write(tmp_path / "run")
     assert json.loads(path.read_text()) == {
-        "status": "stopped", "steps": 4, "final_checkpoint": "/a", "final_state": "/b",
-        "backend": "local", "wandb_url": None, "error": None,
+        "status": "stopped",
+        "steps": 4,
+        "final_checkpoint": "/a",
+        "final_state": "/b",
+        "backend": "local",
+        "wandb_url": None,
+        "error": None,
     }
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["result.json"]
 

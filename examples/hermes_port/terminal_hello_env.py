@@ -12,7 +12,7 @@ Run it against the local inference server (docs/agentic-environments.md):
         --env.data_path_to_save_groups /tmp/hello.jsonl
 """
 
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 from atroposlib.envs.server_handling.server_manager import APIServerConfig
 
@@ -20,11 +20,17 @@ from tinker_atropos.agent.base_env import HermesAgentBaseEnv, HermesAgentEnvConf
 from tinker_atropos.agent.loop import AgentResult  # PORT
 from tinker_atropos.agent.tools import ToolContext  # PORT
 
-TASKS: List[Dict[str, Any]] = [
-    {"prompt": "Create a file named hello.txt containing the text: hello world",
-     "path": "hello.txt", "expected": "hello world"},
-    {"prompt": "Write the word 'atropos' into out/word.txt (create the folder).",
-     "path": "out/word.txt", "expected": "atropos"},
+TASKS: list[dict[str, Any]] = [
+    {
+        "prompt": "Create a file named hello.txt containing the text: hello world",
+        "path": "hello.txt",
+        "expected": "hello world",
+    },
+    {
+        "prompt": "Write the word 'atropos' into out/word.txt (create the folder).",
+        "path": "out/word.txt",
+        "expected": "atropos",
+    },
     {"prompt": "Put the number 42 alone in answer.txt.", "path": "answer.txt", "expected": "42"},
 ]
 
@@ -34,7 +40,7 @@ class TerminalHelloEnv(HermesAgentBaseEnv):
     env_config_cls = HermesAgentEnvConfig
 
     @classmethod
-    def config_init(cls) -> Tuple[HermesAgentEnvConfig, List[APIServerConfig]]:
+    def config_init(cls) -> tuple[HermesAgentEnvConfig, list[APIServerConfig]]:
         env_config = HermesAgentEnvConfig(
             enabled_toolsets=["terminal", "file"],
             max_agent_turns=8,
@@ -64,15 +70,15 @@ class TerminalHelloEnv(HermesAgentBaseEnv):
     async def setup(self):
         self.iter = 0
 
-    async def get_next_item(self) -> Dict[str, Any]:
+    async def get_next_item(self) -> dict[str, Any]:
         item = TASKS[self.iter % len(TASKS)]
         self.iter += 1
         return item
 
-    def format_prompt(self, item: Dict[str, Any]) -> str:
+    def format_prompt(self, item: dict[str, Any]) -> str:
         return item["prompt"]
 
-    async def compute_reward(self, item: Dict[str, Any], result: AgentResult, ctx: ToolContext) -> float:
+    async def compute_reward(self, item: dict[str, Any], result: AgentResult, ctx: ToolContext) -> float:
         out = await ctx.terminal(f"cat {item['path']}")
         if out.get("exit_code") != 0:
             return 0.0

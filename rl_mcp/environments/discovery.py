@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-BASE_CLASS = "BaseEnv"
+# atroposlib's BaseEnv, and the agent base (a BaseEnv in tinker_atropos/agent, outside the env dirs).
+BASE_CLASSES = frozenset({"BaseEnv", "HermesAgentBaseEnv"})
 MAX_SCAN_DEPTH = 3
 
 
@@ -180,7 +181,7 @@ class Discovery:
         memo: dict[str, bool] = {}
 
         def is_env(name: str, seen: frozenset[str] = frozenset()) -> bool:
-            if name == BASE_CLASS:
+            if name in BASE_CLASSES:
                 return True
             if name in memo:
                 return memo[name]

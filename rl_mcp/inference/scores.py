@@ -8,13 +8,16 @@ itself when the environment gave none), so the server never needs a tokenizer.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tinker_atropos.agent.trajectory import format_trajectory
+from tinker_atropos.run_files import read_jsonl
+
 SAMPLE_CHARS = 400
+TRAJECTORY_LIMITS = {"system": 200, "user": 600, "assistant": 600, "args": 200, "tool": 400}
 _ASSISTANT_MARKERS = (
     "<|im_start|>assistant\n",
     "<|start_header_id|>assistant<|end_header_id|>",
@@ -45,26 +48,22 @@ class ScoreSummary:
     step_scores: list[list[float]]
     has_logprobs: bool
     samples: list[Sample]
+    agent: AgentStats | None = None
+
+
+@dataclass(frozen=True)
+class AgentStats:
+    """For agent environments (each completion's overrides report its turns and tool calls)."""
+
+    turns_per_rollout: float
+    tool_calls_per_rollout: float
+    tool_errors: int
+    sample_trajectory: str  # the best-scored rollout, as [USER] / [ASSISTANT] / [TOOL CALL] / [TOOL RESULT]
 
 
 def read_groups(path: Path) -> list[dict[str, Any]]:
-    """Every complete, parseable group line; a trailing half-written line is left out."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    groups: list[dict[str, Any]] = []
-    for line in text.split("\n")[:-1]:  # the last piece has no newline yet (or is empty)
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("scores"), list):
-            groups.append(obj)
-    return groups
+    """Every complete group line (a trailing half-written line is left for later)."""
+    return [g for g in read_jsonl(path) if isinstance(g.get("scores"), list)]
 
 
 def summarize(groups: list[dict[str, Any]], *, sample_chars: int = SAMPLE_CHARS) -> ScoreSummary:
@@ -92,7 +91,31 @@ def summarize(groups: list[dict[str, Any]], *, sample_chars: int = SAMPLE_CHARS)
         step_scores=[[round(s, 4) for s in scores] for scores in step_scores],
         has_logprobs=any(_has_logprobs(g) for g in groups),
         samples=[_sample(groups[step], step, i, score, sample_chars) for score, step, i in picks],
+        agent=_agent_stats(groups, picks[0][1:] if picks else None),
     )
+
+
+def _agent_stats(groups: list[dict[str, Any]], best: tuple[int, int] | None) -> AgentStats | None:
+    """Turns, tool calls and tool errors per rollout, from the overrides agent environments write."""
+    rows = [o for g in groups for o in _overrides(g) if isinstance(o.get("turns"), int)]
+    if not rows:
+        return None
+    trajectory = ""
+    if best is not None:
+        messages = groups[best[0]].get("messages") or []
+        conv = messages[best[1]] if best[1] < len(messages) else None
+        trajectory = format_trajectory(conv, TRAJECTORY_LIMITS) if isinstance(conv, list) else ""
+    return AgentStats(
+        turns_per_rollout=round(sum(o["turns"] for o in rows) / len(rows), 3),
+        tool_calls_per_rollout=round(sum(int(o.get("tool_calls") or 0) for o in rows) / len(rows), 3),
+        tool_errors=sum(int(o.get("tool_errors") or 0) for o in rows),
+        sample_trajectory=trajectory,
+    )
+
+
+def _overrides(group: dict[str, Any]) -> list[dict[str, Any]]:
+    overrides = group.get("overrides")
+    return [o for o in overrides if isinstance(o, dict)] if isinstance(overrides, list) else []
 
 
 def _verdicts(group: dict[str, Any], scores: list[float]) -> list[bool]:

@@ -149,6 +149,11 @@ class LatestMetrics(BaseModel):
     percent_correct: float | None = Field(description="None when the environment does not report it")
     eval_accuracy: float | None = Field(description="The newest evaluation's accuracy, if any")
     eval_step: int | None
+    agent_turns_mean: float | None = Field(default=None, description="Agent environments: turns per rollout")
+    agent_tool_calls_mean: float | None = Field(default=None, description="Agent environments: tool calls per rollout")
+    agent_tool_errors: int | None = Field(
+        default=None, description="Agent environments: malformed or failed tool calls in the step"
+    )
 
 
 class RunStatus(BaseModel):
@@ -231,6 +236,18 @@ class ModelInferenceResult(BaseModel):
     step_scores: list[list[float]] = Field(description="Scores per step (group), as the environment gave them")
     real_logprobs: bool = Field(description="The server returned per-token logprobs (what training needs)")
     samples: list[InferenceSample] = Field(description="The best- and the worst-scored completions")
+    turns_per_rollout: float | None = Field(default=None, description="Agent environments: mean turns per rollout")
+    tool_calls_per_rollout: float | None = Field(
+        default=None, description="Agent environments: mean tool calls per rollout"
+    )
+    tool_errors: int | None = Field(
+        default=None, description="Agent environments: malformed, unknown or failed tool calls, in all rollouts"
+    )
+    sample_trajectory: str | None = Field(
+        default=None,
+        description="Agent environments: the best-scored rollout as [USER] / [ASSISTANT] / [TOOL CALL] name(args) "
+        "/ [TOOL RESULT] blocks, each cut to a readable length",
+    )
     output_jsonl: str | None = Field(description="The scored groups atroposlib wrote")
     output_html: str | None = Field(description="The same groups rendered for reading")
     log: str = Field(description="The environment process's log")

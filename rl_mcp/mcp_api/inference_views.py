@@ -35,6 +35,7 @@ def inference_answer(req: InferenceRequest, target: Target, outcomes: list[Model
 
 def _model_result(o: ModelOutcome) -> ModelInferenceResult:
     s = o.scores
+    agent = s.agent if s else None
     return ModelInferenceResult(
         model=o.model,
         status=o.status,
@@ -48,6 +49,10 @@ def _model_result(o: ModelOutcome) -> ModelInferenceResult:
         step_scores=s.step_scores if s else [],
         real_logprobs=s.has_logprobs if s else False,
         samples=[InferenceSample(**asdict(x)) for x in s.samples] if s else [],
+        turns_per_rollout=agent.turns_per_rollout if agent else None,
+        tool_calls_per_rollout=agent.tool_calls_per_rollout if agent else None,
+        tool_errors=agent.tool_errors if agent else None,
+        sample_trajectory=agent.sample_trajectory if agent else None,
         output_jsonl=str(o.jsonl) if o.jsonl else None,
         output_html=str(o.html) if o.html else None,
         log=str(o.log),

@@ -94,6 +94,9 @@ def _latest(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> Lates
         percent_correct=data["percent_correct"],
         eval_accuracy=data["eval_accuracy"],
         eval_step=data["eval_step"],
+        agent_turns_mean=data["agent_turns_mean"],
+        agent_tool_calls_mean=data["agent_tool_calls_mean"],
+        agent_tool_errors=data["agent_tool_errors"],
     )
 
 

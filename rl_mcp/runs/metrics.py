@@ -13,6 +13,8 @@ from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import JsonlReader
 
 LATEST_KEYS = ("loss", "reward_mean", "reward_std", "percent_correct", "logprob_drift", "tokens")
+# Written by the trainer only for agent (multi-turn tool-calling) environments.
+AGENT_KEYS = ("agent_turns_mean", "agent_tool_calls_mean", "agent_tool_errors")
 
 
 def downsample(rows: list[dict[str, Any]], max_points: int) -> list[dict[str, Any]]:
@@ -28,9 +30,9 @@ def downsample(rows: list[dict[str, Any]], max_points: int) -> list[dict[str, An
 
 def latest_metrics(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> dict[str, Any]:
     """The newest step's headline numbers plus the newest eval accuracy."""
-    out: dict[str, Any] = {k: None for k in LATEST_KEYS}
+    out: dict[str, Any] = {k: None for k in (*LATEST_KEYS, *AGENT_KEYS)}
     if metrics:
-        out.update({k: metrics[-1].get(k) for k in LATEST_KEYS})
+        out.update({k: metrics[-1].get(k) for k in out})
     out["eval_accuracy"] = evals[-1].get("eval_accuracy") if evals else None
     out["eval_step"] = evals[-1].get("step") if evals else None
     return out

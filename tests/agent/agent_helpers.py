@@ -20,7 +20,7 @@ class ScriptedSampler:
         self.lock = threading.Lock()
 
     def reply_tokens(self, text: str) -> list[int]:
-        return list(self.tok.encode(text, add_special_tokens=False)) + [self.tok.eos_token_id]
+        return [*list(self.tok.encode(text, add_special_tokens=False)), self.tok.eos_token_id]
 
     async def sample_async(self, prompt: types.ModelInput, num_samples: int, params) -> types.SampleResponse:
         ids = prompt.to_ints()
@@ -31,8 +31,12 @@ class ScriptedSampler:
         if params.max_tokens is not None:
             tokens = tokens[: params.max_tokens]
         lps = [-0.1 - 0.01 * i for i in range(len(tokens))]
-        seq = types.SampledSequence(stop_reason="stop", sequence_id=f"s{turn}",
-                                    tokens_np=np.asarray(tokens, np.int32), logprobs_np=np.asarray(lps, np.float32))
+        seq = types.SampledSequence(
+            stop_reason="stop",
+            sequence_id=f"s{turn}",
+            tokens_np=np.asarray(tokens, np.int32),
+            logprobs_np=np.asarray(lps, np.float32),
+        )
         return types.SampleResponse(sequences=[seq] * num_samples)
 
     async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]:

@@ -23,6 +23,7 @@ def _call(name: str, **arguments) -> str:
 
 # tiny-chat spends a token per character: the five Hermes tool schemas alone take ~5000
 
+
 async def _rollout_group(env, item):
     try:
         await env.setup()
@@ -46,7 +47,9 @@ async def test_terminal_env_reward_runs_the_check_in_the_rollout_sandbox(scripte
     assert lines >= 3
 
     sampler.script = [_call("write_file", path="count.txt", content="999\n"), "Done."]
-    group = await _rollout_group(make_env(TerminalFilesEnv, url, tiny_path, group_size=2, max_token_length=16384), count_task)
+    group = await _rollout_group(
+        make_env(TerminalFilesEnv, url, tiny_path, group_size=2, max_token_length=16384), count_task
+    )
     assert group["scores"] == [0.0, 0.0]
 
     fix = env.train_items[2]
@@ -80,20 +83,31 @@ async def test_ported_hermes_env_runs_a_real_rollout(scripted, tiny_path) -> Non
 def test_trajectory_text_shows_calls_results_and_cuts_long_parts() -> None:
     messages = [
         {"role": "user", "content": "Count"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": '{"command": "wc -l"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": '{"command": "wc -l"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "x" * 900},
         {"role": "assistant", "content": "3"},
     ]
     text = format_trajectory(messages)
-    assert text.startswith("[USER]\nCount\n\n[TOOL CALL] terminal({\"command\": \"wc -l\"})\n\n[TOOL RESULT] xxx")
+    assert text.startswith('[USER]\nCount\n\n[TOOL CALL] terminal({"command": "wc -l"})\n\n[TOOL RESULT] xxx')
     assert "... [400 more chars]" in text and text.endswith("[ASSISTANT]\n3")
 
 
 def test_batch_reports_agent_metrics_only_when_sequences_do() -> None:
-    group = {"tokens": [[1, 2, 3], [1, 2, 4]], "masks": [[-100, 2, 3], [-100, 2, 4]], "scores": [1.0, 0.0],
-             "overrides": [{"correct": True, "turns": 2, "tool_calls": 1, "tool_errors": 0},
-                           {"correct": False, "turns": 4, "tool_calls": 3, "tool_errors": 2}]}
+    group = {
+        "tokens": [[1, 2, 3], [1, 2, 4]],
+        "masks": [[-100, 2, 3], [-100, 2, 4]],
+        "scores": [1.0, 0.0],
+        "overrides": [
+            {"correct": True, "turns": 2, "tool_calls": 1, "tool_errors": 0},
+            {"correct": False, "turns": 4, "tool_calls": 3, "tool_errors": 2},
+        ],
+    }
     conv = groups_to_datums([group])
     assert (conv.agent_turns_mean, conv.agent_tool_calls_mean, conv.agent_tool_errors) == (3.0, 2.0, 2)
     plain = groups_to_datums([{k: v for k, v in group.items() if k != "overrides"}])
@@ -109,8 +123,9 @@ def smollm2_url():
     if not model_dir("smollm2-135m").exists():
         pytest.skip("smollm2-135m is not built (make smollm2)")
     base = load_base_model("smollm2-135m", "cpu")
-    handle = serve_in_thread(build_app(SamplerHolder(create_sampler(base)), "smollm2-135m", base.tokenizer),
-                             "127.0.0.1", 0)
+    handle = serve_in_thread(
+        build_app(SamplerHolder(create_sampler(base)), "smollm2-135m", base.tokenizer), "127.0.0.1", 0
+    )
     yield handle.url
     handle.stop()
 
@@ -121,8 +136,14 @@ async def test_calculator_group_from_smollm2_has_unequal_scores(smollm2_url) -> 
     from tinker_atropos.environments.tool_calculator import ToolCalculatorEnv
     from tinker_atropos.models import model_dir
 
-    env = make_env(ToolCalculatorEnv, smollm2_url, model_dir("smollm2-135m"), group_size=4,
-                   max_token_length=768, max_turn_tokens=32)
+    env = make_env(
+        ToolCalculatorEnv,
+        smollm2_url,
+        model_dir("smollm2-135m"),
+        group_size=4,
+        max_token_length=768,
+        max_turn_tokens=32,
+    )
     await env.setup()
     group = await _rollout_group(env, env.train_items[0])
     assert len(set(group["scores"])) > 1, group["scores"]

@@ -54,17 +54,23 @@ async def test_tokens_are_one_prefix_extended_sequence_with_only_sampled_tokens_
     assert all(lps[i] == 1.0 for i in range(len(tokens)) if masks[i] == -100)
     assert trained[0] == len(turn_prompts[0]) and trained[-1] == len(tokens) - 1
     # the masked scaffolding is the chat template's own text for this conversation
-    history = [{"role": "system", "content": env.config.system_prompt},
-               {"role": "user", "content": env.format_prompt(item)},
-               {"role": "assistant", "content": sampler.script[0]},
-               *[m for m in group["messages"][0] if m["role"] == "tool"],
-               {"role": "assistant", "content": sampler.script[1]}]
+    history = [
+        {"role": "system", "content": env.config.system_prompt},
+        {"role": "user", "content": env.format_prompt(item)},
+        {"role": "assistant", "content": sampler.script[0]},
+        *[m for m in group["messages"][0] if m["role"] == "tool"],
+        {"role": "assistant", "content": sampler.script[1]},
+    ]
     rendered = ChatScaffold(tiny_tokenizer, env._resolve_tools_for_group()[0]).render(history, False)
     assert tiny_tokenizer.decode(tokens) == rendered.rstrip("\n")
     call = group["messages"][0][2]["tool_calls"][0]
     assert call["function"]["name"] == "calculator"
-    assert group["messages"][0][3] == {"role": "tool", "tool_call_id": call["id"], "name": "calculator",
-                                       "content": str(item.answer)}
+    assert group["messages"][0][3] == {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "name": "calculator",
+        "content": str(item.answer),
+    }
 
 
 @pytest.mark.anyio
@@ -72,8 +78,11 @@ async def test_malformed_and_unknown_calls_become_counted_tool_errors_and_the_ro
     scripted, tiny_path
 ) -> None:
     url, sampler = scripted
-    sampler.script = ['<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>',
-                      CALL.format(name="web_search", expr="1"), "It is 3."]
+    sampler.script = [
+        '<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>',
+        CALL.format(name="web_search", expr="1"),
+        "It is 3.",
+    ]
     _, group = await _group(make_env(ToolCalculatorEnv, url, tiny_path, group_size=2))
     messages = group["messages"][0]
     tool_msgs = [m for m in messages if m["role"] == "tool"]
@@ -102,8 +111,9 @@ async def test_max_agent_turns_ends_the_rollout_and_it_is_still_scored(scripted,
 async def test_the_context_limit_is_respected(scripted, tiny_path) -> None:
     url, sampler = scripted
     sampler.script = [CALL.format(name="calculator", expr="1 + 1")]
-    env = make_env(ToolCalculatorEnv, url, tiny_path, group_size=2, max_token_length=1400,
-                   max_agent_turns=30, max_turn_tokens=None)
+    env = make_env(
+        ToolCalculatorEnv, url, tiny_path, group_size=2, max_token_length=1400, max_agent_turns=30, max_turn_tokens=None
+    )
     _, group = await _group(env)
     turns = group["overrides"][0]["turns"]
     assert 1 <= turns < 30
@@ -137,13 +147,15 @@ def test_tool_reward_ladder() -> None:
     tool = {"role": "tool", "tool_call_id": "c", "content": "85"}
 
     def reward(*messages, errors=()):
-        return tool_reward(item, AgentResult(messages=[{"role": "user", "content": "q"}, *messages],
-                                             tool_errors=list(errors)))
+        return tool_reward(
+            item, AgentResult(messages=[{"role": "user", "content": "q"}, *messages], tool_errors=list(errors))
+        )
 
     assert reward({"role": "assistant", "content": "no idea"}) == 0.0
     assert 0.0 < reward({"role": "assistant", "content": "80"}) < reward({"role": "assistant", "content": "84"}) <= 0.1
     assert reward({"role": "assistant", "content": ""}, errors=[ToolError(1, "", "", "bad", "")]) == 0.1
     assert reward({"role": "assistant", "content": "85"}) == 0.4
-    full = reward({"role": "assistant", "content": "", "tool_calls": [call]}, tool,
-                  {"role": "assistant", "content": "It is 85."})
+    full = reward(
+        {"role": "assistant", "content": "", "tool_calls": [call]}, tool, {"role": "assistant", "content": "It is 85."}
+    )
     assert full == 1.0

@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
+
 from tinker_atropos.agent.sandbox import (
     SandboxConfig,
     SandboxEscape,
@@ -31,9 +32,7 @@ def marked(root: Path) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get(
-                "RL_MCP_SANDBOX"
-            ) == str(root):
+            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get("RL_MCP_SANDBOX") == str(root):
                 found.append(p)
         except psutil.Error:
             pass
@@ -67,28 +66,19 @@ async def test_run_merges_output_and_keeps_shell_state(tmp_path: Path) -> None:
         assert r.output.split() == [str(sb.workdir / "d"), "hi", str(sb.workdir)]
 
 
-async def test_environment_holds_no_secrets(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_environment_holds_no_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("FOO_API_KEY", "GITHUB_TOKEN", "MY_SECRET_THING", "TINKER_API_KEY"):
         monkeypatch.setenv(name, "hunter2")
     async with open_sandbox(cfg(tmp_path)) as sb:
         env = (await sb.run("env")).output
-    assert (
-        "hunter2" not in env
-        and "API_KEY" not in env
-        and "TOKEN" not in env
-        and "SECRET" not in env
-    )
+    assert "hunter2" not in env and "API_KEY" not in env and "TOKEN" not in env and "SECRET" not in env
     names = {line.split("=", 1)[0] for line in env.splitlines() if "=" in line}
     assert {"PATH", "HOME", "TMPDIR"} <= names
     assert f"TMPDIR={sb.workdir / '.tmp'}" in env
 
 
 async def test_rlimits_are_applied(tmp_path: Path) -> None:
-    config = cfg(
-        tmp_path, cpu_time_s=77, memory_bytes=2 * 1024**3, file_size_bytes=1024 * 1024
-    )
+    config = cfg(tmp_path, cpu_time_s=77, memory_bytes=2 * 1024**3, file_size_bytes=1024 * 1024)
     async with open_sandbox(config) as sb:
         r = await sb.run("ulimit -t; ulimit -v; ulimit -f; ulimit -u")
         assert r.output.split() == ["77", str(2 * 1024**2), "1024", "4096"]
@@ -106,9 +96,7 @@ async def test_hanging_command_is_killed_with_its_group(tmp_path: Path) -> None:
 
 
 async def test_output_floods_are_cut_and_bounded(tmp_path: Path) -> None:
-    async with open_sandbox(
-        cfg(tmp_path, max_output_chars=1000, max_drain_bytes=8 * 1024**2)
-    ) as sb:
+    async with open_sandbox(cfg(tmp_path, max_output_chars=1000, max_drain_bytes=8 * 1024**2)) as sb:
         r = await sb.run("yes | head -c 5000000")
         assert (r.exit_code, r.truncated, r.timed_out) == (0, True, False)
         assert len(r.output) < 1200 and "chars omitted out of 5000000 total" in r.output
@@ -123,11 +111,7 @@ async def test_output_floods_are_cut_and_bounded(tmp_path: Path) -> None:
 async def test_fifty_megabytes_stay_bounded(tmp_path: Path) -> None:
     async with open_sandbox(cfg(tmp_path)) as sb:
         r = await sb.run("yes | head -c 50000000")
-    assert (
-        r.exit_code == 0
-        and r.truncated
-        and len(r.output) < sb.config.max_output_chars + 200
-    )
+    assert r.exit_code == 0 and r.truncated and len(r.output) < sb.config.max_output_chars + 200
 
 
 async def test_resolve_confines_paths(tmp_path: Path) -> None:
@@ -187,9 +171,7 @@ def test_owner_killed_leaves_no_process_and_dir_is_swept(tmp_path: Path) -> None
         text=True,
     )
     root = Path(owner.stdout.readline().strip())
-    assert wait_until(
-        lambda: len([p for p in marked(root) if p.name() == "sleep"]) == 2, 10
-    )
+    assert wait_until(lambda: len([p for p in marked(root) if p.name() == "sleep"]) == 2, 10)
     owner.send_signal(signal.SIGKILL)
     owner.wait()
     assert wait_until(lambda: not marked(root)), [p.cmdline() for p in marked(root)]
@@ -210,11 +192,7 @@ async def test_docker_without_daemon_says_how_to_fix(tmp_path: Path) -> None:
         message = str(exc)
     else:
         pytest.skip("a docker daemon is reachable here")
-    assert (
-        "not reachable" in message
-        and "terminal_backend=local" in message
-        and "dockerd" in message
-    )
+    assert "not reachable" in message and "terminal_backend=local" in message and "dockerd" in message
 
 
 @pytest.mark.parametrize(
@@ -226,9 +204,7 @@ async def test_docker_without_daemon_says_how_to_fix(tmp_path: Path) -> None:
         ("singularity", "apptainer"),
     ],
 )
-async def test_unsupported_backends_say_what_they_need(
-    tmp_path: Path, backend: str, needs: str
-) -> None:
+async def test_unsupported_backends_say_what_they_need(tmp_path: Path, backend: str, needs: str) -> None:
     with pytest.raises(SandboxUnavailable) as info:
         async with open_sandbox(cfg(tmp_path, backend=backend)):
             pass
@@ -236,9 +212,7 @@ async def test_unsupported_backends_say_what_they_need(
 
 
 async def test_unknown_backend_lists_all(tmp_path: Path) -> None:
-    with pytest.raises(
-        SandboxUnavailable, match="unknown terminal_backend 'vm'"
-    ) as info:
+    with pytest.raises(SandboxUnavailable, match="unknown terminal_backend 'vm'") as info:
         async with open_sandbox(cfg(tmp_path, backend="vm")):
             pass
     for name in ("local", "docker", "modal", "daytona", "ssh", "singularity"):

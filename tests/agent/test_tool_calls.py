@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tinker_atropos.agent.tool_calls import (
     SUPPORTED_PARSERS,
     ParsedReply,
@@ -26,15 +27,11 @@ def test_several_calls_with_text_around() -> None:
     ]
     assert parsed.errors == []
     assert parsed.content == "Let me look.\n\nand\n done"
-    assert len({c.id for c in parsed.calls}) == 2 and all(
-        c.id.startswith("call_") for c in parsed.calls
-    )
+    assert len({c.id for c in parsed.calls}) == 2 and all(c.id.startswith("call_") for c in parsed.calls)
 
 
 def test_plain_text_has_no_calls() -> None:
-    assert parse_tool_calls("The answer is 4.") == ParsedReply(
-        content="The answer is 4.", calls=[], errors=[]
-    )
+    assert parse_tool_calls("The answer is 4.") == ParsedReply(content="The answer is 4.", calls=[], errors=[])
 
 
 def test_malformed_blocks_become_errors_and_valid_ones_survive() -> None:
@@ -55,14 +52,8 @@ def test_malformed_blocks_become_errors_and_valid_ones_survive() -> None:
 
 
 def test_unclosed_tag_is_an_error_even_before_another_block() -> None:
-    parsed = parse_tool_calls(
-        '<tool_call>{"name": "terminal", "arguments": {"command": "ls"}}'
-    )
-    assert (
-        parsed.calls == []
-        and len(parsed.errors) == 1
-        and "unclosed" in parsed.errors[0]
-    )
+    parsed = parse_tool_calls('<tool_call>{"name": "terminal", "arguments": {"command": "ls"}}')
+    assert parsed.calls == [] and len(parsed.errors) == 1 and "unclosed" in parsed.errors[0]
     parsed = parse_tool_calls(
         '<tool_call>{"name": "a", "arguments": {}}\n<tool_call>{"name": "b", "arguments": {}}</tool_call>'
     )
@@ -83,14 +74,8 @@ def test_unknown_parser_lists_supported() -> None:
 
 
 def test_format_round_trips() -> None:
-    call = ToolCall(
-        name="write_file", arguments={"path": "é.txt", "content": "a\nb"}, id="call_1"
-    )
+    call = ToolCall(name="write_file", arguments={"path": "é.txt", "content": "a\nb"}, id="call_1")
     text = format_tool_call(call)
-    assert (
-        text.startswith("<tool_call>\n")
-        and text.endswith("\n</tool_call>")
-        and "é" in text
-    )
+    assert text.startswith("<tool_call>\n") and text.endswith("\n</tool_call>") and "é" in text
     (back,) = parse_tool_calls(text).calls
     assert (back.name, back.arguments) == (call.name, call.arguments)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from tinker_atropos.agent.sandbox import SandboxConfig, open_sandbox
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, TOOLSETS, ToolContext, select_tools
 
@@ -16,9 +17,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
-    async with open_sandbox(
-        SandboxConfig(root=tmp_path, timeout_s=10, max_output_chars=4000)
-    ) as sb:
+    async with open_sandbox(SandboxConfig(root=tmp_path, timeout_s=10, max_output_chars=4000)) as sb:
         yield ToolContext(sb)
 
 
@@ -28,10 +27,7 @@ async def call(ctx: ToolContext, name: str, **args) -> tuple[dict, bool]:
 
 
 def test_schemas_are_hermes_019() -> None:
-    params = {
-        n: list(s["function"]["parameters"]["properties"])
-        for n, s in TOOL_SCHEMAS.items()
-    }
+    params = {n: list(s["function"]["parameters"]["properties"]) for n, s in TOOL_SCHEMAS.items()}
     assert params == {
         "terminal": [
             "command",
@@ -64,10 +60,7 @@ def test_schemas_are_hermes_019() -> None:
             "context",
         ],
     }
-    assert all(
-        s["type"] == "function" and s["function"]["name"] == n
-        for n, s in TOOL_SCHEMAS.items()
-    )
+    assert all(s["type"] == "function" and s["function"]["name"] == n for n, s in TOOL_SCHEMAS.items())
     assert TOOLSETS == {
         "terminal": ("terminal",),
         "file": ("read_file", "write_file", "patch", "search_files"),
@@ -116,9 +109,7 @@ async def test_terminal(ctx: ToolContext) -> None:
 
 
 async def test_write_then_read(ctx: ToolContext) -> None:
-    out, error = await call(
-        ctx, "write_file", path="new/a.txt", content="alpha\nbeta\ngamma beta\n"
-    )
+    out, error = await call(ctx, "write_file", path="new/a.txt", content="alpha\nbeta\ngamma beta\n")
     resolved = str(ctx.sandbox.workdir / "new" / "a.txt")
     assert not error and out == {
         "bytes_written": 22,
@@ -157,13 +148,9 @@ async def test_patch_replace_and_v4a(ctx: ToolContext) -> None:
         new_string="ALPHA",
     )
     assert not error and out["success"] and "-alpha\n+ALPHA" in out["diff"]
-    out, error = await call(
-        ctx, "patch", mode="replace", path="a.txt", old_string="beta", new_string="B"
-    )
+    out, error = await call(ctx, "patch", mode="replace", path="a.txt", old_string="beta", new_string="B")
     assert error and out["error"].startswith("Found 2 matches")
-    out, error = await call(
-        ctx, "patch", mode="replace", path="a.txt", old_string="zzz", new_string="B"
-    )
+    out, error = await call(ctx, "patch", mode="replace", path="a.txt", old_string="zzz", new_string="B")
     assert error and "Could not find a match" in out["error"]
     out, error = await call(
         ctx,
@@ -178,10 +165,7 @@ async def test_patch_replace_and_v4a(ctx: ToolContext) -> None:
     v4a = "*** Begin Patch\n*** Update File: a.txt\n@@\n ALPHA\n-B\n+BETA\n*** Add File: n.txt\n+hello\n*** End Patch"
     out, error = await call(ctx, "patch", mode="patch", patch=v4a)
     assert not error and out["files_created"] == [str(ctx.sandbox.workdir / "n.txt")]
-    assert (
-        await ctx.read_file("a.txt") == "ALPHA\nBETA\ngamma B\n"
-        and await ctx.read_file("n.txt") == "hello\n"
-    )
+    assert await ctx.read_file("a.txt") == "ALPHA\nBETA\ngamma B\n" and await ctx.read_file("n.txt") == "hello\n"
     out, error = await call(
         ctx,
         "patch",
@@ -206,9 +190,7 @@ async def test_search_files(ctx: ToolContext) -> None:
     assert sorted(out["files"]) == ["./a.txt", "./sub/m.py"]
     out, _ = await call(ctx, "search_files", pattern="beta", output_mode="count")
     assert out == {"total_count": 3, "counts": {"./a.txt": 2, "./sub/m.py": 1}}
-    out, _ = await call(
-        ctx, "search_files", pattern="beta", file_glob="*.py", path="sub"
-    )
+    out, _ = await call(ctx, "search_files", pattern="beta", file_glob="*.py", path="sub")
     assert [m["path"] for m in out["matches"]] == ["sub/m.py"]
     out, _ = await call(ctx, "search_files", pattern="*.py", target="files")
     assert out == {"total_count": 1, "files": ["./sub/m.py"]}
@@ -216,9 +198,7 @@ async def test_search_files(ctx: ToolContext) -> None:
     assert len(out["matches"]) == 1 and out["truncated"]
     out, error = await call(ctx, "search_files", pattern="(")
     assert error and "grep" in out["error"]
-    assert (await ctx.terminal("pwd"))["output"] == str(
-        ctx.sandbox.workdir
-    )  # cwd untouched
+    assert (await ctx.terminal("pwd"))["output"] == str(ctx.sandbox.workdir)  # cwd untouched
 
 
 async def test_file_tools_cannot_escape(ctx: ToolContext, tmp_path: Path) -> None:
@@ -247,16 +227,10 @@ async def test_file_tools_cannot_escape(ctx: ToolContext, tmp_path: Path) -> Non
 
 async def test_bad_calls_are_results_not_exceptions(ctx: ToolContext) -> None:
     out, error = await call(ctx, "browser_navigate", url="x")
-    assert (
-        error
-        and "Unknown tool" in out["error"]
-        and "terminal, read_file" in out["error"]
-    )
+    assert error and "Unknown tool" in out["error"] and "terminal, read_file" in out["error"]
     out, error = await call(ctx, "read_file")
     assert (
-        error
-        and "'path' is a required property" in out["error"]
-        and "Parameters: path, offset, limit" in out["error"]
+        error and "'path' is a required property" in out["error"] and "Parameters: path, offset, limit" in out["error"]
     )
     out, error = await call(ctx, "terminal", command=42)
     assert error and "command: 42 is not of type 'string'" in out["error"]
@@ -277,6 +251,4 @@ async def test_context_limits_offered_tools(tmp_path: Path) -> None:
         ]
         out = json.loads((await ctx.call("terminal", {"command": "ls"})).content)
         assert "Unknown tool: 'terminal'" in out["error"]
-        assert (await ctx.terminal("echo reward-side"))[
-            "output"
-        ] == "reward-side"  # reward code may
+        assert (await ctx.terminal("echo reward-side"))["output"] == "reward-side"  # reward code may

@@ -190,9 +190,7 @@ class _Sequence:
         return types.Datum(
             model_input=types.ModelInput.from_ints(self.tokens[:-1]),
             loss_fn_inputs={
-                "target_tokens": types.TensorData.from_numpy(
-                    np.asarray(self.tokens[1:], dtype=np.int64)
-                ),
+                "target_tokens": types.TensorData.from_numpy(np.asarray(self.tokens[1:], dtype=np.int64)),
                 "logprobs": types.TensorData.from_numpy(logprobs),
                 "advantages": types.TensorData.from_numpy(self.advantages),
             },
@@ -217,13 +215,9 @@ def _group_rows(group: dict[str, Any]) -> list[_Row]:
         if len(masks[i]) != len(tokens[i]):
             raise ValueError(f"sequence {i}: {len(tokens[i])} tokens but {len(masks[i])} masks")
         if logprobs is not None and len(logprobs[i]) != len(tokens[i]):
-            raise ValueError(
-                f"sequence {i}: {len(tokens[i])} tokens but {len(logprobs[i])} inference_logprobs"
-            )
+            raise ValueError(f"sequence {i}: {len(tokens[i])} tokens but {len(logprobs[i])} inference_logprobs")
         if token_adv is not None and len(token_adv[i]) != len(tokens[i]):
-            raise ValueError(
-                f"sequence {i}: {len(tokens[i])} tokens but {len(token_adv[i])} advantages"
-            )
+            raise ValueError(f"sequence {i}: {len(tokens[i])} tokens but {len(token_adv[i])} advantages")
 
     score_arr = np.asarray(scores, dtype=np.float64)
     centred = score_arr - score_arr.mean()

@@ -25,6 +25,7 @@ from tinker_atropos.trainer import REGISTER_TIMEOUT_S, registration_for, train
 
 logger = logging.getLogger("tinker_atropos.launch")
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="launch_training.py", description="GRPO/LoRA trainer + inference server for one run"

@@ -87,9 +87,7 @@ class MetricsSink:
         if use_wandb:
             self._start_wandb(run_dir, project, group, run_name, config or {})
 
-    def _start_wandb(
-        self, run_dir: Path, project: str, group: str | None, name: str | None, config: dict
-    ) -> None:
+    def _start_wandb(self, run_dir: Path, project: str, group: str | None, name: str | None, config: dict) -> None:
         mode = wandb_mode()
         if mode == "disabled":
             logger.info("W&B disabled by WANDB_MODE=disabled")
@@ -110,7 +108,7 @@ class MetricsSink:
             self.wandb_url = run.url if mode == "online" else None
             where = self.wandb_url or str(RunFiles(run_dir).wandb_dir)
             logger.info("W&B %s: %s", mode, where)
-        except Exception as exc:  # noqa: BLE001 - W&B must never end a run
+        except Exception as exc:
             logger.warning("W&B could not start (%s); continuing without it", exc)
             self._wandb = None
 
@@ -119,10 +117,9 @@ class MetricsSink:
         self._file.write(record)
         if self._wandb is not None:
             try:
-                values = {k.replace("agent_", "agent/", 1): v for k, v in record.items()
-                          if isinstance(v, (int, float))}
+                values = {k.replace("agent_", "agent/", 1): v for k, v in record.items() if isinstance(v, (int, float))}
                 self._wandb.log(values, step=metrics.step)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 logger.warning("W&B log failed (%s); W&B switched off for this run", exc)
                 self._wandb = None
 
@@ -131,7 +128,6 @@ class MetricsSink:
         if self._wandb is not None:
             try:
                 self._wandb.finish(exit_code=exit_code)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 logger.warning("W&B finish failed: %s", exc)
             self._wandb = None
-

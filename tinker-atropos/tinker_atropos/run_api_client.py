@@ -66,8 +66,7 @@ class RunApiClient:
             else:
                 if resp.status_code != 200:
                     raise RunApiUnavailable(
-                        f"run-api at {self.url} rejected the registration "
-                        f"(HTTP {resp.status_code}): {resp.text[:300]}"
+                        f"run-api at {self.url} rejected the registration (HTTP {resp.status_code}): {resp.text[:300]}"
                     )
                 return str(resp.json().get("uuid"))
             if time.monotonic() >= deadline:
@@ -95,8 +94,7 @@ class RunApiClient:
                 failing_since = failing_since or now
                 if now - failing_since > self._give_up_after_s:
                     raise RunApiUnavailable(
-                        f"run-api at {self.url} stopped answering /batch for "
-                        f"{self._give_up_after_s:.0f}s: {exc}"
+                        f"run-api at {self.url} stopped answering /batch for {self._give_up_after_s:.0f}s: {exc}"
                     ) from exc
                 body = {}
             if body.get("status") == "error":  # e.g. run-api restarted and forgot the trainer
@@ -110,7 +108,7 @@ class RunApiClient:
                 logger.info("waiting for a batch from run-api (%.0fs so far)", now - started)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             delay = min(delay * 2, self._poll_max_s)
         return None

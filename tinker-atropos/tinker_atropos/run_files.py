@@ -50,7 +50,9 @@ _EXIT_MEANINGS = {
     ExitCode.OK: "ran total_steps, or stopped by SIGTERM after saving",
     ExitCode.ERROR: "error during training (traceback in the trainer log)",
     ExitCode.CONFIG: "the config file is missing or invalid",
-    ExitCode.BACKEND: "backend unavailable (TINKER_API_KEY missing/malformed, Tinker unreachable, or model not loadable)",
+    ExitCode.BACKEND: (
+        "backend unavailable (TINKER_API_KEY missing/malformed, Tinker unreachable, or model not loadable)"
+    ),
     ExitCode.RUN_API: "run-api unreachable or rejected the registration",
     ExitCode.PORT: "the inference server could not bind its port",
 }
@@ -288,7 +290,9 @@ def read_result(run_dir: Path) -> dict[str, Any] | None:
 # --- the checkpoint index ----------------------------------------------------------------------
 
 
-def record_checkpoint(run_dir: Path, run_name: str, kind: CheckpointKind, name: str, path: str, **extra: object) -> None:
+def record_checkpoint(
+    run_dir: Path, run_name: str, kind: CheckpointKind, name: str, path: str, **extra: object
+) -> None:
     """Append one entry to the index (local folders and tinker:// paths alike)."""
     entry = {"kind": str(kind), "name": name, "path": path, "time": time.time(), **extra}
     append_jsonl(RunFiles(run_dir).checkpoint_index(run_name), entry)

@@ -202,9 +202,18 @@ class Trainer:
         logger.info(
             "step %d/%d loss=%s reward=%.4f±%.4f correct=%s drift=%s seqs=%d datums=%d "
             "skipped_groups=%d tokens=%d %.2fs",
-            step, metrics.total_steps, _fmt(loss), conv.reward_mean, conv.reward_std,
-            _fmt(conv.percent_correct), _fmt(drift), conv.num_sequences, len(datums),
-            conv.skipped_groups, conv.tokens, metrics.step_seconds,
+            step,
+            metrics.total_steps,
+            _fmt(loss),
+            conv.reward_mean,
+            conv.reward_std,
+            _fmt(conv.percent_correct),
+            _fmt(drift),
+            conv.num_sequences,
+            len(datums),
+            conv.skipped_groups,
+            conv.tokens,
+            metrics.step_seconds,
         )
 
     async def _fill_missing_logprobs(self, conv: BatchConversion) -> list[types.Datum]:
@@ -217,7 +226,7 @@ class Trainer:
         async def score(k: int) -> None:
             d = datums[k]
             targets = d.loss_fn_inputs["target_tokens"].to_numpy()
-            full = types.ModelInput.from_ints(d.model_input.to_ints() + [int(targets[-1])])
+            full = types.ModelInput.from_ints([*d.model_input.to_ints(), int(targets[-1])])
             lps = await sampler.compute_logprobs_async(full)
             values = np.asarray(lps[1:], dtype=np.float32)
             datums[k] = with_sampler_logprobs(d, np.where(conv.completion_masks[k], values, 0.0))
@@ -237,13 +246,11 @@ class Trainer:
             if bounded:
                 return await asyncio.wait_for(save(), timeout=FINAL_SAVE_TIMEOUT_S)
             return await save()
-        except Exception as exc:  # noqa: BLE001 - report what was saved, keep the run's result
+        except Exception as exc:
             logger.error("final save failed (%s); last sampler weights: %s", exc, self.checkpoint)
             return self.checkpoint, None
 
-    def _result(
-        self, status: str, final_ckpt: str | None, final_state: str | None, error: str | None
-    ) -> RunResult:
+    def _result(self, status: str, final_ckpt: str | None, final_state: str | None, error: str | None) -> RunResult:
         return RunResult(
             status=status,
             steps=self.steps_done,

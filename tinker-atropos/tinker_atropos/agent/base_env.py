@@ -8,19 +8,19 @@ per-rollout overrides {"correct", "turns", "tool_calls", "tool_errors"} the trai
 
 Porting a Hermes environment changes its imports only (docs/agentic-environments.md).
 Extras beyond Hermes: `execute_tool()` (an environment's own tools next to the sandbox ones),
-`prepare_sandbox()` (a task's starting files), `is_correct()`, `max_turn_tokens`, and `evaluate_agent()` for a ready-made evaluate().
+`prepare_sandbox()` (a task's starting files), `is_correct()`, `max_turn_tokens`, and
+`evaluate_agent()` for a ready-made evaluate().
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
 from atroposlib.envs.server_handling.openai_server import OpenAIServer
@@ -32,6 +32,7 @@ from tinker_atropos.agent.sandbox import SandboxConfig, open_sandbox
 from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext, ToolResult, select_tools
 from tinker_atropos.agent.trajectory import format_trajectory
+from tinker_atropos.run_files import RunFiles, append_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -39,60 +40,65 @@ logger = logging.getLogger(__name__)
 class HermesAgentEnvConfig(BaseEnvConfig):
     """Hermes' agent settings (same names, same defaults) on top of BaseEnvConfig."""
 
-    enabled_toolsets: Optional[list[str]] = Field(
-        default=None, description="Toolsets to enable (e.g. ['terminal', 'file']); None: all.")
-    disabled_toolsets: Optional[list[str]] = Field(
-        default=None, description="Toolsets removed from enabled_toolsets.")
-    distribution: Optional[str] = Field(
-        default=None, description="Hermes toolset distribution name (sampled per group); not "
-        "available here: use enabled_toolsets.")
+    enabled_toolsets: list[str] | None = Field(
+        default=None, description="Toolsets to enable (e.g. ['terminal', 'file']); None: all."
+    )
+    disabled_toolsets: list[str] | None = Field(default=None, description="Toolsets removed from enabled_toolsets.")
+    distribution: str | None = Field(
+        default=None,
+        description="Hermes toolset distribution name (sampled per group); not available here: use enabled_toolsets.",
+    )
     max_agent_turns: int = Field(
-        default=30, ge=1, description="Maximum LLM calls (tool-calling iterations) per rollout.")
-    system_prompt: Optional[str] = Field(
-        default=None, description="System prompt for the agent (tools are offered separately).")
-    agent_temperature: float = Field(
-        default=1.0, ge=0.0, description="Sampling temperature for agent rollouts.")
-    terminal_backend: str = Field(
-        default="local", description="Sandbox backend for tool calls: 'local' or 'docker'.")
+        default=30, ge=1, description="Maximum LLM calls (tool-calling iterations) per rollout."
+    )
+    system_prompt: str | None = Field(
+        default=None, description="System prompt for the agent (tools are offered separately)."
+    )
+    agent_temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature for agent rollouts.")
+    terminal_backend: str = Field(default="local", description="Sandbox backend for tool calls: 'local' or 'docker'.")
     terminal_timeout: int = Field(
-        default=120, ge=1, description="Per-command timeout in seconds for terminal tool calls.")
-    terminal_lifetime: int = Field(
-        default=3600, ge=1, description="Sandbox lifetime in seconds.")
-    dataset_name: Optional[str] = Field(
-        default=None, description="Dataset name or local path; optional if tasks are inline.")
+        default=120, ge=1, description="Per-command timeout in seconds for terminal tool calls."
+    )
+    terminal_lifetime: int = Field(default=3600, ge=1, description="Sandbox lifetime in seconds.")
+    dataset_name: str | None = Field(
+        default=None, description="Dataset name or local path; optional if tasks are inline."
+    )
     dataset_split: str = Field(default="train", description="Dataset split to use.")
     prompt_field: str = Field(default="prompt", description="Dataset field holding the prompt.")
-    tool_pool_size: int = Field(
-        default=128, ge=1, description="Tool calls allowed to run at once across all rollouts.")
+    tool_pool_size: int = Field(default=128, ge=1, description="Tool calls allowed to run at once across all rollouts.")
     tool_call_parser: str = Field(
-        default="hermes", description="Parser for tool calls in raw model text (phase 2, and "
-        "phase 1 servers that return no native tool_calls).")
-    extra_body: Optional[dict[str, Any]] = Field(
-        default=None, description="Extra body for chat.completions.create() (phase 1), e.g. "
-        "OpenRouter provider preferences.")
-    max_turn_tokens: Optional[int] = Field(
-        default=None, ge=1, description="Tokens sampled per assistant turn; None: the rest of "
-        "max_token_length.")
+        default="hermes",
+        description="Parser for tool calls in raw model text (phase 2, and "
+        "phase 1 servers that return no native tool_calls).",
+    )
+    extra_body: dict[str, Any] | None = Field(
+        default=None,
+        description="Extra body for chat.completions.create() (phase 1), e.g. OpenRouter provider preferences.",
+    )
+    max_turn_tokens: int | None = Field(
+        default=None, ge=1, description="Tokens sampled per assistant turn; None: the rest of max_token_length."
+    )
 
 
 class HermesAgentBaseEnv(BaseEnv):
     """Abstract base of tool-calling environments (not an environment by itself)."""
 
-    name: Optional[str] = "hermes-agent"
+    name: str | None = "hermes-agent"
     env_config_cls = HermesAgentEnvConfig
 
-    def __init__(self, config: HermesAgentEnvConfig, server_configs: Any, slurm: bool = False,
-                 testing: bool = False) -> None:
+    def __init__(
+        self, config: HermesAgentEnvConfig, server_configs: Any, slurm: bool = False, testing: bool = False
+    ) -> None:
         super().__init__(config, server_configs, slurm, testing)
         self.config: HermesAgentEnvConfig = config
         parse_tool_calls("", config.tool_call_parser)  # an unknown parser fails here, listing the known
         if config.distribution:
             raise ValueError("distribution is not supported here: list toolsets in enabled_toolsets")
         self.sandbox_config = SandboxConfig(
-            backend=config.terminal_backend, timeout_s=config.terminal_timeout,
-            lifetime_s=config.terminal_lifetime)
+            backend=config.terminal_backend, timeout_s=config.terminal_timeout, lifetime_s=config.terminal_lifetime
+        )
         self._tool_slots = asyncio.Semaphore(config.tool_pool_size)
-        self._current_group_tools: Optional[tuple[list[dict[str, Any]], set[str]]] = None
+        self._current_group_tools: tuple[list[dict[str, Any]], set[str]] | None = None
         self._tool_error_buffer: list[dict[str, Any]] = []
         self._agent_stats: list[tuple[int, int, int]] = []  # (turns, tool calls, tool errors)
 
@@ -114,7 +120,7 @@ class HermesAgentBaseEnv(BaseEnv):
         async with self._tool_slots:
             try:
                 return await self.execute_tool(name, arguments, ctx)
-            except Exception as exc:  # noqa: BLE001 - a tool failure is the model's feedback
+            except Exception as exc:
                 return tool_error(f"{name}: {type(exc).__name__}: {exc}")
 
     # --- rollouts ------------------------------------------------------------------------
@@ -130,20 +136,26 @@ class HermesAgentBaseEnv(BaseEnv):
         messages.append({"role": "user", "content": self.format_prompt(item)})
         return messages
 
-    async def rollout(self, item: Item, *, split: str = "train",
-                      temperature: Optional[float] = None) -> tuple[AgentResult, float]:
+    async def rollout(
+        self, item: Item, *, split: str = "train", temperature: float | None = None
+    ) -> tuple[AgentResult, float]:
         """One conversation in a fresh sandbox, scored while the sandbox is still open."""
         tools, valid = self._current_group_tools or self._resolve_tools_for_group()
         async with open_sandbox(self.sandbox_config) as sandbox:
             ctx = ToolContext(sandbox)
             await self.prepare_sandbox(item, ctx)
             loop_kwargs = dict(
-                tool_schemas=tools, valid_tool_names=valid, tokenizer=self.tokenizer,
+                tool_schemas=tools,
+                valid_tool_names=valid,
+                tokenizer=self.tokenizer,
                 tool_handler=lambda name, args: self._guarded_tool(name, args, ctx),
-                max_turns=self.config.max_agent_turns, task_id=uuid.uuid4().hex,
+                max_turns=self.config.max_agent_turns,
+                task_id=uuid.uuid4().hex,
                 temperature=self.config.agent_temperature if temperature is None else temperature,
-                max_tokens=self.config.max_turn_tokens, max_context=self.config.max_token_length,
-                tool_call_parser=self.config.tool_call_parser, extra_body=self.config.extra_body,
+                max_tokens=self.config.max_turn_tokens,
+                max_context=self.config.max_token_length,
+                tool_call_parser=self.config.tool_call_parser,
+                extra_body=self.config.extra_body,
                 split=split,
             )
             if self._use_managed_server():
@@ -155,21 +167,25 @@ class HermesAgentBaseEnv(BaseEnv):
                 return result, 0.0  # nothing was produced: nothing to verify
             try:
                 reward = float(await self.compute_reward(item, result, ctx))
-            except Exception as exc:  # noqa: BLE001 - a verifier bug scores 0, the run goes on
+            except Exception as exc:
                 logger.error("compute_reward failed: %s", exc)
                 reward = 0.0
         return result, reward
 
-    async def collect_trajectory(self, item: Item) -> tuple[Optional[dict[str, Any]], list[Item]]:
+    async def collect_trajectory(self, item: Item) -> tuple[dict[str, Any] | None, list[Item]]:
         result, reward = await self.rollout(item)
         for err in result.tool_errors:
-            self._tool_error_buffer.append({"turn": err.turn, "tool": err.tool_name,
-                                            "args": err.arguments[:150], "error": err.error[:300]})
+            self._tool_error_buffer.append(
+                {"turn": err.turn, "tool": err.tool_name, "args": err.arguments[:150], "error": err.error[:300]}
+            )
         self._agent_stats.append((result.turns_used, result.tool_calls, len(result.tool_errors)))
         trace = result.trace
         scored: dict[str, Any] = {
-            "tokens": trace.tokens, "masks": trace.masks, "scores": reward,
-            "inference_logprobs": trace.logprobs, "messages": _plain_messages(result.messages),
+            "tokens": trace.tokens,
+            "masks": trace.masks,
+            "scores": reward,
+            "inference_logprobs": trace.logprobs,
+            "messages": _plain_messages(result.messages),
             "overrides": {
                 "correct": bool(self.is_correct(item, result, reward)),
                 "turns": result.turns_used,
@@ -179,7 +195,7 @@ class HermesAgentBaseEnv(BaseEnv):
         }
         return scored, []
 
-    async def collect_trajectories(self, item: Item) -> tuple[Optional[ScoredDataGroup], list[Item]]:
+    async def collect_trajectories(self, item: Item) -> tuple[ScoredDataGroup | None, list[Item]]:
         """Tools resolved once per group, rollouts in parallel, one ScoredDataGroup (with the
         sampler logprobs, which BaseEnv's default assembly would drop)."""
         self._current_group_tools = self._resolve_tools_for_group()
@@ -188,8 +204,10 @@ class HermesAgentBaseEnv(BaseEnv):
         if not items:
             return None, []
         group = ScoredDataGroup(
-            tokens=[s["tokens"] for s in items], masks=[s["masks"] for s in items],
-            scores=[s["scores"] for s in items], overrides=[s["overrides"] for s in items],
+            tokens=[s["tokens"] for s in items],
+            masks=[s["masks"] for s in items],
+            scores=[s["scores"] for s in items],
+            overrides=[s["overrides"] for s in items],
             messages=[s["messages"] for s in items],
         )
         if all(s["inference_logprobs"] is not None for s in items):
@@ -215,17 +233,15 @@ class HermesAgentBaseEnv(BaseEnv):
         done = await asyncio.gather(*(one(i) for i in items))
         n = max(len(done), 1)
         record = {
-            "step": self.curr_step, "time": time.time(),
+            "step": self.curr_step,
+            "time": time.time(),
             "eval_accuracy": sum(c for _, _, c in done) / n,
             "eval_reward_mean": sum(r for _, r, _ in done) / n,
             "eval_agent_turns_mean": sum(res.turns_used for res, _, _ in done) / n,
             "num_items": len(done),
         }
         if self.config.data_dir_to_save_evals:
-            folder = Path(self.config.data_dir_to_save_evals)
-            folder.mkdir(parents=True, exist_ok=True)
-            with open(folder / "eval.jsonl", "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            append_jsonl(RunFiles(Path(self.config.data_dir_to_save_evals)).evals, record)
         return record
 
     # --- logging -------------------------------------------------------------------------
@@ -235,14 +251,20 @@ class HermesAgentBaseEnv(BaseEnv):
         keep = self.config.num_rollouts_per_group_for_logging
         keep = self.config.group_size if keep == -1 else keep
         messages = scored_data.get("messages") or []
-        rows = [(format_trajectory(messages[i]) if i < len(messages)
-                 else self.tokenizer.decode(scored_data["tokens"][i]), scored_data["scores"][i])
-                for i in range(min(keep, len(scored_data.get("scores", []))))]
+        rows = [
+            (
+                format_trajectory(messages[i])
+                if i < len(messages)
+                else self.tokenizer.decode(scored_data["tokens"][i]),
+                scored_data["scores"][i],
+            )
+            for i in range(min(keep, len(scored_data.get("scores", []))))
+        ]
         self.rollouts_for_wandb.append(rows)
         if len(self.rollouts_for_wandb) > self.config.num_rollouts_to_keep:
             self.rollouts_for_wandb.pop(0)
 
-    async def wandb_log(self, wandb_metrics: Optional[dict[str, Any]] = None) -> None:
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         metrics = dict(wandb_metrics or {})
         metrics["train/tool_errors_count"] = len(self._tool_error_buffer)
         for err in self._tool_error_buffer:

@@ -18,8 +18,12 @@ from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call
 
 _MARK = "\x00agent-turn-mark\x00"
 _PROBE = [{"role": "user", "content": "probe"}]
-_PROBE_TOOL = [{"type": "function", "function": {"name": "probe_tool", "description": "probe",
-                                                  "parameters": {"type": "object", "properties": {}}}}]
+_PROBE_TOOL = [
+    {
+        "type": "function",
+        "function": {"name": "probe_tool", "description": "probe", "parameters": {"type": "object", "properties": {}}},
+    }
+]
 
 HERMES_TOOL_PROMPT = (
     "You are a function calling AI model. You are provided with function signatures within "
@@ -38,8 +42,11 @@ class TemplateError(ValueError):
 def openai_tool_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
     """ToolCalls as OpenAI `message.tool_calls` entries (arguments as a JSON string)."""
     return [
-        {"id": c.id, "type": "function",
-         "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+        }
         for c in calls
     ]
 
@@ -68,8 +75,7 @@ class ChatScaffold:
 
     def _template_takes_tools(self) -> bool:
         plain = self.tok.apply_chat_template(_PROBE, tokenize=False, add_generation_prompt=True)
-        with_tools = self.tok.apply_chat_template(
-            _PROBE, tools=_PROBE_TOOL, tokenize=False, add_generation_prompt=True)
+        with_tools = self.tok.apply_chat_template(_PROBE, tools=_PROBE_TOOL, tokenize=False, add_generation_prompt=True)
         return "probe_tool" in with_tools and with_tools != plain
 
     def template_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -96,8 +102,8 @@ class ChatScaffold:
     def render(self, messages: list[dict[str, Any]], generation_prompt: bool = True) -> str:
         kwargs: dict[str, Any] = {"tools": self.tools} if self.native_tools else {}
         return self.tok.apply_chat_template(
-            self.template_messages(messages), tokenize=False,
-            add_generation_prompt=generation_prompt, **kwargs)
+            self.template_messages(messages), tokenize=False, add_generation_prompt=generation_prompt, **kwargs
+        )
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))
@@ -106,9 +112,7 @@ class ChatScaffold:
         """The first prompt: the conversation so far plus the assistant generation prompt."""
         return self.encode(self.render(messages, generation_prompt=True))
 
-    def continuation(
-        self, history: list[dict[str, Any]], new: list[dict[str, Any]], sampled: list[int]
-    ) -> list[int]:
+    def continuation(self, history: list[dict[str, Any]], new: list[dict[str, Any]], sampled: list[int]) -> list[int]:
         """Tokens to append after the sampled last turn of `history` (an assistant message):
         the rest of its end-of-turn text, the `new` messages, the next generation prompt.
 
@@ -123,10 +127,11 @@ class ChatScaffold:
         if not after.startswith(before) or _MARK not in before:
             raise TemplateError(
                 "the chat template re-renders earlier turns when messages are added, so a "
-                "conversation cannot grow by appending tokens")
-        closing = before[before.rindex(_MARK) + len(_MARK):]
+                "conversation cannot grow by appending tokens"
+            )
+        closing = before[before.rindex(_MARK) + len(_MARK) :]
         last = sampled[-1] if sampled else None
         tail = self.tok.decode([last]) if last in set(self.tok.all_special_ids) else ""
         if tail and closing.startswith(tail):
-            closing = closing[len(tail):]
-        return self.encode(closing + after[len(before):])
+            closing = closing[len(tail) :]
+        return self.encode(closing + after[len(before) :])

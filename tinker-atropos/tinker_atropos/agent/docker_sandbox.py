@@ -25,7 +25,7 @@ from tinker_atropos.agent.procs import (
     process_start_ticks,
     run_bounded,
 )
-from tinker_atropos.agent.sandbox import (
+from tinker_atropos.agent.sandbox_base import (
     PREFIX,
     SHELL_WRAPPER,
     Sandbox,
@@ -46,12 +46,8 @@ async def probe_docker() -> None:
     """Raise SandboxUnavailable unless the docker CLI is installed and its daemon answers."""
     fix = "start the daemon (`sudo systemctl start docker` or `dockerd &`) or set terminal_backend=local"
     if shutil.which("docker") is None:
-        raise SandboxUnavailable(
-            f"terminal_backend 'docker' needs the docker CLI on PATH: install it, or {fix}"
-        )
-    code, out = await exec_bytes(
-        ["docker", "info", "--format", "{{.ServerVersion}}"], None, _PROBE_TIMEOUT_S
-    )
+        raise SandboxUnavailable(f"terminal_backend 'docker' needs the docker CLI on PATH: install it, or {fix}")
+    code, out = await exec_bytes(["docker", "info", "--format", "{{.ServerVersion}}"], None, _PROBE_TIMEOUT_S)
     if code != 0:
         detail = out.decode("utf-8", "replace").strip().splitlines()
         raise SandboxUnavailable(
@@ -90,9 +86,7 @@ class DockerSandbox(Sandbox):
         super().__init__(config)
         self.container = container
         self.workdir = WORKDIR
-        self._preexec = child_preexec(
-            Limits(None, None, None, None)
-        )  # the client only needs to die with us
+        self._preexec = child_preexec(Limits(None, None, None, None))  # the client only needs to die with us
 
     async def _run(self, command: str, timeout_s: float) -> CommandResult:
         argv = ["docker", "exec", "-w", str(WORKDIR), self.container]
@@ -122,9 +116,7 @@ class DockerSandbox(Sandbox):
         """Inside the container there is nothing to escape to: only normalise the path."""
         return PurePosixPath(posixpath.normpath(posixpath.join(str(WORKDIR), path)))
 
-    async def _exec(
-        self, script: str, *args: str, stdin: bytes | None = None
-    ) -> tuple[int, bytes]:
+    async def _exec(self, script: str, *args: str, stdin: bytes | None = None) -> tuple[int, bytes]:
         self.check_alive()
         argv = [
             "docker",
@@ -132,9 +124,7 @@ class DockerSandbox(Sandbox):
             *(["-i"] if stdin is not None else []),
             self.container,
         ]
-        return await exec_bytes(
-            [*argv, "sh", "-c", script, "sh", *args], stdin, self.config.timeout_s
-        )
+        return await exec_bytes([*argv, "sh", "-c", script, "sh", *args], stdin, self.config.timeout_s)
 
     async def read_bytes(self, path: str, limit: int) -> bytes:
         target = str(self.resolve(path))
@@ -154,15 +144,11 @@ class DockerSandbox(Sandbox):
         script = 'd=$(dirname "$1"); c=0; [ -d "$d" ] || { mkdir -p "$d" && c=1; }; cat > "$1" && exit $((10 + c))'
         code, out = await self._exec(script, target, stdin=data)
         if code not in (10, 11):
-            raise OSError(
-                f"cannot write {path}: {out.decode('utf-8', 'replace').strip()}"
-            )
+            raise OSError(f"cannot write {path}: {out.decode('utf-8', 'replace').strip()}")
         return code == 11
 
     async def aclose(self) -> None:
-        await exec_bytes(
-            ["docker", "rm", "-f", self.container], None, _CONTROL_TIMEOUT_S
-        )
+        await exec_bytes(["docker", "rm", "-f", self.container], None, _CONTROL_TIMEOUT_S)
 
 
 async def open_docker(config: SandboxConfig) -> DockerSandbox:

@@ -19,9 +19,7 @@ MAX_LINE_CHARS = 2000  # Hermes' per-line cap in read_file
 _V4A_FILE = re.compile(r"\*\*\* (Update|Add|Delete) File: (.+)")
 
 
-async def read_file(
-    sb: Sandbox, args: dict[str, Any], max_chars: int
-) -> dict[str, Any]:
+async def read_file(sb: Sandbox, args: dict[str, Any], max_chars: int) -> dict[str, Any]:
     path, offset, limit = args["path"], args.get("offset", 1), args.get("limit", 500)
     result: dict[str, Any] = {
         "content": "",
@@ -35,9 +33,7 @@ async def read_file(
     except FileNotFoundError:
         return result | {"error": f"File not found: {path}"}
     except IsADirectoryError:
-        return result | {
-            "error": f"{path} is a directory: use search_files(target='files') to list it"
-        }
+        return result | {"error": f"{path} is a directory: use search_files(target='files') to list it"}
     if b"\0" in data[:8192]:
         return result | {"is_binary": True, "error": f"Cannot read binary file: {path}"}
     text = data.decode("utf-8", "replace")
@@ -61,9 +57,7 @@ async def read_file(
     return result
 
 
-async def write_file(
-    sb: Sandbox, args: dict[str, Any], max_chars: int
-) -> dict[str, Any]:
+async def write_file(sb: Sandbox, args: dict[str, Any], max_chars: int) -> dict[str, Any]:
     data = args["content"].encode()
     created = await sb.write_bytes(args["path"], data)
     resolved = str(sb.resolve(args["path"]))
@@ -99,12 +93,17 @@ async def patch(sb: Sandbox, args: dict[str, Any], max_chars: int) -> dict[str, 
         return {
             "success": False,
             "error": "Could not find a match for old_string in the file",
-            "_hint": "old_string not found. Use read_file to verify the current content, or search_files to locate the text.",
+            "_hint": (
+                "old_string not found. Use read_file to verify the current content, or search_files to locate the text."
+            ),
         }
     if count > 1 and not args.get("replace_all", False):
         return {
             "success": False,
-            "error": f"Found {count} matches for old_string. Provide more context to make it unique, or use replace_all=True.",
+            "error": (
+                f"Found {count} matches for old_string. "
+                "Provide more context to make it unique, or use replace_all=True."
+            ),
         }
     updated = text.replace(old, new, -1 if args.get("replace_all", False) else 1)
     await sb.write_bytes(path, updated.encode())
@@ -189,9 +188,7 @@ def _apply_hunks(text: str, body: list[str]) -> tuple[str, str]:
 
 
 def _diff(path: str, old: str, new: str) -> str:
-    lines = difflib.unified_diff(
-        old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"
-    )
+    lines = difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}")
     return "".join(lines)
 
 
@@ -202,30 +199,20 @@ def _cut_diff(result: dict[str, Any], max_chars: int) -> dict[str, Any]:
     return result
 
 
-async def search_files(
-    sb: Sandbox, args: dict[str, Any], max_chars: int
-) -> dict[str, Any]:
+async def search_files(sb: Sandbox, args: dict[str, Any], max_chars: int) -> dict[str, Any]:
     """grep/find inside the sandbox (GNU tools), in a subshell so the agent's cwd is untouched."""
     pattern, path = args["pattern"], args.get("path", ".")
     offset, limit = args.get("offset", 0), args.get("limit", 50)
     resolved = sb.resolve(path)
     where = f"cd {shlex.quote(str(sb.workdir))} && "
-    rel = shlex.quote(
-        str(resolved.relative_to(sb.workdir)) if resolved != sb.workdir else "."
-    )
-    target = {"grep": "content", "find": "files"}.get(
-        args.get("target", "content"), args.get("target")
-    )
+    rel = shlex.quote(str(resolved.relative_to(sb.workdir)) if resolved != sb.workdir else ".")
+    target = {"grep": "content", "find": "files"}.get(args.get("target", "content"), args.get("target"))
     if target == "files":
         cmd = f"find {rel} -type f -name {shlex.quote(pattern)} -printf '%T@\\t%p\\n' 2>/dev/null | sort -rn"
-        rows = [
-            ln.split("\t", 1)[1] for ln in (await _lines(sb, where + cmd)) if "\t" in ln
-        ]
+        rows = [ln.split("\t", 1)[1] for ln in (await _lines(sb, where + cmd)) if "\t" in ln]
         return _page({"files": rows}, "files", offset, limit)
     mode = args.get("output_mode", "content")
-    glob = (
-        f"--include={shlex.quote(args['file_glob'])} " if args.get("file_glob") else ""
-    )
+    glob = f"--include={shlex.quote(args['file_glob'])} " if args.get("file_glob") else ""
     context = args.get("context", 0) if mode == "content" else 0
     flags = {
         "content": f"-n -C {context} --no-group-separator",
@@ -237,21 +224,13 @@ async def search_files(
         cmd += f" | head -n {(offset + limit) * (1 + 2 * context) + 1}"
     out = await sb.run(f"( set -o pipefail; {where}{cmd} )")
     lines = out.output.splitlines()
-    if (
-        not any("\0" in ln for ln in lines)
-        and out.exit_code not in (0, 1)
-        and out.output.strip()
-    ):
+    if not any("\0" in ln for ln in lines) and out.exit_code not in (0, 1) and out.output.strip():
         return {"total_count": 0, "error": out.output.strip()[: max_chars // 2]}
     if mode == "files_only":
         files = [f for ln in lines for f in ln.split("\0") if f]
         return _page({"files": files}, "files", offset, limit)
     if mode == "count":
-        counts = {
-            p: int(c)
-            for p, _, c in (ln.partition("\0") for ln in lines)
-            if c.isdigit() and int(c) > 0
-        }
+        counts = {p: int(c) for p, _, c in (ln.partition("\0") for ln in lines) if c.isdigit() and int(c) > 0}
         return {"total_count": sum(counts.values()), "counts": counts}
     matches = []
     for ln in lines:
@@ -272,9 +251,7 @@ async def _lines(sb: Sandbox, command: str) -> list[str]:
     return (await sb.run(f"( {command} )")).output.splitlines()
 
 
-def _page(
-    result: dict[str, Any], key: str, offset: int, limit: int, cut: bool = False
-) -> dict[str, Any]:
+def _page(result: dict[str, Any], key: str, offset: int, limit: int, cut: bool = False) -> dict[str, Any]:
     items = result[key]
     page = items[offset : offset + limit]
     out: dict[str, Any] = {"total_count": len(items)}

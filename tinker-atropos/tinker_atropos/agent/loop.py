@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from tinker_atropos.agent.chat_format import ChatScaffold, openai_tool_calls
 from tinker_atropos.agent.tool_calls import ToolCall, parse_tool_calls
@@ -135,7 +136,7 @@ class HermesAgentLoop:
             else:
                 await self._run_chat(result)
                 result.trace = self._rebuild_trace(result.messages)
-        except Exception as exc:  # noqa: BLE001 - a failed call ends this rollout, not the group
+        except Exception as exc:
             logger.error("agent loop %s failed at turn %d: %s", self.task_id, result.turns_used, exc)
             result.stop_reason = "error"
         if not result.stop_reason:
@@ -155,13 +156,19 @@ class HermesAgentLoop:
                 budget = min(budget, self.max_tokens)
             if budget < 1:
                 if turn == 0:
-                    logger.warning("the prompt (%d tokens, tool schemas included) leaves no room "
-                                   "under max_token_length=%d", len(trace), self.max_context)
+                    logger.warning(
+                        "the prompt (%d tokens, tool schemas included) leaves no room under max_token_length=%d",
+                        len(trace),
+                        self.max_context,
+                    )
                 result.stop_reason = "context"
                 return
             _, outs, lps, _ = await self.server.server.tokens_and_logprobs_completion(
-                input_ids=list(trace.tokens), n=1, max_tokens=budget,
-                temperature=self.temperature, split=self.split,
+                input_ids=list(trace.tokens),
+                n=1,
+                max_tokens=budget,
+                temperature=self.temperature,
+                split=self.split,
             )
             sampled = [int(t) for t in outs[0]]
             trace.add_sampled(sampled, [float(x) for x in lps[0]])
@@ -188,15 +195,17 @@ class HermesAgentLoop:
     # --- phase 1: chat endpoint ------------------------------------------------------------
 
     async def _run_chat(self, result: AgentResult) -> None:
-        kwargs: dict[str, Any] = {"n": 1, "temperature": self.temperature,
-                                  "max_tokens": self.max_tokens or self.max_context}
+        kwargs: dict[str, Any] = {
+            "n": 1,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens or self.max_context,
+        }
         if self.tool_schemas:
             kwargs["tools"] = self.tool_schemas
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
         for turn in range(self.max_turns):
-            completion = await self.server.chat_completion(
-                messages=result.messages, split=self.split, **kwargs)
+            completion = await self.server.chat_completion(messages=result.messages, split=self.split, **kwargs)
             message = completion.choices[0].message
             result.turns_used = turn + 1
             result.reasoning_per_turn.append(getattr(message, "reasoning_content", None))
@@ -226,10 +235,9 @@ class HermesAgentLoop:
             reply = self.scaffold.template_messages([messages[i]])[-1]["content"]
             sampled = self.scaffold.encode(reply)
             trace.add_sampled(sampled, None)
-            j = next((k for k in range(i + 1, len(messages)) if messages[k]["role"] == "assistant"),
-                     len(messages))
+            j = next((k for k in range(i + 1, len(messages)) if messages[k]["role"] == "assistant"), len(messages))
             if j < len(messages):
-                trace.add_context(self.scaffold.continuation(messages[: i + 1], messages[i + 1: j], sampled))
+                trace.add_context(self.scaffold.continuation(messages[: i + 1], messages[i + 1 : j], sampled))
             i = j
         return trace
 
@@ -244,8 +252,10 @@ class HermesAgentLoop:
             result.tool_calls += 1
             args = json.dumps(call.arguments, ensure_ascii=False)
             if call.name not in self.valid_tool_names:
-                out = tool_error(f"Unknown tool: {call.name!r}. Available tools: "
-                                 f"{', '.join(sorted(self.valid_tool_names)) or 'none'}")
+                out = tool_error(
+                    f"Unknown tool: {call.name!r}. Available tools: "
+                    f"{', '.join(sorted(self.valid_tool_names)) or 'none'}"
+                )
             else:
                 out = await self.tool_handler(call.name, call.arguments)
             if out.error:

@@ -22,9 +22,7 @@ MARKER_ENV = "RL_MCP_SANDBOX"
 _PR_SET_PDEATHSIG = 1
 _CHUNK = 65536
 _POLL_S = 0.01
-_DRAIN_GRACE_S = (
-    0.3  # how long to keep reading after the shell exits (children may hold the pipe)
-)
+_DRAIN_GRACE_S = 0.3  # how long to keep reading after the shell exits (children may hold the pipe)
 
 
 @dataclass(frozen=True)
@@ -50,9 +48,7 @@ class Limits:
 def child_preexec(limits: Limits) -> Callable[[], None]:
     """The function run in the forked child before exec: die with the parent, apply rlimits."""
     parent = os.getpid()
-    libc = (
-        ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-    )
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
     pairs = (
         (resource.RLIMIT_CPU, limits.cpu_s),
         (resource.RLIMIT_AS, limits.memory_bytes),
@@ -106,10 +102,7 @@ class Capture:
         if not self.truncated:
             return head + tail
         omitted = self.total - len(self.head) - len(self.tail)
-        return (
-            f"{head}\n\n... [OUTPUT TRUNCATED - {omitted} chars omitted "
-            f"out of {self.total} total] ...\n\n{tail}"
-        )
+        return f"{head}\n\n... [OUTPUT TRUNCATED - {omitted} chars omitted out of {self.total} total] ...\n\n{tail}"
 
 
 def kill_group(pgid: int) -> None:
@@ -197,15 +190,11 @@ async def _exited(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:
     return True
 
 
-async def exec_bytes(
-    argv: list[str], stdin: bytes | None, timeout_s: float
-) -> tuple[int, bytes]:
+async def exec_bytes(argv: list[str], stdin: bytes | None, timeout_s: float) -> tuple[int, bytes]:
     """Run a short helper (docker cp/exec, probes): exit code and merged output, or -1 on timeout."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
-        stdin=asyncio.subprocess.PIPE
-        if stdin is not None
-        else asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,

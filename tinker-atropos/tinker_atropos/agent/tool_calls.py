@@ -18,12 +18,7 @@ SUPPORTED_PARSERS = ("hermes",)
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 # A block ends at its closing tag; one that never closes runs to the next opening tag or the end.
 _BLOCK = re.compile(
-    re.escape(_OPEN)
-    + r"(.*?)("
-    + re.escape(_CLOSE)
-    + r"|(?="
-    + re.escape(_OPEN)
-    + r")|\Z)",
+    re.escape(_OPEN) + r"(.*?)(" + re.escape(_CLOSE) + r"|(?=" + re.escape(_OPEN) + r")|\Z)",
     re.DOTALL,
 )
 
@@ -54,9 +49,7 @@ def new_call_id() -> str:
 def parse_tool_calls(text: str, parser: str = "hermes") -> ParsedReply:
     """Split `text` into the prose around tool-call blocks, the valid calls and per-block errors."""
     if parser not in SUPPORTED_PARSERS:
-        raise UnknownToolCallParser(
-            f"unknown tool_call_parser {parser!r}; supported: {', '.join(SUPPORTED_PARSERS)}"
-        )
+        raise UnknownToolCallParser(f"unknown tool_call_parser {parser!r}; supported: {', '.join(SUPPORTED_PARSERS)}")
     calls: list[ToolCall] = []
     errors: list[str] = []
     outside: list[str] = []
@@ -106,7 +99,5 @@ def _parse_block(body: str, closed: bool) -> tuple[ToolCall | None, str]:
 
 def format_tool_call(call: ToolCall) -> str:
     """The hermes block a model should emit for `call` (demonstrations, SFT data, tests)."""
-    payload = json.dumps(
-        {"name": call.name, "arguments": call.arguments}, ensure_ascii=False
-    )
+    payload = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
     return f"{_OPEN}\n{payload}\n{_CLOSE}"

@@ -269,23 +269,17 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
                 "properties": {
                     "path": {
                         "type": "string",
-                        "description": "Path to the file to read "
-                        "(absolute, relative, or "
-                        "~/path)",
+                        "description": "Path to the file to read (absolute, relative, or ~/path)",
                     },
                     "offset": {
                         "type": "integer",
-                        "description": "Line number to start "
-                        "reading from (1-indexed, "
-                        "default: 1)",
+                        "description": "Line number to start reading from (1-indexed, default: 1)",
                         "default": 1,
                         "minimum": 1,
                     },
                     "limit": {
                         "type": "integer",
-                        "description": "Maximum number of lines to "
-                        "read (default: 500, max: "
-                        "2000)",
+                        "description": "Maximum number of lines to read (default: 500, max: 2000)",
                         "default": 500,
                         "maximum": 2000,
                     },
@@ -373,8 +367,7 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
                     },
                     "path": {
                         "type": "string",
-                        "description": "REQUIRED when mode='replace'. "
-                        "File path to edit.",
+                        "description": "REQUIRED when mode='replace'. File path to edit.",
                     },
                     "old_string": {
                         "type": "string",
@@ -399,10 +392,7 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
                     },
                     "replace_all": {
                         "type": "boolean",
-                        "description": "Replace all "
-                        "occurrences instead of "
-                        "requiring a unique "
-                        "match (default: false)",
+                        "description": "Replace all occurrences instead of requiring a unique match (default: false)",
                         "default": False,
                     },
                     "patch": {
@@ -465,16 +455,12 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
                     "target": {
                         "type": "string",
                         "enum": ["content", "files"],
-                        "description": "'content' searches inside "
-                        "file contents, 'files' "
-                        "searches for files by name",
+                        "description": "'content' searches inside file contents, 'files' searches for files by name",
                         "default": "content",
                     },
                     "path": {
                         "type": "string",
-                        "description": "Directory or file to search "
-                        "in (default: current working "
-                        "directory)",
+                        "description": "Directory or file to search in (default: current working directory)",
                         "default": ".",
                     },
                     "file_glob": {
@@ -486,14 +472,12 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
                     },
                     "limit": {
                         "type": "integer",
-                        "description": "Maximum number of results to "
-                        "return (default: 50)",
+                        "description": "Maximum number of results to return (default: 50)",
                         "default": 50,
                     },
                     "offset": {
                         "type": "integer",
-                        "description": "Skip first N results for "
-                        "pagination (default: 0)",
+                        "description": "Skip first N results for pagination (default: 0)",
                         "default": 0,
                     },
                     "output_mode": {
@@ -511,9 +495,7 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
                     },
                     "context": {
                         "type": "integer",
-                        "description": "Number of context lines "
-                        "before and after each "
-                        "match (grep mode only)",
+                        "description": "Number of context lines before and after each match (grep mode only)",
                         "default": 0,
                     },
                 },

@@ -41,24 +41,18 @@ class ToolResult:
     error: bool = False
 
 
-def select_tools(
-    enabled_toolsets: list[str] | None, disabled_toolsets: list[str] | None
-) -> list[str]:
+def select_tools(enabled_toolsets: list[str] | None, disabled_toolsets: list[str] | None) -> list[str]:
     """Tool names of the enabled toolsets (all when None) minus those of the disabled ones."""
     for name in (*(enabled_toolsets or ()), *(disabled_toolsets or ())):
         if name not in TOOLSETS:
-            raise ValueError(
-                f"unknown toolset {name!r}; known toolsets: {', '.join(TOOLSETS)}"
-            )
+            raise ValueError(f"unknown toolset {name!r}; known toolsets: {', '.join(TOOLSETS)}")
     enabled = list(TOOLSETS) if enabled_toolsets is None else enabled_toolsets
     off = {tool for ts in disabled_toolsets or () for tool in TOOLSETS[ts]}
     names = [tool for ts in enabled for tool in TOOLSETS[ts] if tool not in off]
     return list(dict.fromkeys(names))
 
 
-async def _terminal(
-    sb: Sandbox, args: dict[str, Any], max_chars: int
-) -> dict[str, Any]:
+async def _terminal(sb: Sandbox, args: dict[str, Any], max_chars: int) -> dict[str, Any]:
     if args.get("background"):
         return {
             "output": "",
@@ -83,11 +77,7 @@ async def _terminal(
         output, exit_code = f"{output}\n[Command timed out after {seconds:g}s]", 124
     output = output.strip()
     if len(output) > max_chars:  # the sandbox already bounds it; this covers the suffix
-        output = (
-            output[: max_chars // 2]
-            + "\n... [OUTPUT TRUNCATED] ...\n"
-            + output[-max_chars // 2 :]
-        )
+        output = output[: max_chars // 2] + "\n... [OUTPUT TRUNCATED] ...\n" + output[-max_chars // 2 :]
     return {
         "output": output,
         "exit_code": -1 if exit_code is None else exit_code,
@@ -115,10 +105,7 @@ class ToolContext:
         if unknown:
             raise ValueError(f"unknown tools {unknown}; known: {', '.join(HANDLERS)}")
         self._validators = {
-            t: jsonschema.Draft202012Validator(
-                TOOL_SCHEMAS[t]["function"]["parameters"]
-            )
-            for t in self.tools
+            t: jsonschema.Draft202012Validator(TOOL_SCHEMAS[t]["function"]["parameters"]) for t in self.tools
         }
 
     @property
@@ -128,16 +115,10 @@ class ToolContext:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         if name not in self._validators:
-            return _error(
-                f"Unknown tool: {name!r}. Available tools: {', '.join(self.tools) or 'none'}"
-            )
+            return _error(f"Unknown tool: {name!r}. Available tools: {', '.join(self.tools) or 'none'}")
         if not isinstance(arguments, dict):
-            return _error(
-                f"{name}: arguments must be a JSON object, got {type(arguments).__name__}"
-            )
-        problems = sorted(
-            self._validators[name].iter_errors(arguments), key=lambda e: list(e.path)
-        )
+            return _error(f"{name}: arguments must be a JSON object, got {type(arguments).__name__}")
+        problems = sorted(self._validators[name].iter_errors(arguments), key=lambda e: list(e.path))
         if problems:
             params = TOOL_SCHEMAS[name]["function"]["parameters"]
             where = ["/".join(map(str, e.path)) or "arguments" for e in problems]
@@ -156,13 +137,9 @@ class ToolContext:
         failed = bool(result.get("error")) or result.get("success") is False
         return ToolResult(json.dumps(result, ensure_ascii=False), error=failed)
 
-    async def terminal(
-        self, command: str, timeout: int | None = None
-    ) -> dict[str, Any]:
+    async def terminal(self, command: str, timeout: int | None = None) -> dict[str, Any]:
         """Run `command` in the rollout's shell: {"output", "exit_code", "error"}."""
-        args: dict[str, Any] = {"command": command} | (
-            {"timeout": timeout} if timeout else {}
-        )
+        args: dict[str, Any] = {"command": command} | ({"timeout": timeout} if timeout else {})
         return json.loads((await self._direct("terminal", args)).content)
 
     async def read_file(self, path: str) -> str | None:

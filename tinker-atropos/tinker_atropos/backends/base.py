@@ -6,7 +6,8 @@ same RL loop drives remote Tinker GPUs and the local torch+peft engine.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from tinker import types
 
@@ -37,14 +38,11 @@ class TrainingBackend(Protocol):
 
     base_model: str
 
-    async def forward_backward_async(
-        self, data: Sequence[types.Datum], loss_fn: str
-    ) -> types.ForwardBackwardOutput:
+    async def forward_backward_async(self, data: Sequence[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
         """Accumulate gradients of `loss_fn` over `data` until the next optim_step."""
         ...
 
-    async def optim_step_async(self, adam_params: types.AdamParams) -> types.OptimStepResponse:
-        ...
+    async def optim_step_async(self, adam_params: types.AdamParams) -> types.OptimStepResponse: ...
 
     async def save_weights_for_sampler_async(self, name: str) -> str:
         """Save the adapter for sampling; returns its path (a folder or a tinker:// URI)."""
@@ -54,8 +52,7 @@ class TrainingBackend(Protocol):
         """Save adapter + optimizer state for resuming; returns its path."""
         ...
 
-    async def load_state_async(self, path: str) -> None:
-        ...
+    async def load_state_async(self, path: str) -> None: ...
 
     async def create_sampling_client_async(self, path: str) -> SamplingBackend:
         """A sampler for the weights saved at `path` (by save_weights_for_sampler)."""

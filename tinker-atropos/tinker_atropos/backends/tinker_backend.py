@@ -10,14 +10,15 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from typing import Any, Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import tinker
 from tinker import types
 
-from ..config import TinkerConfig
 from tinker_atropos.run_files import CheckpointKind
 
+from ..config import TinkerConfig
 from .base import BackendUnavailable
 from .checkpoints import CheckpointStore
 
@@ -81,9 +82,7 @@ def _connect(t: TinkerConfig) -> tinker.ServiceClient:
     key = check_api_key()
     timeout = connect_timeout()
     caps = _bounded(
-        lambda: tinker.RestClient(base_url=t.tinker_base_url, api_key=key)
-        .get_server_capabilities()
-        .result(timeout),
+        lambda: tinker.RestClient(base_url=t.tinker_base_url, api_key=key).get_server_capabilities().result(timeout),
         timeout,
         f"reach the service at {t.tinker_base_url or os.environ.get('TINKER_BASE_URL') or 'its default URL'}",
     )
@@ -147,9 +146,7 @@ class TinkerTrainingClient:
     def get_tokenizer(self):
         return self.training.get_tokenizer()
 
-    async def forward_backward_async(
-        self, data: Sequence[types.Datum], loss_fn: str
-    ) -> types.ForwardBackwardOutput:
+    async def forward_backward_async(self, data: Sequence[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
         return await self.training.forward_backward(list(data), loss_fn)
 
     async def optim_step_async(self, adam_params: types.AdamParams) -> types.OptimStepResponse:

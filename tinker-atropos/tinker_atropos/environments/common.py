@@ -49,7 +49,8 @@ class Score:
 
 class ChatTaskConfig(BaseEnvConfig):
     max_completion_tokens: int = Field(
-        default=256, ge=1,
+        default=256,
+        ge=1,
         description="Tokens sampled per reply (also capped by max_token_length).",
     )
     temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature for training rollouts.")
@@ -140,16 +141,20 @@ class ChatTaskEnv(BaseEnv):
         """A group of replies: with the sampler's tokens and logprobs (managed server) where
         the server speaks tokens (sglang, vllm); from the reply text alone on an OpenAI-only
         endpoint (e.g. `process` against a hosted model), which is enough to score it."""
-        kwargs = dict(n=self.config.group_size, max_tokens=self.completion_tokens,
-                      temperature=self.config.temperature)
+        kwargs = dict(n=self.config.group_size, max_tokens=self.completion_tokens, temperature=self.config.temperature)
         if not isinstance(self.server.servers[0], OpenAIServer):
             async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
                 await managed.chat_completion(messages=messages, **kwargs)
                 nodes = managed.get_state()["nodes"]
             return [
-                Rollout(node.tokens, node.masked_tokens, node.logprobs, self.tokenizer.decode(
-                    [t for t, m in zip(node.tokens, node.masked_tokens) if m != -100],
-                    skip_special_tokens=True))
+                Rollout(
+                    node.tokens,
+                    node.masked_tokens,
+                    node.logprobs,
+                    self.tokenizer.decode(
+                        [t for t, m in zip(node.tokens, node.masked_tokens) if m != -100], skip_special_tokens=True
+                    ),
+                )
                 for node in nodes
             ]
         completion = await self.server.chat_completion(messages=messages, **kwargs)
@@ -171,8 +176,11 @@ class ChatTaskEnv(BaseEnv):
         async def one(task: Task) -> Score:
             async with gate:
                 completion = await self.server.chat_completion(
-                    messages=self.messages(task), n=1, max_tokens=self.completion_tokens,
-                    temperature=0.0, split="eval",
+                    messages=self.messages(task),
+                    n=1,
+                    max_tokens=self.completion_tokens,
+                    temperature=0.0,
+                    split="eval",
                 )
             return self.score(task, completion.choices[0].message.content or "")
 

@@ -57,8 +57,10 @@ def _add_sub(r: random.Random) -> Problem:
     name, item = r.choice(_NAMES), r.choice(_ITEMS)
     a, b = r.randint(5, 60), r.randint(2, 40)
     c = r.randint(1, a + b - 1)
-    q = (f"{name} has {a} {item}. {name} gets {b} more and then gives {c} to a friend. "
-         f"How many {item} does {name} have now?")
+    q = (
+        f"{name} has {a} {item}. {name} gets {b} more and then gives {c} to a friend. "
+        f"How many {item} does {name} have now?"
+    )
     return Problem(q, str(a + b - c))
 
 
@@ -72,8 +74,7 @@ def _multiply(r: random.Random) -> Problem:
 def _share(r: random.Random) -> Problem:
     name, item = r.choice(_NAMES), r.choice(_ITEMS)
     friends, each = r.randint(2, 9), r.randint(2, 15)
-    q = (f"{name} shares {friends * each} {item} equally among {friends} friends. "
-         f"How many {item} does each friend get?")
+    q = f"{name} shares {friends * each} {item} equally among {friends} friends. How many {item} does each friend get?"
     return Problem(q, str(each))
 
 
@@ -81,8 +82,10 @@ def _money(r: random.Random) -> Problem:
     name = r.choice(_NAMES)
     price, count = r.randint(2, 15), r.randint(2, 8)
     paid = price * count + r.randint(0, 30)
-    q = (f"{name} buys {count} notebooks that cost ${price} each and pays with ${paid}. "
-         f"How many dollars of change does {name} get?")
+    q = (
+        f"{name} buys {count} notebooks that cost ${price} each and pays with ${paid}. "
+        f"How many dollars of change does {name} get?"
+    )
     return Problem(q, str(paid - price * count))
 
 
@@ -90,8 +93,10 @@ def _time(r: random.Random) -> Problem:
     name = r.choice(_NAMES)
     days, minutes = r.randint(2, 7), r.choice([15, 20, 25, 30, 45, 50])
     weeks = r.randint(2, 4)
-    q = (f"{name} practices piano for {minutes} minutes a day, {days} days a week. "
-         f"How many minutes does {name} practice in {weeks} weeks?")
+    q = (
+        f"{name} practices piano for {minutes} minutes a day, {days} days a week. "
+        f"How many minutes does {name} practice in {weeks} weeks?"
+    )
     return Problem(q, str(minutes * days * weeks))
 
 
@@ -115,7 +120,7 @@ def _reachable(host: str, timeout: float) -> bool:
         return False
 
 
-def _hf_rows_to_problems(rows) -> list[Problem]:  # noqa: ANN001 - a datasets.Dataset
+def _hf_rows_to_problems(rows) -> list[Problem]:
     out = []
     for row in rows:
         answer = row["answer"].split("####")[-1].strip().replace(",", "")
@@ -139,7 +144,7 @@ def load_hf_gsm8k(timeout: float) -> tuple[list[Problem], list[Problem]] | None:
 
             ds = load_dataset("gsm8k", "main")
             result["data"] = (_hf_rows_to_problems(ds["train"]), _hf_rows_to_problems(ds["test"]))
-        except Exception as exc:  # noqa: BLE001 - any failure means: use the generated set
+        except Exception as exc:
             result["error"] = exc
 
     if offline:
@@ -150,6 +155,8 @@ def load_hf_gsm8k(timeout: float) -> tuple[list[Problem], list[Problem]] | None:
     worker.join(timeout)
     if "data" in result:
         return result["data"]  # type: ignore[return-value]
-    log.warning("gsm8k from the hub unavailable (%s); using generated problems",
-                result.get("error", f"no answer within {timeout:.0f}s"))
+    log.warning(
+        "gsm8k from the hub unavailable (%s); using generated problems",
+        result.get("error", f"no answer within {timeout:.0f}s"),
+    )
     return None

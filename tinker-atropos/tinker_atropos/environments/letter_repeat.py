@@ -37,14 +37,16 @@ class LetterRepeatConfig(ChatTaskConfig):
     pool_credit: float = Field(
         default=0.25, ge=0.0, le=1.0, description="Credit for one of `letters` that is not the target."
     )
-    letter_credit: float = Field(
-        default=0.05, ge=0.0, le=1.0, description="Credit for any other ASCII letter."
-    )
+    letter_credit: float = Field(default=0.05, ge=0.0, le=1.0, description="Credit for any other ASCII letter.")
     num_train_items: int = Field(default=512, ge=1)
 
 
 def letter_reward(
-    reply: str, letter: str, repeat_count: int, pool: str = "", pool_credit: float = 0.0,
+    reply: str,
+    letter: str,
+    repeat_count: int,
+    pool: str = "",
+    pool_credit: float = 0.0,
     letter_credit: float = 0.0,
 ) -> float:
     """Summed per-character credit over max(repeat_count, len(reply)), in [0, 1]."""
@@ -94,8 +96,7 @@ class LetterRepeatEnv(ChatTaskEnv):
 
     def score(self, task: Task, reply: str) -> Score:
         cfg: LetterRepeatConfig = self.config  # type: ignore[assignment]
-        reward = letter_reward(reply, task.answer, cfg.repeat_count, cfg.letters, cfg.pool_credit,
-                               cfg.letter_credit)
+        reward = letter_reward(reply, task.answer, cfg.repeat_count, cfg.letters, cfg.pool_credit, cfg.letter_credit)
         return Score(reward, reply == task.answer * cfg.repeat_count)
 
 

@@ -21,8 +21,10 @@ from tinker_atropos.agent.tools import ToolContext
 from tinker_atropos.environments.common import local_server_defaults
 
 _CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
-_TEST = ("from calc import add, mul\n\n\ndef test():\n    assert add(2, 3) == 5\n    assert mul(4, 5) == 20\n\n\n"
-         "if __name__ == '__main__':\n    test()\n    print('ok')\n")
+_TEST = (
+    "from calc import add, mul\n\n\ndef test():\n    assert add(2, 3) == 5\n    assert mul(4, 5) == 20\n\n\n"
+    "if __name__ == '__main__':\n    test()\n    print('ok')\n"
+)
 
 
 @dataclass(frozen=True)
@@ -41,17 +43,30 @@ def make_tasks(n: int, seed: int) -> list[ShellTask]:
         kind = i % 3
         word = rng.choice(words) + str(rng.randint(10, 99))
         if kind == 0:
-            tasks.append(ShellTask(f"Create the file notes/{word}.txt containing exactly the line: {word}",
-                                   f"test \"$(cat notes/{word}.txt)\" = {word}"))
+            tasks.append(
+                ShellTask(
+                    f"Create the file notes/{word}.txt containing exactly the line: {word}",
+                    f'test "$(cat notes/{word}.txt)" = {word}',
+                )
+            )
         elif kind == 1:
             count = rng.randint(3, 9)
             lines = "\n".join(f"{w}{rng.randint(0, 9)}" for w in rng.choices(words, k=count))
-            tasks.append(ShellTask("Count the lines of data.txt and write the number alone to count.txt.",
-                                   f"test \"$(tr -d ' \\n' < count.txt)\" = {count}", {"data.txt": lines + "\n"}))
+            tasks.append(
+                ShellTask(
+                    "Count the lines of data.txt and write the number alone to count.txt.",
+                    f"test \"$(tr -d ' \\n' < count.txt)\" = {count}",
+                    {"data.txt": lines + "\n"},
+                )
+            )
         else:
-            tasks.append(ShellTask("Fix calc.py so that `python test_calc.py` passes; do not edit the test.",
-                                   "python test_calc.py && grep -q 'assert add(2, 3) == 5' test_calc.py",
-                                   {"calc.py": _CALC, "test_calc.py": _TEST}))
+            tasks.append(
+                ShellTask(
+                    "Fix calc.py so that `python test_calc.py` passes; do not edit the test.",
+                    "python test_calc.py && grep -q 'assert add(2, 3) == 5' test_calc.py",
+                    {"calc.py": _CALC, "test_calc.py": _TEST},
+                )
+            )
     return tasks
 
 
@@ -69,11 +84,19 @@ class TerminalFilesEnv(HermesAgentBaseEnv):
     def config_init(cls) -> tuple[TerminalFilesConfig, list[APIServerConfig]]:
         servers = local_server_defaults()
         config = TerminalFilesConfig(
-            wandb_name=cls.name, tokenizer_name=servers[0].tokenizer_name, group_size=4, batch_size=16,
-            max_token_length=8192, max_agent_turns=10, enabled_toolsets=["terminal", "file"],
-            terminal_timeout=60, agent_temperature=1.0, steps_per_eval=20, use_wandb=False,
+            wandb_name=cls.name,
+            tokenizer_name=servers[0].tokenizer_name,
+            group_size=4,
+            batch_size=16,
+            max_token_length=8192,
+            max_agent_turns=10,
+            enabled_toolsets=["terminal", "file"],
+            terminal_timeout=60,
+            agent_temperature=1.0,
+            steps_per_eval=20,
+            use_wandb=False,
             system_prompt="You are an agent working in a Linux shell. Use the tools to do the task "
-                          "in the current directory, check your work, then reply with a short summary.",
+            "in the current directory, check your work, then reply with a short summary.",
         )
         return config, servers
 

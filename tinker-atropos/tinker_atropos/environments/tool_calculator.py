@@ -46,8 +46,14 @@ CALCULATOR = {
         },
     },
 }
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.USub: operator.neg, ast.UAdd: operator.pos}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -106,9 +112,16 @@ class ToolCalculatorEnv(HermesAgentBaseEnv):
         servers = local_server_defaults()
         servers[0].model_name, servers[0].tokenizer_name = SMOLLM2, model_ref(SMOLLM2)
         config = ToolCalculatorConfig(
-            wandb_name=cls.name, tokenizer_name=model_ref(SMOLLM2), group_size=8, batch_size=32,
-            max_token_length=768, max_agent_turns=3, max_turn_tokens=48, agent_temperature=1.0,
-            steps_per_eval=10, use_wandb=False,
+            wandb_name=cls.name,
+            tokenizer_name=model_ref(SMOLLM2),
+            group_size=8,
+            batch_size=32,
+            max_token_length=768,
+            max_agent_turns=3,
+            max_turn_tokens=48,
+            agent_temperature=1.0,
+            steps_per_eval=10,
+            use_wandb=False,
             system_prompt="You can call tools. Call the calculator, then answer with the number.",
         )
         return config, servers

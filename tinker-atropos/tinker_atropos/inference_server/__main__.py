@@ -34,8 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the run YAML (tinker section used)")
     parser.add_argument("--adapter", help="serve this sampler checkpoint instead of the base model")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from tinker_atropos.backends.factory import BackendUnavailable, create_base_sampler
     from tinker_atropos.config import ConfigError, load_run_config
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         except BackendUnavailable as exc:
             log.error("backend unavailable: %s", exc)
             failure["code"] = 3
-        except Exception:  # noqa: BLE001 - reported, then the server stops with exit code 1
+        except Exception:
             log.exception("cannot load the sampler")
             failure["code"] = 1
         if failure:
@@ -80,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("serving %s on http://%s:%d", model_name, host, sock.getsockname()[1])
     server.run(sockets=[sock])
     return failure.get("code", 0)
+
 
 if __name__ == "__main__":
     sys.exit(main())

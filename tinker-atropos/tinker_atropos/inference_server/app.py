@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from tinker_atropos.agent.chat_format import ChatScaffold, openai_tool_calls
 from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.inference_server import engine
-from tinker_atropos.inference_server.engine import Generation, SampleSpec, SamplerLoop
+from tinker_atropos.inference_server.engine import Generation, SamplerLoop, SampleSpec
 from tinker_atropos.inference_server.holder import SamplerHolder, SamplerNotReady
 from tinker_atropos.inference_server.schemas import (
     ChatCompletionRequest,
@@ -86,8 +87,7 @@ def _string_stops(stop: str | list[str] | None) -> tuple[str, ...]:
 
 def _usage(prompt_len: int, gens: list[Generation]) -> dict[str, int]:
     completion = sum(len(g.tokens) for g in gens)
-    return {"prompt_tokens": prompt_len, "completion_tokens": completion,
-            "total_tokens": prompt_len + completion}
+    return {"prompt_tokens": prompt_len, "completion_tokens": completion, "total_tokens": prompt_len + completion}
 
 
 def _parse(model: type[BaseModel], body: Any) -> Any:
@@ -140,9 +140,10 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [
-            {"id": model_name, "object": "model", "created": 0, "owned_by": "tinker-atropos"}
-        ]}
+        return {
+            "object": "list",
+            "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "tinker-atropos"}],
+        }
 
     @app.post("/v1/completions")
     async def completions(body: dict[str, Any]) -> dict[str, Any]:
@@ -151,23 +152,37 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
             raise BadRequest("stream and echo are not supported")
         prompts = _completion_prompts(req.prompt, codec)
         stops = _string_stops(req.stop)
-        spec = SampleSpec(max_tokens=req.max_tokens if req.max_tokens is not None else 16,
-                          temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-                          seed=req.seed, stop=codec.stops(req.stop))
+        spec = SampleSpec(
+            max_tokens=req.max_tokens if req.max_tokens is not None else 16,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            seed=req.seed,
+            stop=codec.stops(req.stop),
+        )
         results = await asyncio.gather(*(sample(p, req.n, spec) for p in prompts))
         choices, all_gens = [], []
         for gens in results:
             for gen in gens:
                 text, gen = codec.cut_at_stop(gen, stops)
                 all_gens.append(gen)
-                choice: dict[str, Any] = {"index": len(choices), "text": text,
-                                          "finish_reason": gen.finish_reason, "logprobs": None}
+                choice: dict[str, Any] = {
+                    "index": len(choices),
+                    "text": text,
+                    "finish_reason": gen.finish_reason,
+                    "logprobs": None,
+                }
                 if req.logprobs is not None:
                     choice["logprobs"] = _completion_logprobs(gen, codec)
                 choices.append(choice)
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-                "created": int(time.time()), "model": model_name, "choices": choices,
-                "usage": _usage(sum(len(p) for p in prompts), all_gens)}
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": choices,
+            "usage": _usage(sum(len(p) for p in prompts), all_gens),
+        }
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: dict[str, Any]) -> dict[str, Any]:
@@ -177,8 +192,14 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
         prompt = codec.chat_prompt(req.messages, req.tools)
         stops = _string_stops(req.stop)
         max_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_CHAT_MAX_TOKENS
-        spec = SampleSpec(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
-                          top_k=req.top_k, seed=req.seed, stop=codec.stops(req.stop))
+        spec = SampleSpec(
+            max_tokens=max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            seed=req.seed,
+            stop=codec.stops(req.stop),
+        )
         gens = await sample(prompt, req.n, spec)
         choices, kept = [], []
         for i, gen in enumerate(gens):
@@ -189,16 +210,28 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
             if req.tools:  # like vLLM's hermes tool parser: well-formed calls become tool_calls
                 parsed = parse_tool_calls(text)
                 if parsed.calls and not parsed.errors:
-                    message = {"role": "assistant", "content": parsed.content or None,
-                               "tool_calls": openai_tool_calls(parsed.calls)}
+                    message = {
+                        "role": "assistant",
+                        "content": parsed.content or None,
+                        "tool_calls": openai_tool_calls(parsed.calls),
+                    }
                     finish = "tool_calls"
-            choices.append({
-                "index": i, "finish_reason": finish, "message": message,
-                "logprobs": _chat_logprobs(gen, codec) if req.logprobs else None,
-            })
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
-                "created": int(time.time()), "model": model_name, "choices": choices,
-                "usage": _usage(len(prompt), kept)}
+            choices.append(
+                {
+                    "index": i,
+                    "finish_reason": finish,
+                    "message": message,
+                    "logprobs": _chat_logprobs(gen, codec) if req.logprobs else None,
+                }
+            )
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": choices,
+            "usage": _usage(len(prompt), kept),
+        }
 
     @app.post("/generate", response_model=None)
     async def generate(body: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
@@ -220,13 +253,19 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
         else:
             raise BadRequest("input_ids or text is required")
         sp = req.sampling_params
-        spec = SampleSpec(max_tokens=sp.max_new_tokens, temperature=sp.temperature, top_p=sp.top_p,
-                          top_k=sp.top_k, seed=sp.seed,
-                          stop=codec.stops(sp.stop, sp.stop_token_ids))
+        spec = SampleSpec(
+            max_tokens=sp.max_new_tokens,
+            temperature=sp.temperature,
+            top_p=sp.top_p,
+            top_k=sp.top_k,
+            seed=sp.seed,
+            stop=codec.stops(sp.stop, sp.stop_token_ids),
+        )
         results = await asyncio.gather(*(sample(p, sp.n, spec) for p in prompts))
         outs = [
             _sglang_output(prompt, gen, codec, req.return_logprob)
-            for prompt, gens in zip(prompts, results) for gen in gens
+            for prompt, gens in zip(prompts, results)
+            for gen in gens
         ]
         return outs if batch or sp.n > 1 else outs[0]
 
@@ -238,9 +277,14 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
         else:
             prompt = list(req.prompt.prompt_token_ids)
             prompt_text = codec.decode(prompt)
-        spec = SampleSpec(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
-                          top_k=req.top_k, seed=req.seed,
-                          stop=codec.stops(req.stop, req.stop_token_ids))
+        spec = SampleSpec(
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            seed=req.seed,
+            stop=codec.stops(req.stop, req.stop_token_ids),
+        )
         sampler, _ = holder.current()
         loop = loop_box["loop"]
         gens_task = engine.sample(loop, sampler, prompt, req.n, spec)
@@ -249,18 +293,16 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
         else:
             gens, prompt_lps = await gens_task, None
         out: dict[str, Any] = {
-            "text": [codec.decode(g.tokens) for g in gens], "prompt": prompt_text,
+            "text": [codec.decode(g.tokens) for g in gens],
+            "prompt": prompt_text,
             "finish_reasons": [g.finish_reason for g in gens],
-            "prompt_token_ids": prompt, "token_ids": [g.tokens for g in gens],
+            "prompt_token_ids": prompt,
+            "token_ids": [g.tokens for g in gens],
         }
         if req.logprobs is not None:
-            out["logprobs"] = [
-                [[{str(t): lp}] for t, lp in zip(g.tokens, g.logprobs)] for g in gens
-            ]
+            out["logprobs"] = [[[{str(t): lp}] for t, lp in zip(g.tokens, g.logprobs)] for g in gens]
         if prompt_lps is not None:
-            out["prompt_logprobs"] = [
-                None if lp is None else {str(t): lp} for t, lp in zip(prompt, prompt_lps)
-            ]
+            out["prompt_logprobs"] = [None if lp is None else {str(t): lp} for t, lp in zip(prompt, prompt_lps)]
         return out
 
     @app.post("/logprobs")
@@ -276,8 +318,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
             raise BadRequest("input_ids, prompt or messages is required")
         sampler, version = holder.current()
         lps = await engine.prompt_logprobs(loop_box["loop"], sampler, prompt)
-        return {"model": model_name, "prompt_tokens": prompt, "logprobs": lps,
-                "sampler_version": version}
+        return {"model": model_name, "prompt_tokens": prompt, "logprobs": lps, "sampler_version": version}
 
     return app
 
@@ -300,9 +341,12 @@ def _completion_logprobs(gen: Generation, codec: _Codec) -> dict[str, Any]:
     for p in pieces:
         offsets.append(pos)
         pos += len(p)
-    return {"tokens": pieces, "token_logprobs": gen.logprobs,
-            "top_logprobs": [{p: lp} for p, lp in zip(pieces, gen.logprobs)],
-            "text_offset": offsets}
+    return {
+        "tokens": pieces,
+        "token_logprobs": gen.logprobs,
+        "top_logprobs": [{p: lp} for p, lp in zip(pieces, gen.logprobs)],
+        "text_offset": offsets,
+    }
 
 
 def _chat_logprobs(gen: Generation, codec: _Codec) -> dict[str, Any]:
@@ -319,8 +363,10 @@ def _sglang_output(prompt: list[int], gen: Generation, codec: _Codec, with_logpr
     if gen.finish_reason == "length":
         finish["length"] = len(gen.tokens)
     meta: dict[str, Any] = {
-        "id": uuid.uuid4().hex, "finish_reason": finish,
-        "prompt_tokens": len(prompt), "completion_tokens": len(gen.tokens),
+        "id": uuid.uuid4().hex,
+        "finish_reason": finish,
+        "prompt_tokens": len(prompt),
+        "completion_tokens": len(gen.tokens),
     }
     if with_logprobs:
         meta["output_token_logprobs"] = [[lp, t, None] for t, lp in zip(gen.tokens, gen.logprobs)]

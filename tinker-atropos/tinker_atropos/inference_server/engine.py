@@ -55,9 +55,7 @@ class SamplerLoop:
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="sampler-loop", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sampler-loop", daemon=True)
         self._thread.start()
 
     async def run(self, factory: Callable[[], Awaitable[T]]) -> T:
@@ -113,9 +111,7 @@ async def sample(
     if not prompt_tokens:
         raise ValueError("the prompt is empty")
     params = spec.to_tinker()
-    response = await loop.run(
-        lambda: sampler.sample_async(types.ModelInput.from_ints(prompt_tokens), n, params)
-    )
+    response = await loop.run(lambda: sampler.sample_async(types.ModelInput.from_ints(prompt_tokens), n, params))
     out = []
     for seq in response.sequences:
         tokens = [int(t) for t in seq.tokens]
@@ -126,13 +122,9 @@ async def sample(
     return out
 
 
-async def prompt_logprobs(
-    loop: SamplerLoop, sampler: SamplingBackend, prompt_tokens: list[int]
-) -> list[float | None]:
+async def prompt_logprobs(loop: SamplerLoop, sampler: SamplingBackend, prompt_tokens: list[int]) -> list[float | None]:
     """Logprob of each prompt token given the ones before it (None for the first)."""
     if not prompt_tokens:
         raise ValueError("the prompt is empty")
-    values = await loop.run(
-        lambda: sampler.compute_logprobs_async(types.ModelInput.from_ints(prompt_tokens))
-    )
+    values = await loop.run(lambda: sampler.compute_logprobs_async(types.ModelInput.from_ints(prompt_tokens)))
     return [None if v is None or math.isnan(v) else float(v) for v in values]

@@ -65,9 +65,7 @@ def serve_in_thread(app: FastAPI, host: str, port: int, start_timeout: float = 3
     bound_port = sock.getsockname()[1]
     server = make_server(app)
     # uvicorn installs no signal handlers off the main thread: the caller keeps owning signals.
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name="inference-server", daemon=True
-    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="inference-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout
     while not server.started:

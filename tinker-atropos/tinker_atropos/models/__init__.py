@@ -16,7 +16,7 @@ from .paths import SMOLLM2, TINY_CHAT, cache_root, is_offline_model, model_dir, 
 
 STAMP = "tinker_atropos_build.json"
 
-__all__ = ["ensure_model", "model_dir", "model_ref", "cache_root", "resolve_model"]
+__all__ = ["cache_root", "ensure_model", "model_dir", "model_ref", "resolve_model"]
 
 
 def ensure_model(name: str) -> Path:

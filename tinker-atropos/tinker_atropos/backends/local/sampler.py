@@ -103,9 +103,7 @@ class LocalSampler:
         max_tokens = room if wanted is None else max(0, min(wanted, room))
         stop = StopRule.from_params(sampling_params.stop, self.eos_token_ids)
         with self._lock, torch.inference_mode():
-            tokens, logprobs, lengths, stopped = self._generate(
-                ids, num_samples, max_tokens, sampling_params, stop
-            )
+            tokens, logprobs, lengths, stopped = self._generate(ids, num_samples, max_tokens, sampling_params, stop)
         sequences = [
             types.SampledSequence(
                 stop_reason="stop" if stopped[i] else "length",

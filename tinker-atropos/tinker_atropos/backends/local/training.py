@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
@@ -51,9 +51,7 @@ def _microbatches(lengths: list[int], vocab_size: int) -> list[list[int]]:
 class LocalTrainingClient:
     """A TrainingBackend on this machine (CPU by default, CUDA when present)."""
 
-    def __init__(
-        self, base: BaseModel, rank: int, run_dir: Path, run_name: str, seed: int = 0
-    ) -> None:
+    def __init__(self, base: BaseModel, rank: int, run_dir: Path, run_name: str, seed: int = 0) -> None:
         self.base = base
         self.base_model = base.name
         self.rank = rank
@@ -72,9 +70,7 @@ class LocalTrainingClient:
         return self.base.tokenizer
 
     # -- forward/backward ---------------------------------------------------------------------
-    async def forward_backward_async(
-        self, data: Sequence[types.Datum], loss_fn: str
-    ) -> types.ForwardBackwardOutput:
+    async def forward_backward_async(self, data: Sequence[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
         return await asyncio.to_thread(self.forward_backward, data, loss_fn)
 
     def forward_backward(self, data: Sequence[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
@@ -87,7 +83,9 @@ class LocalTrainingClient:
                 raise ValueError(f"datum {i}: loss_fn {loss_fn!r} needs loss_fn_inputs {missing}")
             bad = [k for k, v in d.loss_fn_inputs.items() if (v.shape or [len(v.data)])[0] != d.model_input.length]
             if bad:
-                raise ValueError(f"datum {i}: loss_fn_inputs {bad} must have one entry per input token ({d.model_input.length})")
+                raise ValueError(
+                    f"datum {i}: loss_fn_inputs {bad} must have one entry per input token ({d.model_input.length})"
+                )
         lengths = [d.model_input.length for d in data]
         outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
         total = 0.0
@@ -123,9 +121,7 @@ class LocalTrainingClient:
         inputs = {k: v.to(self.device) for k, v in fields.items() if k in present}
         inputs["target_tokens"] = targets.to(self.device)
         logits = self.model(input_ids=input_ids.to(self.device)).logits.float()
-        lp = -torch.nn.functional.cross_entropy(
-            logits.transpose(1, 2), inputs["target_tokens"], reduction="none"
-        )
+        lp = -torch.nn.functional.cross_entropy(logits.transpose(1, 2), inputs["target_tokens"], reduction="none")
         loss_tok = elementwise_loss(loss_fn, lp, inputs) * mask.to(self.device)
         loss = loss_tok.sum()
         loss.backward()
@@ -154,9 +150,7 @@ class LocalTrainingClient:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.steps += 1
-        return types.OptimStepResponse(
-            metrics={"grad_norm": float(norm), "learning_rate": adam_params.learning_rate}
-        )
+        return types.OptimStepResponse(metrics={"grad_norm": float(norm), "learning_rate": adam_params.learning_rate})
 
     # -- checkpoints --------------------------------------------------------------------------
     async def save_weights_for_sampler_async(self, name: str) -> str:
@@ -164,7 +158,9 @@ class LocalTrainingClient:
 
     def save_weights_for_sampler(self, name: str) -> str:
         with self._lock:
-            path = self.checkpoints.save(CheckpointKind.SAMPLER_WEIGHTS, name, self.model.save_pretrained, step=self.steps)
+            path = self.checkpoints.save(
+                CheckpointKind.SAMPLER_WEIGHTS, name, self.model.save_pretrained, step=self.steps
+            )
         return str(path)
 
     async def save_state_async(self, name: str) -> str:

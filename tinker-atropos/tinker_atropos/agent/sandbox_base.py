@@ -1,0 +1,111 @@
+"""What every sandbox backend shares: its config, its interface and its errors."""
+
+from __future__ import annotations
+
+import re
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from tinker_atropos.agent.procs import CommandResult, Limits
+
+WORKING_BACKENDS = ("local", "docker")
+BACKEND_NEEDS = {
+    "modal": "the `modal` package and a Modal token (MODAL_TOKEN_ID / MODAL_TOKEN_SECRET)",
+    "daytona": "the `daytona` SDK and a DAYTONA_API_KEY",
+    "ssh": "an SSH host, user and key (TERMINAL_SSH_HOST / TERMINAL_SSH_USER / TERMINAL_SSH_KEY)",
+    "singularity": "the `apptainer`/`singularity` binary and a SIF image",
+}
+PREFIX = "rl-mcp-sandbox-"
+SANDBOX_DIR_RE = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-[0-9a-f]+$")
+SAFE_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+
+# Runs every command: restores the cwd and exported variables of the previous command (Hermes'
+# terminal keeps them), runs it as a background job so the shell can act on the SIGTERM it gets
+# when its owner dies (PDEATHSIG) by killing its whole process group, and saves state on exit.
+SHELL_WRAPPER = r"""
+trap 'kill -KILL 0' TERM
+__rl_state="$RL_MCP_STATE"
+{
+  cd "$(cat "$__rl_state/cwd" 2>/dev/null || echo "$RL_MCP_WORKDIR")" 2>/dev/null
+  [ -f "$__rl_state/env" ] && . "$__rl_state/env" >/dev/null 2>&1
+  trap 'pwd > "$__rl_state/cwd"; export -p > "$__rl_state/env"' EXIT
+  eval "$1"
+} &
+wait $!
+"""
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested backend cannot run here; the message says what it needs."""
+
+
+class SandboxEscape(ValueError):
+    """A path resolves outside the sandbox's workdir."""
+
+
+class SandboxExpired(RuntimeError):
+    """The sandbox outlived `lifetime_s` and accepts no more operations."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Hermes names in brackets. Output: 16_000 chars kept per command (Hermes keeps 50_000;
+    small policies have small contexts), head 40% + tail 60% around a truncation marker."""
+
+    backend: str = "local"  # [terminal_backend]
+    timeout_s: float = 120.0  # per command [terminal_timeout]
+    lifetime_s: float = 3600.0  # from opening; then every operation is refused [terminal_lifetime]
+    max_output_chars: int = 16_000
+    max_drain_bytes: int = 64 * 1024 * 1024  # a command printing more than this is killed
+    cpu_time_s: int | None = 600  # RLIMIT_CPU per process
+    memory_bytes: int | None = 4 * 1024**3  # RLIMIT_AS per process (docker: --memory)
+    file_size_bytes: int | None = 1024**3  # RLIMIT_FSIZE
+    max_processes: int | None = 4096  # RLIMIT_NPROC counts the user's processes (docker: --pids-limit)
+    root: Path | None = None  # parent of local sandbox dirs; None = the system temp dir
+    docker_image: str = "nikolaik/python-nodejs:python3.11-nodejs20"  # Hermes' default image
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.cpu_time_s, self.memory_bytes, self.file_size_bytes, self.max_processes)
+
+
+class Sandbox(ABC):
+    """One rollout's machine: a shell (`run`) and confined file access, refused after lifetime."""
+
+    workdir: Path | PurePosixPath
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self._deadline = time.monotonic() + config.lifetime_s
+
+    def check_alive(self) -> None:
+        if time.monotonic() > self._deadline:
+            raise SandboxExpired(
+                f"sandbox lifetime of {self.config.lifetime_s:g}s (terminal_lifetime) is over: "
+                "it accepts no more commands or file operations"
+            )
+
+    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
+        """Run `command` with bash in the workdir; cwd and exported variables persist."""
+        self.check_alive()
+        return await self._run(command, self.config.timeout_s if timeout_s is None else timeout_s)
+
+    @abstractmethod
+    async def _run(self, command: str, timeout_s: float) -> CommandResult: ...
+
+    @abstractmethod
+    def resolve(self, path: str) -> Path | PurePosixPath:
+        """`path` (relative to the workdir, or absolute) as a path inside the sandbox."""
+
+    @abstractmethod
+    async def read_bytes(self, path: str, limit: int) -> bytes:
+        """At most `limit` bytes of a regular file (FileNotFoundError / IsADirectoryError)."""
+
+    @abstractmethod
+    async def write_bytes(self, path: str, data: bytes) -> bool:
+        """Write `data`, creating parent directories; True when some had to be created."""
+
+    @abstractmethod
+    async def aclose(self) -> None: ...
