@@ -79,7 +79,7 @@ class TerminalHelloEnv(HermesAgentBaseEnv):
         return item["prompt"]
 
     async def compute_reward(self, item: dict[str, Any], result: AgentResult, ctx: ToolContext) -> float:
-        out = await ctx.terminal(f"cat {item['path']}")
+        out = ctx.terminal(f"cat {item['path']}")
         if out.get("exit_code") != 0:
             return 0.0
         return 1.0 if out.get("output", "").strip() == item["expected"] else 0.1

@@ -7,10 +7,12 @@ model can act on. Results are the JSON strings Hermes returns.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import logging
 import shlex
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,8 +97,9 @@ HANDLERS: dict[str, Handler] = {
 
 
 class ToolContext:
-    """The tools of one rollout, bound to its sandbox; `compute_reward` uses the same instance
-    (or the convenience coroutines) to check the agent's work where the agent left it."""
+    """The tools of one rollout, bound to its sandbox. The agent loop awaits `call`; compute_reward
+    gets Hermes' synchronous methods (terminal, read_file, write_file, search, call_tool) on the
+    same sandbox, to check the agent's work where the agent left it."""
 
     def __init__(self, sandbox: Sandbox, tools: list[str] | None = None) -> None:
         self.sandbox = sandbox
@@ -137,25 +140,50 @@ class ToolContext:
         failed = bool(result.get("error")) or result.get("success") is False
         return ToolResult(json.dumps(result, ensure_ascii=False), error=failed)
 
-    async def terminal(self, command: str, timeout: int | None = None) -> dict[str, Any]:
+    # --- Hermes' ToolContext, for compute_reward: synchronous, every tool, results as dicts ---
+
+    def terminal(self, command: str, timeout: int = 180) -> dict[str, Any]:
         """Run `command` in the rollout's shell: {"output", "exit_code", "error"}."""
-        args: dict[str, Any] = {"command": command} | ({"timeout": timeout} if timeout else {})
-        return json.loads((await self._direct("terminal", args)).content)
+        return _as_dict(self.call_tool("terminal", {"command": command, "timeout": timeout}))
 
-    async def read_file(self, path: str) -> str | None:
-        """The file's text, or None when it does not exist (or is outside the sandbox)."""
-        try:
-            data = await self.sandbox.read_bytes(path, file_tools.READ_CAP_BYTES)
-        except (OSError, SandboxEscape):
-            return None
-        return data.decode("utf-8", "replace")
+    def read_file(self, path: str) -> dict[str, Any]:
+        """The read_file tool's answer ({"content": "1|...", "total_lines", ...} or {"error"})."""
+        return _as_dict(self.call_tool("read_file", {"path": path}))
 
-    async def write_file(self, path: str, content: str) -> ToolResult:
-        return await self._direct("write_file", {"path": path, "content": content})
+    def write_file(self, path: str, content: str) -> dict[str, Any]:
+        return _as_dict(self.call_tool("write_file", {"path": path, "content": content}))
 
-    async def _direct(self, name: str, args: dict[str, Any]) -> ToolResult:
-        """Reward code may use every tool, whatever the policy was offered."""
-        return await ToolContext(self.sandbox, [name]).call(name, args)
+    def search(self, query: str, path: str = ".") -> dict[str, Any]:
+        return _as_dict(self.call_tool("search_files", {"pattern": query, "path": path}))
+
+    def call_tool(self, tool_name: str, arguments: dict[str, Any]) -> str:
+        """Any tool by name, whatever the policy was offered; the raw JSON string it returns."""
+        return _blocking(
+            ToolContext(self.sandbox, [tool_name] if tool_name in HANDLERS else []).call(tool_name, arguments)
+        ).content
+
+    def cleanup(self) -> None:
+        """Hermes' hook; the base class closes the rollout's sandbox after compute_reward."""
+
+
+def _blocking(coro: Coroutine[Any, Any, ToolResult]) -> ToolResult:
+    """Run `coro` to its end from synchronous code, as Hermes' ToolContext does: on this thread
+    when no event loop runs here, else on a helper thread with a loop of its own (the sandbox
+    runs one subprocess per command, so it is bound to no loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _as_dict(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return {"error": raw}
+    return value if isinstance(value, dict) else {"result": value}
 
 
 def _error(message: str) -> ToolResult:

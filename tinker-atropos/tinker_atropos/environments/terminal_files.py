@@ -116,10 +116,10 @@ class TerminalFilesEnv(HermesAgentBaseEnv):
 
     async def prepare_sandbox(self, item: ShellTask, ctx: ToolContext) -> None:
         for path, content in item.files.items():
-            await ctx.write_file(path, content)
+            await ctx.sandbox.write_bytes(path, content.encode())
 
     async def compute_reward(self, item: ShellTask, result: AgentResult, ctx: ToolContext) -> float:
-        out = await ctx.terminal(item.check, timeout=60)
+        out = ctx.terminal(item.check, timeout=60)
         return 1.0 if out.get("exit_code") == 0 else 0.0
 
     async def evaluate(self, *args, **kwargs) -> None:

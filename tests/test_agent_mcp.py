@@ -1,0 +1,67 @@
+"""Agent (multi-turn tool-calling) environments through the ten MCP tools: found, configured,
+tested against the local inference server, and trained to completion by real processes, with the
+agent metrics in metrics.jsonl and rl_check_status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from test_runs_mcp import call, environ, serving, wait_status
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+# tiny-chat spends a token per character: room for the calculator's tool prompt and two short turns.
+AGENT_EDITS = {
+    "max_token_length": 1024,
+    "max_turn_tokens": 24,
+    "max_agent_turns": 2,
+    "group_size": 2,
+    "batch_size": 4,
+    "total_steps": 2,
+    # the random tiny model earns equal (zero) scores: keep those groups so the steps still run
+    "ensure_scores_are_not_same": False,
+}
+
+
+async def test_agent_environments_are_listed_and_configured(rl_home: Path) -> None:
+    async with serving(environ(rl_home)) as (_, server), Client(server) as client:
+        listed = await call(client, "rl_list_environments")
+        names = {e["name"] for e in listed["environments"]}
+        assert {"tool_calculator", "terminal_files"} <= names  # subclasses of HermesAgentBaseEnv
+        assert "HermesAgentBaseEnv" not in {e["class_name"] for e in listed["environments"]}
+        selected = await call(client, "rl_select_environment", name="terminal_files")
+        fields = {f["name"]: f for f in selected["config"]["fields"]}
+        for name in ("enabled_toolsets", "max_agent_turns", "terminal_backend", "terminal_timeout", "tool_call_parser"):
+            assert name in fields, name
+        bad = await client.call_tool("rl_edit_config", {"field": "max_agent_turns", "value": "many"})
+        assert bad.is_error
+
+
+async def test_agent_environment_is_tested_and_trained_through_the_tools(rl_home: Path) -> None:
+    async with serving(environ(rl_home)) as (_, server), Client(server) as client:
+        await call(client, "rl_select_environment", name="tool_calculator")
+        for field, value in AGENT_EDITS.items():
+            await call(client, "rl_edit_config", field=field, value=value)
+
+        tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=600)
+        model: dict[str, Any] = tested["results"][0]
+        assert model["status"] == "ok", (model["error"], model["log_tail"])
+        assert model["turns_per_rollout"] is not None and 1 <= model["turns_per_rollout"] <= 2
+        assert model["tool_calls_per_rollout"] is not None and model["tool_errors"] is not None
+        assert model["sample_trajectory"].startswith("[") and "[USER]" in model["sample_trajectory"]
+        assert "calculator" in model["sample_trajectory"] or "What is" in model["sample_trajectory"]
+
+        started = await call(client, "rl_start_training", wait=True)
+        assert started["status"] == "running", started
+        done = await wait_status(client, started["run_id"], {"completed", "failed", "stopped", "lost"}, 900)
+        assert done["status"] == "completed", (done["error"], done["failure_log_tail"])
+        assert done["latest"]["agent_turns_mean"] is not None and done["latest"]["agent_tool_errors"] is not None
+
+    lines = [json.loads(x) for x in (Path(started["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2]
+    for m in lines:
+        assert 1 <= m["agent_turns_mean"] <= 2 and m["agent_tool_calls_mean"] >= 0 and m["agent_tool_errors"] >= 0
