@@ -116,17 +116,11 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
         sampler, _ = holder.current()
         return await engine.sample(loop_box["loop"], sampler, prompt, n, spec)
 
-    @app.exception_handler(BadRequest)
-    async def _bad(_: Request, exc: BadRequest) -> JSONResponse:
+    async def _bad(_: Request, exc: Exception) -> JSONResponse:
         return _error(400, str(exc), "invalid_request_error")
 
-    @app.exception_handler(ValueError)
-    async def _value(_: Request, exc: ValueError) -> JSONResponse:
-        return _error(400, str(exc), "invalid_request_error")
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(400, str(exc), "invalid_request_error")
+    for invalid in (BadRequest, ValueError, RequestValidationError):
+        app.add_exception_handler(invalid, _bad)
 
     @app.exception_handler(SamplerNotReady)
     async def _not_ready(_: Request, exc: SamplerNotReady) -> JSONResponse:

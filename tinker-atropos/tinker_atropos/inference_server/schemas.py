@@ -11,36 +11,35 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
 
-class CompletionRequest(_Request):
-    """OpenAI /v1/completions."""
+class _OpenAISampling(_Request):
+    """The sampling fields both OpenAI endpoints take."""
 
-    model: str | None = None
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(default=16, ge=0)
     temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = -1
     n: int = Field(default=1, ge=1)
     stop: str | list[str] | None = None
     seed: int | None = None
+
+
+class CompletionRequest(_OpenAISampling):
+    """OpenAI /v1/completions."""
+
+    model: str | None = None
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(default=16, ge=0)
     logprobs: int | None = Field(default=None, ge=0)
     echo: bool = False
     stream: bool = False
 
 
-class ChatCompletionRequest(_Request):
+class ChatCompletionRequest(_OpenAISampling):
     """OpenAI /v1/chat/completions."""
 
     model: str | None = None
     messages: list[dict[str, Any]] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=0)
     max_completion_tokens: int | None = Field(default=None, ge=0)
-    temperature: float = Field(default=1.0, ge=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = -1
-    n: int = Field(default=1, ge=1)
-    stop: str | list[str] | None = None
-    seed: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0)
     stream: bool = False
