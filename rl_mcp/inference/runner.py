@@ -139,11 +139,13 @@ async def _test_local_model(
         config = process_config(req, target, model, run_dir=files.folder, inference_port=port, use_wandb=wandb)
         write_run_config(files.config, config)
         out.server_log = files.server_log
-        if not await _ensure_local_model(model, python, env, files.server_log, deadline):
-            out.error = f"could not build the offline model {model!r} (see the log tail)"
+        weights = target.local_weights(model)
+        if not await _ensure_local_model(weights.base_model, python, env, files.server_log, deadline):
+            out.error = f"could not build the offline model {weights.base_model!r} (see the log tail)"
             out.log_tail = tail_lines(files.server_log, LOG_TAIL_LINES)
             return
         argv = [python, "-m", "tinker_atropos.inference_server", "--config", str(files.config)]
+        argv += ["--adapter", weights.adapter] if weights.adapter else []
         async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:  # loopback: no proxy
             try:
                 server = supervised(

@@ -15,7 +15,7 @@ import re
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -39,6 +39,15 @@ class InferenceTestError(UserError):
 
 
 @dataclass(frozen=True)
+class LocalWeights:
+    """What this machine's inference server loads for one model of a local target."""
+
+    base_model: str
+    adapter: str | None = None  # a run's sampler checkpoint (a folder, or tinker://)
+    backend: str = "local"  # where the weights are sampled: local, or tinker (needs TINKER_API_KEY)
+
+
+@dataclass(frozen=True)
 class Target:
     """Where the models are served. `base_url` is None for the local server (one per model)."""
 
@@ -47,6 +56,10 @@ class Target:
     base_url: str | None
     key_env: str | None
     server_type: Literal["openai", "sglang"]
+    weights: Mapping[str, LocalWeights] = field(default_factory=dict)  # local: per model, else its base
+
+    def local_weights(self, model: str) -> LocalWeights:
+        return self.weights.get(model) or LocalWeights(model)
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,8 @@ def child_env(environ: Mapping[str, str], target: Target) -> dict[str, str]:
     env = {k: v for k, v in without_secrets(environ).items() if not k.startswith("OPENAI_")}
     if target.key_env:
         env.pop(target.key_env, None)
+    if any(w.backend == "tinker" for w in target.weights.values()) and environ.get("TINKER_API_KEY"):
+        env["TINKER_API_KEY"] = environ["TINKER_API_KEY"]  # a Tinker run's weights are sampled there
     env["OPENAI_API_KEY"] = environ[target.key_env] if target.key_env else _NO_KEY
     if environ.get("WANDB_API_KEY"):
         env["WANDB_API_KEY"] = environ["WANDB_API_KEY"]
@@ -135,12 +150,13 @@ def process_config(
     """The per-model run YAML: the base config, this model as the one server, no key in it.
 
     With `inference_port`, the server is a local one started for the test on that port."""
+    weights = target.local_weights(model)
     if inference_port is None:
         base_url, tokenizer = str(target.base_url), None
     else:
         from tinker_atropos.models.paths import model_ref  # torch-free by contract
 
-        base_url, tokenizer = f"http://127.0.0.1:{inference_port}/v1", model_ref(model)
+        base_url, tokenizer = f"http://127.0.0.1:{inference_port}/v1", model_ref(weights.base_model)
     cfg = copy.deepcopy(dict(req.base_config))
     env = cfg.setdefault("env", {})
     env.pop("rollout_server_url", None)  # process mode talks to no run-api
@@ -169,8 +185,8 @@ def process_config(
     else:
         tinker = cfg.setdefault("tinker", {})
         tinker.update(
-            backend="local",
-            base_model=model,
+            backend=weights.backend,
+            base_model=weights.base_model,
             inference_host="127.0.0.1",
             inference_port=inference_port,
             run_dir=str(run_dir),

@@ -257,6 +257,21 @@ class ModelInferenceResult(BaseModel):
     log_tail: list[str] = Field(description="Last log lines, on failure")
 
 
+class RunComparison(BaseModel):
+    """rl_test_inference with run_id: the run's weights beside its base model, on the same items."""
+
+    run_id: str
+    checkpoint: str = Field(description="The checkpoint tested (step-N or final)")
+    checkpoint_step: int | None
+    weights: str = Field(description="Its path: an adapter folder, or a tinker:// sampler path")
+    base_model: str
+    base_accuracy: float | None
+    trained_accuracy: float | None
+    accuracy_delta: float | None = Field(description="trained - base, when both ran")
+    base_mean_score: float | None
+    trained_mean_score: float | None
+
+
 class InferenceTestResult(BaseModel):
     environment: str
     target: Literal["openrouter", "openai_compatible", "local"] = Field(
@@ -270,5 +285,8 @@ class InferenceTestResult(BaseModel):
     best_model: str | None = Field(description="Highest accuracy (then mean score) among models that ran")
     mean_accuracy: float | None = Field(description="Over the models that ran")
     environment_working: bool = Field(description="At least one model ran the environment end to end")
+    run_comparison: RunComparison | None = Field(
+        default=None, description="With run_id: the run's trained weights against its base model"
+    )
     output_dir: str
     next_step: str

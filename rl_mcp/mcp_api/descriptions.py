@@ -223,7 +223,8 @@ groups of `group_size` completions per model and scores them with the environmen
 <when_to_use>
 After rl_select_environment / rl_edit_config and before rl_start_training, to check that the
 environment loads, its prompts make sense and its rewards vary (a group whose completions all
-score the same gives no learning signal). Also to compare models on the task.
+score the same gives no learning signal). Also to compare models on the task, and after training
+to check what a run learned: `run_id` (and optionally `checkpoint_step`) tests that run's weights.
 </when_to_use>
 
 <targets>
@@ -234,6 +235,10 @@ score the same gives no learning signal). Also to compare models on the task.
   qwen/qwen3-8b, z-ai/glm-4.7-flash and minimax/minimax-m2.5, a few in parallel.
 - neither: this machine's own inference server with the profile's local model, started for the
   test and stopped after it (works offline; real tokens and logprobs, as training sees them).
+- run_id given: a run's trained weights (its newest checkpoint, or `checkpoint_step`'s) and its
+  base model, both on this machine's inference server (a Tinker run's weights are sampled on
+  Tinker), side by side on the same environment; `run_comparison` gives both accuracies and the
+  difference.
 </targets>
 
 <behaviour>

@@ -8,6 +8,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from rl_mcp.app import AppContext
+from rl_mcp.inference.run_weights import RunCheckpoint, pick_checkpoint, run_target
 from rl_mcp.inference.runner import run_inference_test
 from rl_mcp.inference.target import (
     TINY_CHAT,
@@ -22,6 +23,7 @@ from rl_mcp.mcp_api.answers import InferenceTestResult
 from rl_mcp.mcp_api.descriptions import tool_annotations
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inference_views import inference_answer
+from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.session.run_config import render_run_config
 
 
@@ -62,16 +64,38 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
             ),
         ] = None,
         timeout_s: Annotated[float, Field(ge=10, le=3600, description="Per-model time limit in seconds")] = 600,
+        run_id: Annotated[
+            RunId | None,
+            Field(
+                description="Test this run's trained weights (on this machine's inference server) beside its base model"
+            ),
+        ] = None,
+        checkpoint_step: Annotated[
+            int | None, Field(strict=True, ge=0, description="With run_id: the step's checkpoint (default: the newest)")
+        ] = None,
     ) -> InferenceTestResult:
         settings, profile = app.settings, app.settings.profile
         info, schema = await app.selected_schema()
-        target = resolve_target(
-            models=models,
-            base_url=base_url,
-            api_key_env=api_key_env,
-            environ=settings.environ,
-            local_model=profile.model if profile.backend == "local" else TINY_CHAT,
-        )
+        run: tuple[str, RunCheckpoint] | None = None
+        if run_id is not None:
+            if models or base_url or api_key_env:
+                raise InferenceTestError(
+                    "run_id tests a run's weights on this machine's inference server: leave models, base_url "
+                    "and api_key_env out (or test those in a separate call)"
+                )
+            rec = app.runs.get(run_id)
+            checkpoint = pick_checkpoint(rec, checkpoint_step)
+            target, run = run_target(rec, checkpoint), (rec.run_id, checkpoint)
+        elif checkpoint_step is not None:
+            raise InferenceTestError("checkpoint_step needs run_id: the run whose checkpoint to test")
+        else:
+            target = resolve_target(
+                models=models,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                environ=settings.environ,
+                local_model=profile.model if profile.backend == "local" else TINY_CHAT,
+            )
         if target.base_url and (why := await probe_reachable(target.base_url)):
             raise InferenceTestError(why)
         out_dir = new_test_dir(settings.home / "inference_tests", info.name)
@@ -96,4 +120,4 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
             ports=app.runs_manager.ports if app.runs_manager is not None else None,
             progress=ctx.report_progress,
         )
-        return inference_answer(req, target, outcomes)
+        return inference_answer(req, target, outcomes, run)

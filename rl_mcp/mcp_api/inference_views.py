@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from rl_mcp.inference.run_weights import RunCheckpoint
 from rl_mcp.inference.runner import ModelOutcome
 from rl_mcp.inference.target import InferenceRequest, Target
 from rl_mcp.mcp_api import descriptions
-from rl_mcp.mcp_api.answers import InferenceSample, InferenceTestResult, ModelInferenceResult
+from rl_mcp.mcp_api.answers import InferenceSample, InferenceTestResult, ModelInferenceResult, RunComparison
 from tinker_atropos.run_files import InferenceTestFiles
 
 
-def inference_answer(req: InferenceRequest, target: Target, outcomes: list[ModelOutcome]) -> InferenceTestResult:
+def inference_answer(
+    req: InferenceRequest,
+    target: Target,
+    outcomes: list[ModelOutcome],
+    run: tuple[str, RunCheckpoint] | None = None,
+) -> InferenceTestResult:
+    """`run` (run id, checkpoint): the target is that run's base model, then its trained weights."""
     results = [_model_result(o) for o in outcomes]
     ran = [r for r in results if r.status == "ok"]
     best = max(ran, key=lambda r: (r.accuracy, r.mean_score), default=None)
@@ -28,6 +35,7 @@ def inference_answer(req: InferenceRequest, target: Target, outcomes: list[Model
         best_model=best.model if best else None,
         mean_accuracy=round(sum(r.accuracy for r in ran) / len(ran), 4) if ran else None,
         environment_working=working,
+        run_comparison=_comparison(run, target, results) if run else None,
         output_dir=str(req.out_dir),
         next_step=next_step,
     )
@@ -60,4 +68,26 @@ def _model_result(o: ModelOutcome) -> ModelInferenceResult:
         config=str(InferenceTestFiles(o.output_dir).config),
         error=o.error,
         log_tail=o.log_tail,
+    )
+
+
+def _comparison(run: tuple[str, RunCheckpoint], target: Target, results: list[ModelInferenceResult]) -> RunComparison:
+    run_id, checkpoint = run
+    base, trained = (next(r for r in results if r.model == m) for m in target.models)
+
+    def ran(r: ModelInferenceResult, value: float) -> float | None:
+        return value if r.status == "ok" else None
+
+    base_acc, trained_acc = ran(base, base.accuracy), ran(trained, trained.accuracy)
+    return RunComparison(
+        run_id=run_id,
+        checkpoint=checkpoint.name,
+        checkpoint_step=checkpoint.step,
+        weights=checkpoint.path,
+        base_model=target.local_weights(trained.model).base_model,
+        base_accuracy=base_acc,
+        trained_accuracy=trained_acc,
+        accuracy_delta=None if base_acc is None or trained_acc is None else round(trained_acc - base_acc, 4),
+        base_mean_score=ran(base, base.mean_score),
+        trained_mean_score=ran(trained, trained.mean_score),
     )

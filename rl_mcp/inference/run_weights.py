@@ -1,0 +1,84 @@
+"""A run's trained weights as a target of rl_test_inference: which checkpoint, on which base model.
+
+The test then serves two models on this machine's inference server, the run's base model and the
+same model with the run's adapter, and scores both on the selected environment side by side.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rl_mcp.inference.target import InferenceTestError, LocalWeights, Target
+from rl_mcp.runs.store import RunRecord
+from tinker_atropos.run_files import CheckpointKind, read_checkpoints
+
+_STEP_NAME = re.compile(r"^step-(\d+)$")
+
+
+@dataclass(frozen=True)
+class RunCheckpoint:
+    """One saved sampler checkpoint of a run: its step (None for `final`), name and path."""
+
+    step: int | None
+    name: str
+    path: str
+
+
+def sampler_checkpoints(rec: RunRecord) -> list[RunCheckpoint]:
+    """The run's sampler checkpoints in the order they were saved (the index, docs/run-files.md)."""
+    out = []
+    for entry in read_checkpoints(Path(rec.run_dir), rec.run_name):
+        if entry.get("kind") != CheckpointKind.SAMPLER_WEIGHTS or not entry.get("path"):
+            continue
+        name = str(entry.get("name", ""))
+        match = _STEP_NAME.match(name)
+        step = int(match.group(1)) if match else entry.get("step")
+        out.append(RunCheckpoint(step if isinstance(step, int) else None, name, str(entry["path"])))
+    return out
+
+
+def pick_checkpoint(rec: RunRecord, step: int | None) -> RunCheckpoint:
+    """The named step's checkpoint, else the newest; an error that lists the steps there are."""
+    saved = [c for c in sampler_checkpoints(rec) if _exists(c.path)]
+    if not saved:
+        raise InferenceTestError(
+            f"run {rec.run_id} has no saved weights yet (no sampler checkpoint in its folder): wait for its "
+            "first step (rl_check_status), or pick another run (rl_list_runs)"
+        )
+    if step is None:
+        return saved[-1]
+    for checkpoint in reversed(saved):
+        if checkpoint.step == step:
+            return checkpoint
+    steps = sorted({c.step for c in saved if c.step is not None})
+    raise InferenceTestError(
+        f"run {rec.run_id} has no checkpoint at step {step}; saved steps: {', '.join(map(str, steps)) or 'none'} "
+        "(omit checkpoint_step for the newest)"
+    )
+
+
+def run_target(rec: RunRecord, checkpoint: RunCheckpoint) -> Target:
+    """The run's base model and its trained weights, both served on this machine."""
+    try:
+        with open(rec.config_path, encoding="utf-8") as fh:
+            config: dict[str, Any] = yaml.safe_load(fh) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise InferenceTestError(
+            f"the config of run {rec.run_id} is unreadable ({exc}): its weights cannot be served"
+        ) from exc
+    tinker = config.get("tinker") or {}
+    base, backend = str(tinker.get("base_model") or ""), str(tinker.get("backend") or "local")
+    if not base:
+        raise InferenceTestError(f"run {rec.run_id}'s config names no tinker.base_model")
+    trained = f"{rec.run_id}@{checkpoint.name}"
+    weights = {base: LocalWeights(base, None, backend), trained: LocalWeights(base, checkpoint.path, backend)}
+    return Target("local", (base, trained), None, None, "sglang", weights=weights)
+
+
+def _exists(path: str) -> bool:
+    return path.startswith("tinker://") or Path(path).is_dir()
