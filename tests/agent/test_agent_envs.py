@@ -143,6 +143,7 @@ async def test_calculator_group_from_smollm2_has_unequal_scores(smollm2_url) -> 
         group_size=4,
         max_token_length=768,
         max_turn_tokens=32,
+        demonstrations_per_group=0,  # the model's own replies only
     )
     await env.setup()
     group = await _rollout_group(env, env.train_items[0])
@@ -151,3 +152,27 @@ async def test_calculator_group_from_smollm2_has_unequal_scores(smollm2_url) -> 
     for tokens, masks, lps in zip(group["tokens"], group["masks"], group["inference_logprobs"]):
         sampled = [lp for lp, m in zip(lps, masks) if m != -100]
         assert len(tokens) < 768 and sampled and all(lp <= 0.0 for lp in sampled)
+
+
+@pytest.mark.anyio
+async def test_a_demonstration_rollout_is_trained_like_a_sampled_one(scripted, tiny_path) -> None:
+    """demonstrations_per_group=1: one rollout of the group plays the environment's expert turns
+    through the real tools and reward; its turns are trained, the tool result and scaffolding not."""
+    from tinker_atropos.environments.tool_calculator import ToolCalculatorEnv
+
+    url, sampler = scripted
+    sampler.script = ["I am not sure."]
+    env = make_env(ToolCalculatorEnv, url, tiny_path, group_size=2, demonstrations_per_group=1)
+    await env.setup()
+    item = env.train_items[0]
+    group = await _rollout_group(env, item)
+    demo, sampled = group["scores"]
+    assert demo == 1.0 and sampled < 0.5
+    assert group["overrides"][0] == {"correct": True, "turns": 2, "tool_calls": 1, "tool_errors": 0}
+    assert "inference_logprobs" not in group  # the trainer scores the whole group with its sampler
+    tokens, masks = group["tokens"][0], group["masks"][0]
+    trained = env.tokenizer.decode([t for t, m in zip(tokens, masks) if m != -100])
+    context = env.tokenizer.decode([t for t, m in zip(tokens, masks) if m == -100])
+    assert '"name": "calculator"' in trained and trained.rstrip().endswith(str(item.answer) + "<|im_end|>")
+    assert "<tool_response>" in context and str(item.answer) in context and "What is" in context
+    assert group["messages"][0][-1] == {"role": "assistant", "content": str(item.answer)}

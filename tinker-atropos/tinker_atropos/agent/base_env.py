@@ -78,6 +78,13 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     max_turn_tokens: int | None = Field(
         default=None, ge=1, description="Tokens sampled per assistant turn; None: the rest of max_token_length."
     )
+    demonstrations_per_group: int = Field(
+        default=0,
+        ge=0,
+        description="Rollouts per group played from the environment's demonstration(item) instead of sampled "
+        "(tools and reward stay real): a warm start for a small model that never calls a tool by itself. "
+        "0 = pure RL.",
+    )
 
 
 class HermesAgentBaseEnv(BaseEnv):
@@ -136,8 +143,18 @@ class HermesAgentBaseEnv(BaseEnv):
         messages.append({"role": "user", "content": self.format_prompt(item)})
         return messages
 
+    def demonstration(self, item: Item) -> list[str] | None:
+        """An expert's assistant turns for `item` (raw text, tool calls in the parser's format), for
+        `demonstrations_per_group`; None when the environment has none."""
+        return None
+
     async def rollout(
-        self, item: Item, *, split: str = "train", temperature: float | None = None
+        self,
+        item: Item,
+        *,
+        split: str = "train",
+        temperature: float | None = None,
+        demonstration: list[str] | None = None,
     ) -> tuple[AgentResult, float]:
         """One conversation in a fresh sandbox, scored while the sandbox is still open."""
         tools, valid = self._current_group_tools or self._resolve_tools_for_group()
@@ -158,7 +175,11 @@ class HermesAgentBaseEnv(BaseEnv):
                 extra_body=self.config.extra_body,
                 split=split,
             )
-            if self._use_managed_server():
+            if demonstration is not None:
+                result = await HermesAgentLoop(server=None, demonstration=demonstration, **loop_kwargs).run(
+                    self.initial_messages(item)
+                )
+            elif self._use_managed_server():
                 async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
                     result = await HermesAgentLoop(server=managed, **loop_kwargs).run(self.initial_messages(item))
             else:
@@ -172,8 +193,10 @@ class HermesAgentBaseEnv(BaseEnv):
                 reward = 0.0
         return result, reward
 
-    async def collect_trajectory(self, item: Item) -> tuple[dict[str, Any] | None, list[Item]]:
-        result, reward = await self.rollout(item)
+    async def collect_trajectory(
+        self, item: Item, demonstration: list[str] | None = None
+    ) -> tuple[dict[str, Any] | None, list[Item]]:
+        result, reward = await self.rollout(item, demonstration=demonstration)
         for err in result.tool_errors:
             self._tool_error_buffer.append(
                 {"turn": err.turn, "tool": err.tool_name, "args": err.arguments[:150], "error": err.error[:300]}
@@ -199,7 +222,10 @@ class HermesAgentBaseEnv(BaseEnv):
         """Tools resolved once per group, rollouts in parallel, one ScoredDataGroup (with the
         sampler logprobs, which BaseEnv's default assembly would drop)."""
         self._current_group_tools = self._resolve_tools_for_group()
-        results = await asyncio.gather(*(self.collect_trajectory(item) for _ in range(self.config.group_size)))
+        demos = self.config.demonstrations_per_group
+        demo = self.demonstration(item) if demos else None
+        scripts = [demo if demo is not None and k < demos else None for k in range(self.config.group_size)]
+        results = await asyncio.gather(*(self.collect_trajectory(item, script) for script in scripts))
         items = [r[0] for r in results if r[0] is not None]
         if not items:
             return None, []

@@ -107,8 +107,11 @@ class HermesAgentLoop:
         tool_call_parser: str = "hermes",
         extra_body: dict[str, Any] | None = None,
         split: str = "train",
+        demonstration: list[str] | None = None,
     ) -> None:
         self.server = server
+        # An environment's expert turns, played instead of sampling (tools and reward stay real).
+        self.demonstration = list(demonstration) if demonstration is not None else None
         self.tool_schemas = tool_schemas
         self.valid_tool_names = valid_tool_names
         self.tool_handler = tool_handler
@@ -126,7 +129,7 @@ class HermesAgentLoop:
     def token_phase(self) -> bool:
         from atroposlib.envs.server_handling.managed_server import ManagedServer
 
-        return isinstance(self.server, ManagedServer)
+        return self.demonstration is not None or isinstance(self.server, ManagedServer)
 
     async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         result = AgentResult(messages=list(messages))
@@ -163,15 +166,21 @@ class HermesAgentLoop:
                     )
                 result.stop_reason = "context"
                 return
-            _, outs, lps, _ = await self.server.server.tokens_and_logprobs_completion(
-                input_ids=list(trace.tokens),
-                n=1,
-                max_tokens=budget,
-                temperature=self.temperature,
-                split=self.split,
-            )
-            sampled = [int(t) for t in outs[0]]
-            trace.add_sampled(sampled, [float(x) for x in lps[0]])
+            if self.demonstration is not None:
+                if turn >= len(self.demonstration):
+                    result.stop_reason = "answered"
+                    return
+                sampled, logprobs = self._demonstrated(self.demonstration[turn]), None
+            else:
+                _, outs, lps, _ = await self.server.server.tokens_and_logprobs_completion(
+                    input_ids=list(trace.tokens),
+                    n=1,
+                    max_tokens=budget,
+                    temperature=self.temperature,
+                    split=self.split,
+                )
+                sampled, logprobs = [int(t) for t in outs[0]], [float(x) for x in lps[0]]
+            trace.add_sampled(sampled, logprobs)
             result.turns_used = turn + 1
             text = self.scaffold.tok.decode(sampled, skip_special_tokens=True)
             parsed = parse_tool_calls(text, self.parser)
@@ -191,6 +200,11 @@ class HermesAgentLoop:
                 result.stop_reason = "context"
                 return
             trace.add_context(scaffold)
+
+    def _demonstrated(self, text: str) -> list[int]:
+        """A demonstration turn as the tokens a model would sample: the text, then end of turn."""
+        eos = self.scaffold.tok.eos_token_id
+        return self.scaffold.encode(text) + ([int(eos)] if eos is not None else [])
 
     # --- phase 1: chat endpoint ------------------------------------------------------------
 

@@ -14,6 +14,12 @@ so a group's scores differ from the very first step:
   + 0.10  that final reply came after a tool result (the tool was actually used)
 
 Correct (percent_correct, eval accuracy) = the final reply states the exact answer.
+
+SmolLM2-135M never emits a tool call by itself (0 of 16 samples), so no ladder step above the
+closeness term is ever sampled. `demonstrations_per_group` (1 by default here) plays one rollout
+per group from `demonstration()`: the calculator call, the real tool result, the answer. It is
+scored and trained like the sampled rollouts (its tokens get the group's advantage), which shows
+the policy the tool format; set it to 0 for pure RL on a model that already calls tools.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pydantic import Field
 
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv, HermesAgentEnvConfig
 from tinker_atropos.agent.loop import AgentResult, tool_error
+from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call, new_call_id
 from tinker_atropos.agent.tools import ToolContext, ToolResult
 from tinker_atropos.environments.common import local_server_defaults
 from tinker_atropos.models.paths import SMOLLM2, model_ref
@@ -123,6 +130,7 @@ class ToolCalculatorEnv(HermesAgentBaseEnv):
             steps_per_eval=10,
             use_wandb=False,
             system_prompt="You can call tools. Call the calculator, then answer with the number.",
+            demonstrations_per_group=1,  # SmolLM2 never emits a tool call unprompted: show it one per group
         )
         return config, servers
 
@@ -144,6 +152,11 @@ class ToolCalculatorEnv(HermesAgentBaseEnv):
 
     def format_prompt(self, item: Problem) -> str:
         return f"What is {item.expression}? Use the calculator tool."
+
+    def demonstration(self, item: Problem) -> list[str]:
+        """Call the calculator, then state its result: what the reward's ladder tops out at."""
+        call = ToolCall(CALCULATOR["function"]["name"], {"expression": item.expression}, new_call_id())
+        return [format_tool_call(call), str(item.answer)]
 
     def _resolve_tools_for_group(self) -> tuple[list[dict], set[str]]:
         return [CALCULATOR], {"calculator"}
