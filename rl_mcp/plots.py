@@ -10,8 +10,11 @@ import io
 from typing import Any
 
 
-def reward_loss_png(history: list[dict[str, Any]], *, title: str = "") -> bytes:
-    """Two panels, reward mean (with +/- std band) and loss, against step."""
+def reward_loss_png(
+    history: list[dict[str, Any]], *, evals: list[dict[str, Any]] | None = None, title: str = ""
+) -> bytes:
+    """Reward mean (with +/- std band) and loss against step, and the held-out eval accuracy when
+    the run has evaluations."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -22,8 +25,12 @@ def reward_loss_png(history: list[dict[str, Any]], *, title: str = "") -> bytes:
     std = [_num(row.get("reward_std")) or 0.0 for row in history]
     loss = [_num(row.get("loss")) for row in history]
 
-    fig = Figure(figsize=(8, 3.2), dpi=100)
-    ax_r, ax_l = fig.subplots(1, 2)
+    eval_points = [(e.get("step", 0), _num(e.get("eval_accuracy"))) for e in evals or []]
+    eval_points = [(s, a) for s, a in eval_points if a is not None]
+    panels = 3 if eval_points else 2
+    fig = Figure(figsize=(4 * panels, 3.2), dpi=100)
+    axes = fig.subplots(1, panels)
+    ax_r, ax_l = axes[0], axes[1]
     ax_r.plot(steps, reward, marker="o", markersize=2, color="tab:blue")
     lows = [r - s if r is not None else None for r, s in zip(reward, std)]
     highs = [r + s if r is not None else None for r, s in zip(reward, std)]
@@ -32,7 +39,11 @@ def reward_loss_png(history: list[dict[str, Any]], *, title: str = "") -> bytes:
     ax_r.set(title="reward mean", xlabel="step")
     ax_l.plot(steps, loss, marker="o", markersize=2, color="tab:red")
     ax_l.set(title="loss", xlabel="step")
-    for ax in (ax_r, ax_l):
+    if eval_points:
+        ax_e = axes[2]
+        ax_e.plot([s for s, _ in eval_points], [a for _, a in eval_points], marker="o", color="tab:green")
+        ax_e.set(title="held-out eval accuracy", xlabel="step", ylim=(0, 1))
+    for ax in axes:
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=9)

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from rl_mcp.logs import ChangeWatcher, tail_lines
 from rl_mcp.mcp_api import run_views as views
 from rl_mcp.plots import reward_loss_png
-from rl_mcp.runs.metrics import MetricsCache, downsample, eta_seconds, latest_metrics, wandb_url_from_log
+from rl_mcp.runs.metrics import (
+    MetricsCache,
+    downsample,
+    eta_seconds,
+    eval_summary,
+    latest_metrics,
+    wandb_url_from_log,
+)
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import JsonlReader, read_result
 
@@ -98,6 +105,27 @@ def test_curve_png() -> None:
     png = reward_loss_png(history, title="run")
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
     assert reward_loss_png([{"step": 1, "reward_mean": None, "loss": None}]).startswith(b"\x89PNG")
+    evals = [{"step": 0, "eval_accuracy": 0.1}, {"step": 5, "eval_accuracy": 0.4}]
+    with_evals = reward_loss_png(history, evals=evals, title="run")
+    import struct
+
+    width = struct.unpack(">I", with_evals[16:20])[0]  # the PNG header's width: a third panel
+    assert width > struct.unpack(">I", png[16:20])[0]
+
+
+def test_eval_summary_before_after_best() -> None:
+    assert eval_summary([]) is None and eval_summary([{"step": 3}]) is None
+    evals = [
+        {"step": 0, "eval_accuracy": 0.14},
+        {"step": 10, "eval_accuracy": 0.31},
+        {"step": 20, "eval_accuracy": 0.31},
+        {"step": 30, "eval_accuracy": 0.25},
+    ]
+    summary = eval_summary(evals)
+    assert summary is not None
+    assert (summary.before, summary.before_step, summary.after, summary.after_step) == (0.14, 0, 0.25, 30)
+    assert (summary.best, summary.best_step) == (0.31, 10)  # the earliest step at the best
+    assert summary.text == "eval accuracy 0.140 (step 0) -> 0.250 (step 30), best 0.310 at step 10"
 
 
 def test_wandb_lookup_is_optional_and_bounded(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -194,6 +194,10 @@ class RunResults(BaseModel):
     history: list[HistoryPoint] = Field(description="Per-step metrics, evenly downsampled for long runs")
     history_total_steps: int = Field(description="Steps recorded before downsampling")
     evals: list[dict[str, Any]] = Field(description="eval.jsonl rows (step, eval_accuracy, ...)")
+    eval_summary: str | None = Field(
+        default=None,
+        description="The held-out eval before -> after training (step 0 is before the first update), and the best",
+    )
     checkpoints: list[dict[str, Any]] = Field(description="Saved sampler weights and states, oldest first")
     final_weights: str | None = Field(description="Final sampler weights: tinker:// path or local adapter folder")
     final_weights_exists: bool | None = Field(description="For local folders: whether it is on disk")

@@ -19,7 +19,14 @@ from rl_mcp.mcp_api.answers import (
     RunSummary,
 )
 from rl_mcp.processes import Child
-from rl_mcp.runs.metrics import MetricsCache, downsample, eta_seconds, latest_metrics, wandb_url_from_log
+from rl_mcp.runs.metrics import (
+    MetricsCache,
+    downsample,
+    eta_seconds,
+    eval_summary,
+    latest_metrics,
+    wandb_url_from_log,
+)
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName, read_checkpoints, read_result
 
@@ -187,6 +194,7 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         history=history,
         history_total_steps=len(metrics),
         evals=evals[-MAX_HISTORY_POINTS:],
+        eval_summary=ev.text if (ev := eval_summary(evals)) else None,
         checkpoints=checkpoints[-MAX_HISTORY_POINTS:],
         final_weights=final,
         final_weights_exists=exists,

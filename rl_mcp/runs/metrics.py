@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,35 @@ def latest_metrics(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -
 
 def _numbers(rows: list[dict[str, Any]], key: str) -> list[float]:
     return [float(v) for m in rows if isinstance(v := m.get(key), (int, float))]
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    """The held-out eval across a run: the first (before training when it ran at step 0), the
+    last, and the best."""
+
+    before: float
+    before_step: int
+    after: float
+    after_step: int
+    best: float
+    best_step: int
+
+    @property
+    def text(self) -> str:
+        return (
+            f"eval accuracy {self.before:.3f} (step {self.before_step}) -> {self.after:.3f} (step "
+            f"{self.after_step}), best {self.best:.3f} at step {self.best_step}"
+        )
+
+
+def eval_summary(evals: list[dict[str, Any]]) -> EvalSummary | None:
+    rows = [(int(e.get("step") or 0), float(a)) for e in evals if isinstance(a := e.get("eval_accuracy"), (int, float))]
+    if not rows:
+        return None
+    first, last = rows[0], rows[-1]
+    best = max(rows, key=lambda r: (r[1], -r[0]))  # the earliest step of the best accuracy
+    return EvalSummary(first[1], first[0], last[1], last[0], best[1], best[0])
 
 
 def eta_seconds(metrics: list[dict[str, Any]], total_steps: int) -> float | None:
