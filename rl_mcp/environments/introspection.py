@@ -14,7 +14,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -40,7 +40,7 @@ class FieldSpec:
     """One config field as the child process reported it."""
 
     name: str
-    section: str  # "env" | "tinker"
+    section: Literal["env", "tinker"]
     type: str
     default: Any
     description: str | None

@@ -49,7 +49,7 @@ def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, s
         fields.append(
             ConfigField(
                 name=name,
-                section=spec.section,  # type: ignore[arg-type]
+                section=spec.section,
                 type=spec.type,
                 value=value,
                 default=spec.default,
