@@ -226,6 +226,10 @@ async def test_runs_end_to_end(tmp_path: Path) -> None:
             res = result.structured_content or {}
             assert len(res["history"]) == STEPS == res["history_total_steps"]
             assert res["final_weights"] and res["final_weights_exists"] and Path(res["final_weights"]).is_dir()
+            # the held-out eval ran on the base model (step 0) and on the final weights, in every run
+            steps = [(e["step"], e["final"]) for e in res["evals"]]
+            assert steps[0] == (0, False) and steps[-1] == (STEPS, True), steps
+            assert res["eval_summary"].startswith("eval accuracy ") and f"(step {STEPS})" in res["eval_summary"]
             images = [c for c in result.content if c.type == "image"]
             assert len(images) == 1 and base64.b64decode(images[0].data).startswith(b"\x89PNG")
 

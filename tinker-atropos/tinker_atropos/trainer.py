@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -29,15 +30,16 @@ from tinker_atropos.batches import (
     with_sampler_logprobs,
 )
 from tinker_atropos.config import ConfigError, RunConfig
-from tinker_atropos.inference_server.holder import SamplerHolder
+from tinker_atropos.inference_server.holder import FINAL_LABEL, SamplerHolder
 from tinker_atropos.metrics import MetricsSink, StepMetrics
 from tinker_atropos.run_api_client import Registration, RunApiClient
-from tinker_atropos.run_files import Outcome, RunFiles, RunResult
+from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult
 
 logger = logging.getLogger(__name__)
 
 STEP_GRACE_S = 10.0
 FINAL_SAVE_TIMEOUT_S = 15.0
+FINAL_EVAL_TIMEOUT_S = 600.0
 REGISTER_TIMEOUT_S = 60.0
 
 
@@ -123,7 +125,7 @@ class Trainer:
         """Save sampler weights as `name` and serve them from now on."""
         path = await self.training.save_weights_for_sampler_async(name)
         self._sampler = await self.training.create_sampling_client_async(path)
-        self.holder.swap(self._sampler)
+        self.holder.swap(self._sampler, name)
         self.checkpoint = path
         return path
 
@@ -144,7 +146,27 @@ class Trainer:
         if stopped:
             logger.info("stop requested after %d/%d steps: saving", self.steps_done, total)
         final_ckpt, final_state = await self._save_final(bounded=stopped)
+        if not stopped:
+            await self._serve_final_eval()
         return self._result(Outcome.STOPPED if stopped else Outcome.COMPLETED, final_ckpt, final_state, None)
+
+    async def _serve_final_eval(self) -> None:
+        """Keep serving the final weights until the environment has evaluated them (it asks for
+        that with `eval_at_end` in its config), bounded in time and by a stop request."""
+        if not self.cfg.env.get("eval_at_end") or not self.cfg.env.get("eval_size", 1):
+            return
+        self.holder.relabel(FINAL_LABEL)
+        total = self.cfg.tinker.total_steps
+        evals = JsonlReader(RunFiles(Path(self.cfg.tinker.run_dir)).evals)
+        timeout_s = float(os.environ.get("TINKER_ATROPOS_FINAL_EVAL_TIMEOUT_S", FINAL_EVAL_TIMEOUT_S))
+        logger.info("serving the final weights for the environment's final evaluation (up to %.0f s)", timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self.stop.is_set():
+            if any(row.get("final") and row.get("step") == total for row in evals.refresh()):
+                logger.info("final evaluation written")
+                return
+            await asyncio.sleep(0.5)
+        logger.warning("no final evaluation within %.0f s; ending without it", timeout_s)
 
     async def _run_step(self, step: int, groups: list[dict[str, Any]]) -> None:
         """Run one step; when stop is set meanwhile, grant it STEP_GRACE_S, then abandon it."""

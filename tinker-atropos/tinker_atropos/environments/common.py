@@ -19,6 +19,7 @@ from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, Scored
 from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from pydantic import Field
 
+from tinker_atropos.inference_server.holder import FINAL_LABEL
 from tinker_atropos.models.paths import TINY_CHAT, model_ref
 from tinker_atropos.run_files import RunFiles, append_jsonl
 
@@ -56,6 +57,13 @@ class ChatTaskConfig(BaseEnvConfig):
     temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature for training rollouts.")
     eval_size: int = Field(default=32, ge=0, description="Items in each periodic evaluation (greedy).")
     seed: int = Field(default=0, description="Seed for the item order and any generated data.")
+    eval_before_training: bool = Field(
+        default=True, description="Evaluate the base model (step 0) before the first rollout of a fresh run."
+    )
+    eval_at_end: bool = Field(
+        default=True,
+        description="Evaluate the final weights once the trainer has taken its last step (the trainer waits).",
+    )
 
 
 def local_server_defaults(max_requests: int = 16) -> list[APIServerConfig]:
@@ -167,7 +175,37 @@ class ChatTaskEnv(BaseEnv):
             out.append(Rollout(prompt + reply, [-100] * len(prompt) + reply, None, text))
         return out
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+    async def register_env(self) -> None:
+        """Registered: on a fresh run, the base model's score comes first (eval.jsonl step 0)."""
+        await super().register_env()
+        if self.config.eval_before_training and self.curr_step == 0 and self.eval_tasks:
+            await self.evaluate()
+
+    async def env_manager(self) -> None:
+        """atroposlib returns once every step's rollouts are queued; the final weights come later."""
+        await super().env_manager()
+        if self.config.eval_at_end and self.eval_tasks and await self._final_weights_served():
+            await self.evaluate(final=True)
+
+    async def _final_weights_served(self, timeout_s: float = 3600.0) -> bool:
+        """Wait until the trainer serves its last weights (/health says `final`); False when it
+        never does, or its server stays unreachable for 10 s (the trainer is gone)."""
+        import httpx
+
+        url = self.server.servers[0].config.base_url.removesuffix("/").removesuffix("/v1") + "/health"
+        deadline, unreachable = time.monotonic() + timeout_s, 0
+        async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
+            while time.monotonic() < deadline and unreachable < 10:
+                try:
+                    if (await client.get(url)).json().get("sampler") == FINAL_LABEL:
+                        return True
+                    unreachable = 0
+                except (httpx.HTTPError, ValueError):
+                    unreachable += 1
+                await asyncio.sleep(1.0)
+        return False
+
+    async def evaluate(self, *args: Any, final: bool = False, **kwargs: Any) -> None:
         """Greedy replies to the eval tasks; one line appended to eval.jsonl."""
         if not self.eval_tasks:
             return
@@ -186,7 +224,8 @@ class ChatTaskEnv(BaseEnv):
 
         scores = await asyncio.gather(*(one(t) for t in self.eval_tasks))
         record = {
-            "step": self.curr_step,
+            "step": self.config.total_steps if final else self.curr_step,
+            "final": final,
             "time": time.time(),
             "eval_accuracy": sum(s.correct for s in scores) / len(scores),
             "eval_reward_mean": sum(s.reward for s in scores) / len(scores),

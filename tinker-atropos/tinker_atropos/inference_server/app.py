@@ -130,7 +130,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
     async def health() -> JSONResponse:
         if not holder.ready:
             return JSONResponse(status_code=503, content={"status": "loading"})
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok", "sampler": holder.label})
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -6,6 +6,8 @@ import threading
 
 from tinker_atropos.backends.base import SamplingBackend
 
+FINAL_LABEL = "final"  # /health's `sampler` once the trainer has no more steps to take
+
 
 class SamplerNotReady(RuntimeError):
     """No sampler has been loaded yet (the server answers 503)."""
@@ -22,13 +24,26 @@ class SamplerHolder:
         self._lock = threading.Lock()
         self._sampler = sampler
         self._version = 0 if sampler is None else 1
+        self._label: str | None = None
 
-    def swap(self, sampler: SamplingBackend) -> int:
-        """Install `sampler` for every later request; returns the new version number."""
+    def swap(self, sampler: SamplingBackend, label: str | None = None) -> int:
+        """Install `sampler` for every later request; returns the new version number. `label`
+        names its weights (the trainer's checkpoint name: step-000003, ..., final)."""
         with self._lock:
             self._sampler = sampler
             self._version += 1
+            self._label = label
             return self._version
+
+    def relabel(self, label: str) -> None:
+        """Name the weights served now (the trainer marks its last ones `final`)."""
+        with self._lock:
+            self._label = label
+
+    @property
+    def label(self) -> str | None:
+        with self._lock:
+            return self._label
 
     def current(self) -> tuple[SamplingBackend, int]:
         """The sampler to use for one whole request, with its version."""
