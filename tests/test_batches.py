@@ -192,3 +192,16 @@ def test_loss_inputs_per_loss_fn():
     assert set(ce.loss_fn_inputs) == {"target_tokens", "weights"}
     assert _arr(ce, "weights") == [0.0, 0.5]
     assert ce.model_input.to_ints() == [1, 2]
+
+
+def test_groups_and_distinct_replies_are_counted() -> None:
+    """Two groups of three: one with every reply the same (no signal), one with two distinct."""
+    same = {"tokens": [[1, 2, 3]] * 3, "masks": [[-100, 2, 3]] * 3, "scores": [0.5, 0.5, 0.5]}
+    mixed = {
+        "tokens": [[1, 2, 3], [1, 2, 3], [1, 4, 5]],
+        "masks": [[-100, 2, 3], [-100, 2, 3], [-100, 4, 5]],
+        "scores": [1.0, 1.0, 0.0],
+    }
+    conv = groups_to_datums([same, mixed])
+    assert conv.groups == 2 and conv.skipped_groups == 1
+    assert conv.distinct_reply_share == pytest.approx((1 / 3 + 2 / 3) / 2)

@@ -178,3 +178,9 @@ def test_status_explains_a_run_whose_environment_drops_every_group(tmp_path: Pat
     assert "all scored the same" in hint and "rl_test_inference" in hint
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": now, "reward_mean": 0.5}) + "\n")
     assert "Training is under way" in views.status(rec, {}, cache, min_interval_s=0).next_step
+    # an environment that sends its equal-score groups: the trainer's share says the same
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 2, "time": now, "no_signal_share": 0.75, "distinct_reply_share": 0.4}) + "\n")
+    status = views.status(rec, {}, cache, min_interval_s=0)
+    assert "75% of the groups gave no learning signal" in status.next_step
+    assert status.latest is not None and status.latest.no_signal_share == 0.75

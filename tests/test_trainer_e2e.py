@@ -49,6 +49,9 @@ METRIC_FIELDS = [
     "tokens",
     "step_seconds",
     "checkpoint",
+    "groups",
+    "no_signal_share",
+    "distinct_reply_share",
 ]
 
 
@@ -269,6 +272,8 @@ def test_learning_run_writes_one_metrics_line_per_step(learning_run):
         # letter_repeat reports correctness per item (overrides), through the real run-api
         assert m["percent_correct"] is not None and 0.0 <= m["percent_correct"] <= 1.0
         assert m["tokens"] > 0 or m["num_datums"] == 0
+        assert m["groups"] == BATCH_SIZE // GROUP_SIZE and 0.0 <= m["no_signal_share"] <= 1.0
+        assert 1 / GROUP_SIZE <= m["distinct_reply_share"] <= 1.0
     trained = [m for m in lines if m["num_datums"] > 0]
     assert trained, "no step had a non-zero advantage"
     for m in trained:

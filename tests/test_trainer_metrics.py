@@ -29,6 +29,9 @@ DOC_FIELDS = [
     "tokens",
     "step_seconds",
     "checkpoint",
+    "groups",
+    "no_signal_share",
+    "distinct_reply_share",
 ]
 
 

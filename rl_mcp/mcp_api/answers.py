@@ -149,6 +149,12 @@ class LatestMetrics(BaseModel):
     percent_correct: float | None = Field(description="None when the environment does not report it")
     eval_accuracy: float | None = Field(description="The newest evaluation's accuracy, if any")
     eval_step: int | None
+    no_signal_share: float | None = Field(
+        default=None, description="Share of the step's groups whose replies all scored the same (no learning signal)"
+    )
+    distinct_reply_share: float | None = Field(
+        default=None, description="Distinct replies per group / group size (near 1/group_size: collapsed)"
+    )
     agent_turns_mean: float | None = Field(default=None, description="Agent environments: turns per rollout")
     agent_tool_calls_mean: float | None = Field(default=None, description="Agent environments: tool calls per rollout")
     agent_tool_errors: int | None = Field(

@@ -300,6 +300,15 @@ def next_status_no_signal() -> str:
     )
 
 
+def next_status_little_signal(run_id: str, share: float) -> str:
+    return (
+        f"Training is under way, but in the last step {share:.0%} of the groups gave no learning signal "
+        "(every reply in them scored the same): the model finds the task all-or-nothing. Watch "
+        f"rl://runs/{run_id}/metrics; if it stays so, raise group_size or temperature, use an easier "
+        "environment or a stronger model, or rl_stop_training this run."
+    )
+
+
 def next_status_running(run_id: str, interval_s: float) -> str:
     return (
         f"Training is under way. Check again in {interval_s:.0f} s or later; meanwhile the "

@@ -31,6 +31,7 @@ from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName, read_checkpoints, read_result
 
 STATUS_LOG_LINES = 8
+NO_SIGNAL_WARN_SHARE = 0.5
 # atroposlib's warning when it drops a group whose scores are all equal (no learning signal).
 EQUAL_SCORES_MARK = "Scores are the same in a group"
 MAX_HISTORY_POINTS = 200
@@ -101,6 +102,8 @@ def _latest(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> Lates
         percent_correct=data["percent_correct"],
         eval_accuracy=data["eval_accuracy"],
         eval_step=data["eval_step"],
+        no_signal_share=data["no_signal_share"],
+        distinct_reply_share=data["distinct_reply_share"],
         agent_turns_mean=data["agent_turns_mean"],
         agent_tool_calls_mean=data["agent_tool_calls_mean"],
         agent_tool_errors=data["agent_tool_errors"],
@@ -118,6 +121,8 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, *, m
     running_s = round(end - rec.running_at, 1) if rec.running_at else None
     if rec.active and not metrics and _env_dropping_equal_groups(rec):
         hint = descriptions.next_status_no_signal()
+    elif rec.active and _mostly_no_signal(metrics):
+        hint = descriptions.next_status_little_signal(rec.run_id, metrics[-1]["no_signal_share"])
     elif rec.active:
         hint = descriptions.next_status_running(rec.run_id, min_interval_s)
     else:
@@ -140,6 +145,12 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, *, m
         wandb_url=result.get("wandb_url") or wandb_url_from_log(rec.log_path(ProcessName.TRAINER)),
         next_step=hint,
     )
+
+
+def _mostly_no_signal(metrics: list[dict[str, Any]]) -> bool:
+    """The newest step: most of its groups' replies all scored the same."""
+    share = metrics[-1].get("no_signal_share") if metrics else None
+    return isinstance(share, (int, float)) and share > NO_SIGNAL_WARN_SHARE
 
 
 def _env_dropping_equal_groups(rec: RunRecord) -> bool:

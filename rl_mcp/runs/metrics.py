@@ -16,6 +16,7 @@ from tinker_atropos.run_files import JsonlReader
 LATEST_KEYS = ("loss", "reward_mean", "reward_std", "percent_correct", "logprob_drift", "tokens")
 # Written by the trainer only for agent (multi-turn tool-calling) environments.
 AGENT_KEYS = ("agent_turns_mean", "agent_tool_calls_mean", "agent_tool_errors")
+SIGNAL_KEYS = ("no_signal_share", "distinct_reply_share")
 
 
 def downsample(rows: list[dict[str, Any]], max_points: int) -> list[dict[str, Any]]:
@@ -31,7 +32,7 @@ def downsample(rows: list[dict[str, Any]], max_points: int) -> list[dict[str, An
 
 def latest_metrics(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> dict[str, Any]:
     """The newest step's headline numbers plus the newest eval accuracy."""
-    out: dict[str, Any] = {k: None for k in (*LATEST_KEYS, *AGENT_KEYS)}
+    out: dict[str, Any] = {k: None for k in (*LATEST_KEYS, *AGENT_KEYS, *SIGNAL_KEYS)}
     if metrics:
         out.update({k: metrics[-1].get(k) for k in out})
     out["eval_accuracy"] = evals[-1].get("eval_accuracy") if evals else None

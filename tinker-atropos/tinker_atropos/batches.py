@@ -51,6 +51,8 @@ class BatchConversion:
     - `num_sequences`: sequences received; `tokens`: tokens in the trained sequences.
     - `skipped_groups`: groups with all-zero advantages; `invalid_groups`: malformed groups
       (mismatched lengths), dropped with a warning so one bad group cannot end a run.
+    - `groups`: well-formed groups; `distinct_reply_share`: the mean over groups of distinct
+      completions / completions (1.0: every reply differs; near 1/group_size: collapsed).
     - `completion_masks[k]`: bool per target of `datums[k]` (True = completion token).
     - `missing_logprobs`: indices of datums whose group came without `inference_logprobs`; the
       trainer must fill them (see `with_sampler_logprobs`) before an importance-sampling step.
@@ -71,6 +73,8 @@ class BatchConversion:
     tokens: int = 0
     skipped_groups: int = 0
     invalid_groups: int = 0
+    groups: int = 0
+    distinct_reply_share: float | None = None
 
     @property
     def completion_tokens(self) -> int:
@@ -84,6 +88,7 @@ def groups_to_datums(groups: list[dict[str, Any]]) -> BatchConversion:
     seq_advantages: list[float] = []
     correct_flags: list[bool] = []
     agent: dict[str, list[float]] = {"turns": [], "tool_calls": [], "tool_errors": []}
+    distinct: list[float] = []
 
     for g_index, group in enumerate(groups):
         try:
@@ -92,6 +97,9 @@ def groups_to_datums(groups: list[dict[str, Any]]) -> BatchConversion:
             out.invalid_groups += 1
             logger.warning("dropping malformed group %d of the batch: %s", g_index, exc)
             continue
+        out.groups += 1
+        replies = {tuple(t for t, m in zip(r.tokens, r.masks) if m != PROMPT_MASK) for r in rows}
+        distinct.append(len(replies) / len(rows))
         scores = np.asarray(group["scores"], dtype=np.float64)
         scores_all.append(scores)
         out.num_sequences += len(scores)
@@ -123,6 +131,8 @@ def groups_to_datums(groups: list[dict[str, Any]]) -> BatchConversion:
         out.advantage_mean, out.advantage_std = float(adv.mean()), float(adv.std())
     if correct_flags:
         out.percent_correct = float(np.mean(correct_flags))
+    if distinct:
+        out.distinct_reply_share = float(np.mean(distinct))
     if agent["turns"]:
         out.agent_turns_mean = float(np.mean(agent["turns"]))
     if agent["tool_calls"]:

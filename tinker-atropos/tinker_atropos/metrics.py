@@ -51,6 +51,9 @@ class StepMetrics:
     tokens: int
     step_seconds: float
     checkpoint: str | None
+    groups: int = 0
+    no_signal_share: float | None = None
+    distinct_reply_share: float | None = None
     agent_turns_mean: float | None = None
     agent_tool_calls_mean: float | None = None
     agent_tool_errors: int | None = None
