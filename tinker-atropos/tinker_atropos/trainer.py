@@ -13,6 +13,7 @@ sampler weights are saved (bounded by FINAL_SAVE_TIMEOUT_S) and result.json says
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import time
@@ -126,6 +127,7 @@ class Trainer:
         path = await self.training.save_weights_for_sampler_async(name)
         self._sampler = await self.training.create_sampling_client_async(path)
         self.holder.swap(self._sampler, name)
+        await asyncio.to_thread(_trim_heap)  # the previous sampler's model copy is free now
         self.checkpoint = path
         return path
 
@@ -331,6 +333,16 @@ async def train(
 def _public_config(cfg: RunConfig) -> dict[str, Any]:
     """The run's hyperparameters for W&B (the config file never holds secrets)."""
     return {"tinker": cfg.tinker.model_dump(mode="json"), "env": dict(cfg.env)}
+
+
+def _trim_heap() -> None:
+    """Hand freed memory back to the OS. Each step frees a whole model copy (the old sampler); on
+    glibc it stays in the process's heap otherwise: a SmolLM2-135M trainer grew from 2 GB to 14 GB
+    in 9 agent-environment steps; with the trim it stays at its first step's size."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
 
 
 def _fmt(value: float | None) -> str:
