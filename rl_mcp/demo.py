@@ -25,6 +25,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 ENVIRONMENT = "letter_repeat"
+PROFILE = "local"
 FINAL_STATUSES = frozenset({"completed", "failed", "stopped", "lost"})
 LOG_TAIL_LINES = 20
 
@@ -39,6 +40,9 @@ class DemoOptions:
     steps: int
     plot: Path
     timeout: float
+    environment: str = ENVIRONMENT
+    profile: str = PROFILE
+    edits: dict[str, Any] = field(default_factory=dict)
     test_inference: bool = True
     poll_seconds: float = 1.0
 
@@ -58,6 +62,8 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
     parser.add_argument("--plot", type=Path, default=None, help="where to write the reward curve PNG")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up on training after this many seconds")
     parser.add_argument("--skip-inference-test", action="store_true", help="leave out rl_test_inference (saves ~20 s)")
+    parser.add_argument("--environment", default=ENVIRONMENT, help=f"environment to train (default {ENVIRONMENT})")
+    parser.add_argument("--profile", default=PROFILE, help=f"operator profile of the demo's server (default {PROFILE})")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
@@ -69,6 +75,8 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
         plot=plot,
         timeout=args.timeout,
         test_inference=not args.skip_inference_test,
+        environment=args.environment,
+        profile=args.profile,
     )
 
 
@@ -83,11 +91,11 @@ def server_command() -> tuple[str, list[str]]:
     return sys.executable, ["-m", "rl_mcp", "serve"]
 
 
-def server_environment(home: Path) -> dict[str, str]:
-    """Only what the demo's server needs: keys are deliberately not passed (local profile)."""
+def server_environment(home: Path, profile: str = PROFILE) -> dict[str, str]:
+    """Only what the demo's server needs: keys are deliberately not passed (a local profile)."""
     env = {
         "RL_MCP_HOME": str(home),
-        "RL_MCP_PROFILE": "local",
+        "RL_MCP_PROFILE": profile,
         "RL_MCP_STATUS_MIN_INTERVAL": "0",
         "HF_HUB_OFFLINE": "1",
         "WANDB_MODE": "disabled",
@@ -229,11 +237,11 @@ async def run_workflow(client: Client, console: Console, opts: DemoOptions) -> N
     listing, _ = await call(client, "rl_list_environments")
     names = [e["name"] for e in listing.get("environments", [])]
     console.info("found: " + ", ".join(names))
-    if ENVIRONMENT not in names:
-        raise DemoError(f"environment {ENVIRONMENT!r} not discovered (found {names})")
+    if opts.environment not in names:
+        raise DemoError(f"environment {opts.environment!r} not discovered (found {names})")
 
-    console.step(3, f"rl_select_environment {ENVIRONMENT}")
-    selected, _ = await call(client, "rl_select_environment", {"name": ENVIRONMENT})
+    console.step(3, f"rl_select_environment {opts.environment}")
+    selected, _ = await call(client, "rl_select_environment", {"name": opts.environment})
     profile = selected["config"]["profile"]
     console.info(
         f"selected {selected['selected']}: {len(selected['config']['fields'])} config fields, "
@@ -246,9 +254,11 @@ async def run_workflow(client: Client, console: Console, opts: DemoOptions) -> N
         summarize_config(config, ("group_size", "batch_size", "total_steps", "learning_rate", "tokenizer_name"))
     )
 
-    console.step(5, f"rl_edit_config total_steps={opts.steps}")
-    await call(client, "rl_edit_config", {"field": "total_steps", "value": opts.steps})
-    console.info(f"total_steps = {opts.steps}")
+    edits = {**opts.edits, "total_steps": opts.steps}
+    console.step(5, "rl_edit_config " + " ".join(f"{k}={v}" for k, v in edits.items()))
+    for name, value in edits.items():
+        await call(client, "rl_edit_config", {"field": name, "value": value})
+    console.info(", ".join(f"{k} = {v}" for k, v in edits.items()))
 
     if opts.test_inference:
         console.step(6, "rl_test_inference (the local inference server, 1 step)")
@@ -298,6 +308,8 @@ async def run_workflow(client: Client, console: Console, opts: DemoOptions) -> N
     final = results.get("final_metrics") or {}
     if final.get("percent_correct") is not None:
         lines.append(f"correct        {final['percent_correct']:.0%} of the last step's replies")
+    if results.get("eval_summary"):
+        lines.append(f"held-out       {results['eval_summary']}")
     lines.append(f"weights        {results.get('final_weights')}")
     lines.append(f"reward curve   {opts.plot}")
     lines.append(f"state dir      {opts.home}")
@@ -319,7 +331,7 @@ async def demo(opts: DemoOptions, console: Console) -> None:
         command=command,
         # the demo owns this server: its runs end with it, however the demo ends
         args=[*args, "--stop-runs-on-exit", "--log-file", str(server_log)],
-        env=server_environment(opts.home),
+        env=server_environment(opts.home, opts.profile),
     )
     console.info(f"server: {command} {' '.join(params.args)}  (RL_MCP_HOME={opts.home})")
     try:
