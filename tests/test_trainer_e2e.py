@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from test_trainer_metrics import DOC_FIELDS
 
 pytestmark = pytest.mark.slow
 
@@ -33,26 +34,7 @@ LETTER_REPEAT = ROOT / "tinker-atropos" / "tinker_atropos" / "environments" / "l
 E2E_STEPS = 30
 GROUP_SIZE = 8
 BATCH_SIZE = 16
-METRIC_FIELDS = [
-    "step",
-    "total_steps",
-    "time",
-    "loss",
-    "reward_mean",
-    "reward_std",
-    "percent_correct",
-    "advantage_mean",
-    "advantage_std",
-    "logprob_drift",
-    "num_sequences",
-    "num_datums",
-    "tokens",
-    "step_seconds",
-    "checkpoint",
-    "groups",
-    "no_signal_share",
-    "distinct_reply_share",
-]
+METRIC_FIELDS = DOC_FIELDS  # the documented metrics.jsonl keys, in order
 
 
 def free_port() -> int:

@@ -23,7 +23,7 @@ from atroposlib.envs.base import APIServerConfig
 from pydantic import Field
 
 from tinker_atropos.environments.common import ChatTaskConfig, ChatTaskEnv, Score, Task, local_server_defaults
-from tinker_atropos.models.paths import SMOLLM2, model_ref
+from tinker_atropos.models.paths import SMOLLM2
 
 _NUMBER = re.compile(r"-?\d+")
 _OPS = {1: "+", 2: "+-", 3: "+-*"}
@@ -71,11 +71,10 @@ class ArithmeticEnv(ChatTaskEnv):
 
     @classmethod
     def config_init(cls) -> tuple[ArithmeticConfig, list[APIServerConfig]]:
-        servers = local_server_defaults()
-        servers[0].model_name, servers[0].tokenizer_name = SMOLLM2, model_ref(SMOLLM2)
+        servers = local_server_defaults(model=SMOLLM2)
         config = ArithmeticConfig(
             wandb_name=cls.name,
-            tokenizer_name=model_ref(SMOLLM2),
+            tokenizer_name=servers[0].tokenizer_name,
             group_size=8,
             batch_size=32,
             max_token_length=256,

@@ -66,15 +66,16 @@ class ChatTaskConfig(BaseEnvConfig):
     )
 
 
-def local_server_defaults(max_requests: int = 16) -> list[APIServerConfig]:
-    """Defaults pointing at a local inference server; the run config always supplies the URL."""
+def local_server_defaults(max_requests: int = 16, model: str = TINY_CHAT) -> list[APIServerConfig]:
+    """Defaults pointing at a local inference server serving `model` (an offline model name); the
+    run config always supplies the URL."""
     return [
         APIServerConfig(
-            model_name=TINY_CHAT,
+            model_name=model,
             base_url="http://127.0.0.1:8001/v1",
             api_key="local",
             server_type="sglang",
-            tokenizer_name=model_ref(TINY_CHAT),
+            tokenizer_name=model_ref(model),
             num_max_requests_at_once=max_requests,
             num_requests_for_eval=max_requests,
             timeout=120,

@@ -39,7 +39,7 @@ from tinker_atropos.agent.loop import AgentResult, tool_error
 from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call, new_call_id
 from tinker_atropos.agent.tools import ToolContext, ToolResult
 from tinker_atropos.environments.common import local_server_defaults
-from tinker_atropos.models.paths import SMOLLM2, model_ref
+from tinker_atropos.models.paths import SMOLLM2
 
 CALCULATOR = {
     "type": "function",
@@ -116,11 +116,10 @@ class ToolCalculatorEnv(HermesAgentBaseEnv):
 
     @classmethod
     def config_init(cls) -> tuple[ToolCalculatorConfig, list[APIServerConfig]]:
-        servers = local_server_defaults()
-        servers[0].model_name, servers[0].tokenizer_name = SMOLLM2, model_ref(SMOLLM2)
+        servers = local_server_defaults(model=SMOLLM2)
         config = ToolCalculatorConfig(
             wandb_name=cls.name,
-            tokenizer_name=model_ref(SMOLLM2),
+            tokenizer_name=servers[0].tokenizer_name,
             group_size=8,
             batch_size=32,
             max_token_length=768,
