@@ -232,14 +232,20 @@ score the same gives no learning signal). Also to compare models on the task.
   key itself is never an argument).
 - no base_url and OPENROUTER_API_KEY set on the server: OpenRouter, with `models` or by default
   qwen/qwen3-8b, z-ai/glm-4.7-flash and minimax/minimax-m2.5, a few in parallel.
-- neither: this machine's own inference server with the profile's local model, started for the
-  test and stopped after it (works offline; real tokens and logprobs, as training sees them).
+- neither, on the local profile (or target="local" on any profile): this machine's own inference
+  server with the local model, started for the test and stopped after it (works offline; real
+  tokens and logprobs, as training sees them).
+- neither, on a remote profile (tinker): an error naming the three ways forward (set
+  OPENROUTER_API_KEY, pass base_url, or pass target="local"); never a silent local test.
+`target` ("local", "openrouter", "base_url") picks one explicitly.
 </targets>
 
 <behaviour>
 Runs the environment's atroposlib `process` mode once per model in its own process, with a fresh
-output folder each time and a per-model `timeout_s`. Sends a progress notification after each
-scored group when the client asked for progress. Takes seconds to minutes: the local tiny model
+output folder each time; `timeout_s` bounds the whole call (all models; default 270 s, under
+Hermes' default 300 s tool timeout): models still running then stop and report `timeout` with
+what they scored. Sends a progress notification after each scored group when the client asked
+for progress. Takes seconds to minutes: the local tiny model
 on a CPU needs about half a minute for a few small groups. Keys travel only as environment
 variables: never in arguments, files, logs or this answer. W&B is off unless WANDB_API_KEY is set.
 </behaviour>

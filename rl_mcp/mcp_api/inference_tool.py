@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
@@ -23,6 +23,8 @@ from rl_mcp.mcp_api.descriptions import tool_annotations
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inference_views import inference_answer
 from rl_mcp.session.run_config import render_run_config
+
+DEFAULT_TIMEOUT_S = 270.0  # under Hermes' default 300 s tool timeout (the example config gives 900)
 
 
 def register_inference_tool(server: MCPServer, app: AppContext) -> None:
@@ -61,18 +63,38 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
                 "(e.g. MY_API_KEY), never the key itself",
             ),
         ] = None,
-        timeout_s: Annotated[float, Field(ge=10, le=3600, description="Per-model time limit in seconds")] = 600,
+        target: Annotated[
+            Literal["local", "openrouter", "base_url"] | None,
+            Field(
+                description="Where to send requests: 'local' (this machine's small model), 'openrouter' "
+                "(needs OPENROUTER_API_KEY), 'base_url' (the endpoint given). Default: base_url if given, "
+                "else OpenRouter if its key is set, else 'local' on the local profile and an error on a "
+                "remote one (never a silent fallback to the local model)"
+            ),
+        ] = None,
+        timeout_s: Annotated[
+            float,
+            Field(
+                ge=10,
+                le=3600,
+                description="Time limit of the whole call in seconds (all models): models still running "
+                "then are stopped and reported as timeout. The default stays under common client limits "
+                "(Hermes: 300 s unless its config says otherwise)",
+            ),
+        ] = DEFAULT_TIMEOUT_S,
     ) -> InferenceTestResult:
         settings, profile = app.settings, app.settings.profile
         info, schema = await app.selected_schema()
-        target = resolve_target(
+        where = resolve_target(
             models=models,
             base_url=base_url,
             api_key_env=api_key_env,
             environ=settings.environ,
             local_model=profile.model if profile.backend == "local" else TINY_CHAT,
+            target=target,
+            local_default=profile.backend == "local",
         )
-        if target.base_url and (why := await probe_reachable(target.base_url)):
+        if where.base_url and (why := await probe_reachable(where.base_url)):
             raise InferenceTestError(why)
         out_dir = new_test_dir(settings.home / "inference_tests", info.name)
         # Ports are per model (local server) or unused (process mode talks to no run-api): 0 here.
@@ -90,10 +112,10 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
         )
         outcomes = await run_inference_test(
             req,
-            target,
+            where,
             environ=settings.environ,
             python=settings.python,
             ports=app.runs_manager.ports if app.runs_manager is not None else None,
             progress=ctx.report_progress,
         )
-        return inference_answer(req, target, outcomes)
+        return inference_answer(req, where, outcomes)
