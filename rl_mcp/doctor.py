@@ -27,9 +27,11 @@ def _version(package: str) -> str | None:
 def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     """The report's lines, and whether the server can start with this environment."""
     from rl_mcp.environments.discovery import Discovery
-    from rl_mcp.settings import SECRET_ENV_VARS, Settings, SettingsError
+    from rl_mcp.settings import SECRET_ENV_VARS, Settings, SettingsError, unexpanded_placeholders
 
-    env = dict(os.environ if environ is None else environ)
+    raw = dict(os.environ if environ is None else environ)
+    placeholders = unexpanded_placeholders(raw)
+    env = {k: v for k, v in raw.items() if k not in placeholders}
     lines = [f"python        {platform.python_version()} ({sys.executable})"]
     for package in PACKAGES:
         lines.append(f"{package:<13} {_version(package) or 'not installed'}")
@@ -38,10 +40,15 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
         note = ""
         if key == "TINKER_API_KEY" and present and not env[key].startswith("tml-"):
             note = " (malformed: Tinker keys start with 'tml-')"
+        if key in placeholders:
+            note = " (an unexpanded ${...} placeholder from the MCP client's config: treated as unset)"
         lines.append(f"{key:<20} {'set' if present else 'not set'}{note}")
+    for name in placeholders:
+        if name not in SECRET_ENV_VARS:
+            lines.append(f"{name:<20} an unexpanded ${{...}} placeholder: treated as unset")
     lines.append(f"node          {shutil.which('node') or 'not found'} (only for the MCP Inspector)")
     try:
-        settings = Settings.from_env(env)
+        settings = Settings.from_env(raw)
     except SettingsError as exc:
         lines.append(f"profile       ERROR: {exc}")
         return lines, False

@@ -6,7 +6,9 @@ the operator's choice of backend and the values an agent may not change (its `lo
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +35,32 @@ class SettingsError(UserError):
 SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP_AUTH_TOKEN")
 
 
+# A value that is exactly an unexpanded `${NAME}` (or Cursor-style `${env:NAME}`): what an MCP client
+# such as Hermes leaves in place of a variable it could not resolve. Treated as unset.
+_PLACEHOLDER = re.compile(r"^\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}$")
+_warned_placeholders: set[str] = set()
+_log = logging.getLogger("rl_mcp")
+
+
+def unexpanded_placeholders(environ: Mapping[str, str]) -> list[str]:
+    """Names of the variables whose value is exactly an unexpanded `${NAME}` (never their values)."""
+    return sorted(k for k, v in environ.items() if _PLACEHOLDER.match(v.strip()))
+
+
+def without_placeholders(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` without the variables that hold only an unexpanded `${NAME}`; each one is warned
+    about once per process, on stderr (logging), by name only."""
+    names = unexpanded_placeholders(environ)
+    for name in names:
+        if name not in _warned_placeholders:
+            _warned_placeholders.add(name)
+            _log.warning(
+                "%s is an unexpanded ${...} placeholder (the MCP client found no value for it): treated as unset",
+                name,
+            )
+    return {k: v for k, v in environ.items() if k not in names}
+
+
 def without_secrets(environ: Mapping[str, str], *, allow: Iterable[str] = ()) -> dict[str, str]:
     """`environ` without the secrets, except those named in `allow`."""
     keep = set(allow)
@@ -52,6 +80,14 @@ class Profile:
     defaults: dict[str, dict[str, Any]]
     inference: dict[str, Any]
     requires_env: tuple[str, ...] = ()
+    # Operator's price for a paid backend (`pricing: {usd_per_million_tokens: X}`): the cost estimate
+    # shown before a run starts; without it only the token budget is shown.
+    usd_per_million_tokens: float | None = None
+
+    @property
+    def spends_money(self) -> bool:
+        """Runs on this profile cost money (a remote backend): starts are confirmed first."""
+        return self.backend == "tinker"
 
     @cached_property
     def tokenizer_name(self) -> str:
@@ -138,7 +174,17 @@ def _profile_from_mapping(raw: Mapping[str, Any], path: Path) -> Profile:
         defaults=sections("defaults"),
         inference=dict(inference),
         requires_env=tuple(str(k) for k in raw.get("requires_env") or ()),
+        usd_per_million_tokens=_price(raw.get("pricing"), path),
     )
+
+
+def _price(pricing: Any, path: Path) -> float | None:
+    if pricing is None:
+        return None
+    price = pricing.get("usd_per_million_tokens") if isinstance(pricing, dict) else None
+    if not isinstance(price, (int, float)) or isinstance(price, bool) or price < 0:
+        raise SettingsError(f"profile {path}: 'pricing.usd_per_million_tokens' must be a number >= 0")
+    return float(price)
 
 
 def default_profile_name(environ: Mapping[str, str]) -> str:
@@ -179,7 +225,7 @@ class Settings:
         auth_token: str | None = None,
         stop_runs_on_exit: bool = False,
     ) -> Settings:
-        env = dict(os.environ if environ is None else environ)
+        env = without_placeholders(os.environ if environ is None else environ)
         home = Path(env.get("RL_MCP_HOME") or "~/.rl-mcp").expanduser().resolve()
         cache_dir = Path(env.get("RL_MCP_CACHE") or home / "cache").expanduser().resolve()
         extra = [Path(p).expanduser().resolve() for p in env.get("RL_MCP_ENV_DIRS", "").split(os.pathsep) if p]

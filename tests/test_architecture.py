@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"rl_mcp": ROOT / "rl_mcp", "tinker_atropos": ROOT / "tinker-atropos" / "tinker_atropos"}
 # rl_mcp's layers, lowest first: a module may import its own layer and the ones below it.
 LAYERS = [
-    ("files/settings", ("rl_mcp.errors", "rl_mcp.settings", "rl_mcp.logs")),
+    ("files/settings", ("rl_mcp.errors", "rl_mcp.settings", "rl_mcp.logs", "rl_mcp.statelock")),
     (
         "domain",
         (

@@ -33,6 +33,7 @@ def _resolve_placeholders(value: str, home: Path) -> str:
         .replace("/ABSOLUTE/PATH/TO/rl-mcp", str(ROOT))
         .replace("/ABSOLUTE/PATH/TO/HOME", str(home))
         .replace("${userHome}", str(home))
+        .replace("${HOME}", str(home))
     )
 
 
@@ -70,8 +71,9 @@ async def test_hermes_config_starts_a_working_server(tmp_path: Path) -> None:
     assert servers["rl_http"]["headers"]["Authorization"] == "Bearer ${RL_MCP_AUTH_TOKEN}"
     assert servers["rl_http"]["url"].endswith("/mcp")
 
-    # As the config's comment says: drop the key lines you have no key for.
-    env = {k: _resolve_placeholders(v, tmp_path) for k, v in entry["env"].items() if k not in SECRET_NAMES}
+    # The key lines stay as Hermes passes them when the keys are unset: literal ${NAME} placeholders.
+    env = {k: _resolve_placeholders(v, tmp_path) for k, v in entry["env"].items()}
+    assert env["TINKER_API_KEY"] == "${TINKER_API_KEY}"
     names = await _environment_names(_resolve_placeholders(entry["command"], tmp_path), entry["args"], env)
     assert "word_shout" in names
     assert (tmp_path / ".rl-mcp").is_dir()

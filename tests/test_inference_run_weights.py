@@ -81,7 +81,7 @@ async def test_a_run_s_weights_answer_beside_the_base_model(rl_home: Path) -> No
             ({"run_id": "no-such-run"}, "unknown run id 'no-such-run'"),
             ({"run_id": RUN_ID, "checkpoint_step": 7}, f"no checkpoint at step 7; saved steps: {TRAIN_STEPS}"),
             ({"checkpoint_step": 3}, "checkpoint_step needs run_id"),
-            ({"run_id": RUN_ID, "models": ["x"]}, "leave models, base_url and api_key_env out"),
+            ({"run_id": RUN_ID, "models": ["x"]}, "leave models, base_url, api_key_env and target out"),
         ]:
             refused = await client.call_tool("rl_test_inference", {"num_steps": 1, "group_size": 2, **args})
             assert refused.is_error and message in refused.content[0].text, refused.content

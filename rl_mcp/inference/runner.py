@@ -76,7 +76,11 @@ async def run_inference_test(
     progress: ProgressFn | None = None,
     max_parallel: int = MAX_PARALLEL,
 ) -> list[ModelOutcome]:
-    """Test every model of `target`; returns one outcome per model, in the order given."""
+    """Test every model of `target`; returns one outcome per model, in the order given.
+
+    `req.timeout_s` bounds the whole call: a model still running (or not yet started) when it is
+    spent is stopped and reported as a timeout."""
+    deadline = time.monotonic() + req.timeout_s
     ports = ports or PortReservations()
     tracker = _Progress(req.num_steps, len(target.models), progress)
     limiter = anyio.CapacityLimiter(1 if target.kind == "local" else max_parallel)  # local: one model in RAM
@@ -84,7 +88,7 @@ async def run_inference_test(
 
     async def one(model: str) -> None:
         async with limiter:
-            outcomes[model] = await _test_model(req, target, model, environ, python, ports, tracker)
+            outcomes[model] = await _test_model(req, target, model, environ, python, ports, tracker, deadline)
 
     async with anyio.create_task_group() as tg:
         for model in target.models:
@@ -100,12 +104,12 @@ async def _test_model(
     python: str,
     ports: PortReservations,
     tracker: _Progress,
+    deadline: float,
 ) -> ModelOutcome:
     started = time.monotonic()
     files = InferenceTestFiles(req.out_dir / model_slug(model))
     files.folder.mkdir(parents=True, exist_ok=True)
     out = ModelOutcome(model=model, status="failed", seconds=0.0, output_dir=files.folder, log=files.process_log)
-    deadline = started + req.timeout_s
     env = child_env(environ, target)
     wandb = bool(environ.get("WANDB_API_KEY"))
     try:
@@ -212,7 +216,7 @@ async def _run_process(
     if timed_out:
         out.status = "timeout"
         out.error = (
-            f"no result within {req.timeout_s:.0f} s: {len(groups)} of {req.num_steps} groups scored "
+            f"no result within the call's {req.timeout_s:.0f} s limit: {len(groups)} of {req.num_steps} groups scored "
             f"(atroposlib retries failed groups forever; see the log tail for why they fail)"
         )
     elif code == 0:

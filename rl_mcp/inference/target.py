@@ -82,8 +82,17 @@ def resolve_target(
     api_key_env: str | None,
     environ: Mapping[str, str],
     local_model: str,
+    target: Literal["local", "openrouter", "base_url"] | None = None,
+    local_default: bool = True,
 ) -> Target:
-    """Pick the inference target from the arguments and the keys present (never their values)."""
+    """Pick the inference target from the arguments and the keys present (never their values).
+
+    `target` names one explicitly; without it: base_url, else OpenRouter when its key is set, else
+    the local server when `local_default` (the local profile), else an error naming the three ways."""
+    if target == "base_url" and not base_url:
+        raise InferenceTestError("target='base_url' needs base_url (and models): the endpoint to test")
+    if target in ("local", "openrouter") and base_url:
+        raise InferenceTestError(f"target={target!r} takes no base_url: drop one of the two")
     names = tuple(dict.fromkeys(m.strip() for m in models or () if m and m.strip()))
     # never echoed unless it is set: a mistaken value may be the key itself
     if api_key_env is not None and (not _ENV_VAR_NAME.match(api_key_env) or not environ.get(api_key_env)):
@@ -102,9 +111,19 @@ def resolve_target(
         if not names:
             raise InferenceTestError("base_url needs models: the model names that server serves")
         return Target("openai_compatible", names, base_url.rstrip("/"), api_key_env, "openai")
+    if target == "local":
+        return Target("local", names or (local_model,), None, None, "sglang")
     key_env = api_key_env or (OPENROUTER_KEY_ENV if environ.get(OPENROUTER_KEY_ENV) else None)
     if key_env:
         return Target("openrouter", names or OPENROUTER_MODELS, OPENROUTER_BASE_URL, key_env, "openai")
+    if target == "openrouter" or not local_default:
+        why = "target='openrouter' needs" if target == "openrouter" else "this profile trains remotely, and there is"
+        raise InferenceTestError(
+            f"{why} no OPENROUTER_API_KEY in the server's environment, so there is nothing remote to test "
+            "against. Three ways forward: set OPENROUTER_API_KEY for the server (OpenRouter's models); "
+            "pass base_url (with models and api_key_env) for any OpenAI-compatible endpoint; or pass "
+            "target='local' to test against this machine's own small model (not the model you will train)."
+        )
     return Target("local", names or (local_model,), None, None, "sglang")
 
 

@@ -127,6 +127,23 @@ class RunList(BaseModel):
     next_step: str
 
 
+class CostEstimate(BaseModel):
+    """What a run on a paid backend may spend, from its config (an upper bound: full-length sequences)."""
+
+    backend: str
+    model: str
+    total_steps: int
+    batch_size: int = Field(description="Sequences per training step")
+    group_size: int
+    max_token_length: int
+    max_tokens: int = Field(description="Token budget: total_steps x batch_size x max_token_length")
+    usd_per_million_tokens: float | None = Field(description="The operator's price (profile `pricing`), if set")
+    estimated_usd: float | None = Field(description="max_tokens x price, when the profile gives a price")
+    confirmed: Literal["elicitation", "not_asked"] = Field(
+        description="elicitation: the user confirmed it in the client; not_asked: the client cannot be asked"
+    )
+
+
 class RunStarted(BaseModel):
     run_id: str
     status: vocab.RunStatus = Field(description="starting: the start continues in the background")
@@ -138,6 +155,11 @@ class RunStarted(BaseModel):
     logs: dict[str, str] = Field(description="Log file per process: api, trainer, env")
     ports: dict[str, int] = Field(description="This run's run-api and inference server ports")
     error: str | None = Field(default=None, description="Why the start failed (only with wait=true)")
+    wandb_project: str | None = Field(default=None, description="The run's W&B project (as in Hermes' RL tool)")
+    wandb_run_name: str | None = Field(default=None, description="The run's W&B run name (as in Hermes' RL tool)")
+    cost_estimate: CostEstimate | None = Field(
+        default=None, description="Paid backends (tinker profile): the run's token budget and estimated cost"
+    )
     next_step: str
 
 
@@ -164,6 +186,7 @@ class LatestMetrics(BaseModel):
 
 class RunStatus(BaseModel):
     run_id: str
+    environment: str | None = Field(default=None, description="The environment the run trains")
     rate_limited: bool = Field(description="True: this call was too soon after the last one and checked nothing")
     next_check_in_seconds: float = Field(description="Wait at least this long before checking this run again")
     status: vocab.RunStatus
@@ -178,6 +201,8 @@ class RunStatus(BaseModel):
     processes: list[RunProcess] = Field(default_factory=list)
     logs: dict[str, list[str]] = Field(default_factory=dict, description="Last lines of each process's log")
     wandb_url: str | None = None
+    wandb_project: str | None = Field(default=None, description="The run's W&B project (as in Hermes' RL tool)")
+    wandb_run_name: str | None = Field(default=None, description="The run's W&B run name (as in Hermes' RL tool)")
     next_step: str
 
 
@@ -211,6 +236,8 @@ class RunResults(BaseModel):
     wandb_url: str | None
     wandb: dict[str, Any] | None = Field(description="W&B run summary when WANDB_API_KEY is set")
     wandb_offline_dir: str | None = Field(description="Offline W&B files: sync later with `wandb sync <dir>`")
+    wandb_project: str | None = Field(default=None, description="The run's W&B project (as in Hermes' RL tool)")
+    wandb_run_name: str | None = Field(default=None, description="The run's W&B run name (as in Hermes' RL tool)")
     error: str | None
     next_step: str
 

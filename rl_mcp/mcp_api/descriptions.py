@@ -233,18 +233,24 @@ to check what a run learned: `run_id` (and optionally `checkpoint_step`) tests t
   key itself is never an argument).
 - no base_url and OPENROUTER_API_KEY set on the server: OpenRouter, with `models` or by default
   qwen/qwen3-8b, z-ai/glm-4.7-flash and minimax/minimax-m2.5, a few in parallel.
-- neither: this machine's own inference server with the profile's local model, started for the
-  test and stopped after it (works offline; real tokens and logprobs, as training sees them).
+- neither, on the local profile (or target="local" on any profile): this machine's own inference
+  server with the local model, started for the test and stopped after it (works offline; real
+  tokens and logprobs, as training sees them).
+- neither, on a remote profile (tinker): an error naming the three ways forward (set
+  OPENROUTER_API_KEY, pass base_url, or pass target="local"); never a silent local test.
 - run_id given: a run's trained weights (its newest checkpoint, or `checkpoint_step`'s) and its
   base model, both on this machine's inference server (a Tinker run's weights are sampled on
   Tinker), side by side on the same environment; `run_comparison` gives both accuracies and the
   difference.
+`target` ("local", "openrouter", "base_url") picks one explicitly.
 </targets>
 
 <behaviour>
 Runs the environment's atroposlib `process` mode once per model in its own process, with a fresh
-output folder each time and a per-model `timeout_s`. Sends a progress notification after each
-scored group when the client asked for progress. Takes seconds to minutes: the local tiny model
+output folder each time; `timeout_s` bounds the whole call (all models; default 270 s, under
+Hermes' default 300 s tool timeout): models still running then stop and report `timeout` with
+what they scored. Sends a progress notification after each scored group when the client asked
+for progress. Takes seconds to minutes: the local tiny model
 on a CPU needs about half a minute for a few small groups. Keys travel only as environment
 variables: never in arguments, files, logs or this answer. W&B is off unless WANDB_API_KEY is set.
 </behaviour>
@@ -343,3 +349,50 @@ def next_after_results(*, missing: bool, active: bool, final_weights: str | None
     if final_weights:
         return f"The final weights are at {final_weights}. Test them with rl_test_inference, or start another run."
     return "No weights were saved. rl_check_status shows why the run ended."
+
+
+# --- the rl_workflow prompt ----------------------------------------------------------------------
+
+
+def workflow_prompt(
+    *,
+    environment: str,
+    description: str,
+    profile: str,
+    backend: str,
+    paid: bool,
+    status_interval_s: float,
+    focus_field: str | None,
+) -> str:
+    """The rl_workflow prompt: the whole workflow for one environment, as instructions to an agent."""
+    focus = (
+        f" Look at `{focus_field}` first (rl://config/{focus_field} shows its value, bounds and meaning)."
+        if focus_field
+        else ""
+    )
+    money = (
+        " This profile trains on a paid backend: rl_start_training shows the token budget (and cost, "
+        "if the operator set a price) and asks the user to confirm where the client can ask; say what "
+        "it will spend before you call it."
+        if paid
+        else " This profile trains on this machine: nothing is paid."
+    )
+    return f"""\
+Train the RL environment `{environment}` ({description or "no description"}) with rl-mcp, on profile
+`{profile}` ({backend} backend).{money}
+
+1. rl_select_environment(name="{environment}"): read the config fields; `locked` ones come from the
+   operator and cannot be edited.
+2. rl_edit_config(field, value) for what the task needs (group_size, batch_size, total_steps, ...).{focus}
+   rl_get_current_config to review.
+3. rl_test_inference(num_steps=2, group_size=4): check that `environment_working` is true and that
+   scores within a group differ (all-equal groups teach nothing). Fix and test again if not.
+4. rl_start_training(): note the run_id. It answers at once; the run starts in the background.
+5. rl_check_status(run_id) once to see it reach `running`, then no more often than every
+   {status_interval_s:.0f} s (the server refuses earlier checks and says how long to wait). In between, read
+   rl://runs/<run_id>/metrics or rl://runs/<run_id>/logs/trainer if you need to, or do other work.
+6. When the status is `completed`: rl_get_results(run_id) for the final metrics, the reward curve and
+   the weights path. If it `failed`: read `error` and `failure_log_tail`, fix with rl_edit_config,
+   and start again. rl_stop_training(run_id) stops a run early.
+Report to the user: the run id, the W&B project and run name, the reward trend, and the weights path.
+"""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
@@ -25,6 +25,8 @@ from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inference_views import inference_answer
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.session.run_config import render_run_config
+
+DEFAULT_TIMEOUT_S = 270.0  # under Hermes' default 300 s tool timeout (the example config gives 900)
 
 
 def register_inference_tool(server: MCPServer, app: AppContext) -> None:
@@ -63,7 +65,25 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
                 "(e.g. MY_API_KEY), never the key itself",
             ),
         ] = None,
-        timeout_s: Annotated[float, Field(ge=10, le=3600, description="Per-model time limit in seconds")] = 600,
+        target: Annotated[
+            Literal["local", "openrouter", "base_url"] | None,
+            Field(
+                description="Where to send requests: 'local' (this machine's small model), 'openrouter' "
+                "(needs OPENROUTER_API_KEY), 'base_url' (the endpoint given). Default: base_url if given, "
+                "else OpenRouter if its key is set, else 'local' on the local profile and an error on a "
+                "remote one (never a silent fallback to the local model)"
+            ),
+        ] = None,
+        timeout_s: Annotated[
+            float,
+            Field(
+                ge=10,
+                le=3600,
+                description="Time limit of the whole call in seconds (all models): models still running "
+                "then are stopped and reported as timeout. The default stays under common client limits "
+                "(Hermes: 300 s unless its config says otherwise)",
+            ),
+        ] = DEFAULT_TIMEOUT_S,
         run_id: Annotated[
             RunId | None,
             Field(
@@ -78,25 +98,27 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
         info, schema = await app.selected_schema()
         run: tuple[str, RunCheckpoint] | None = None
         if run_id is not None:
-            if models or base_url or api_key_env:
+            if models or base_url or api_key_env or target not in (None, "local"):
                 raise InferenceTestError(
-                    "run_id tests a run's weights on this machine's inference server: leave models, base_url "
-                    "and api_key_env out (or test those in a separate call)"
+                    "run_id tests a run's weights on this machine's inference server: leave models, base_url, "
+                    "api_key_env and target out (or test those in a separate call)"
                 )
             rec = app.runs.get(run_id)
             checkpoint = pick_checkpoint(rec, checkpoint_step)
-            target, run = run_target(rec, checkpoint), (rec.run_id, checkpoint)
+            where, run = run_target(rec, checkpoint), (rec.run_id, checkpoint)
         elif checkpoint_step is not None:
             raise InferenceTestError("checkpoint_step needs run_id: the run whose checkpoint to test")
         else:
-            target = resolve_target(
+            where = resolve_target(
                 models=models,
                 base_url=base_url,
                 api_key_env=api_key_env,
                 environ=settings.environ,
                 local_model=profile.model if profile.backend == "local" else TINY_CHAT,
+                target=target,
+                local_default=profile.backend == "local",
             )
-        if target.base_url and (why := await probe_reachable(target.base_url)):
+        if where.base_url and (why := await probe_reachable(where.base_url)):
             raise InferenceTestError(why)
         out_dir = new_test_dir(settings.home / "inference_tests", info.name)
         # Ports are per model (local server) or unused (process mode talks to no run-api): 0 here.
@@ -114,10 +136,10 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
         )
         outcomes = await run_inference_test(
             req,
-            target,
+            where,
             environ=settings.environ,
             python=settings.python,
             ports=app.runs_manager.ports if app.runs_manager is not None else None,
             progress=ctx.report_progress,
         )
-        return inference_answer(req, target, outcomes, run)
+        return inference_answer(req, where, outcomes, run)

@@ -15,10 +15,12 @@ from pydantic import Field
 
 from rl_mcp.app import AppContext
 from rl_mcp.mcp_api import descriptions, run_views
-from rl_mcp.mcp_api.answers import RunList, RunResults, RunStarted, RunStatus, RunStopped
+from rl_mcp.mcp_api.answers import CostEstimate, RunList, RunResults, RunStarted, RunStatus, RunStopped
 from rl_mcp.mcp_api.descriptions import tool_annotations
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import RunId
+from rl_mcp.mcp_api.links import run_links, with_run_links
+from rl_mcp.mcp_api.spend import SpendConfirmation, confirmed_by, figures_for
 from rl_mcp.runs.live import RunPlan
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
@@ -57,6 +59,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     @tool_errors
     async def rl_start_training(
         ctx: Context,
+        spend: SpendConfirmation,  # filled by the SDK (an elicitation on paid profiles), not by the agent
         wait: Annotated[
             bool,
             Field(
@@ -64,7 +67,9 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
                 "with a progress notification per stage"
             ),
         ] = False,
-    ) -> RunStarted:
+    ) -> Annotated[CallToolResult, RunStarted]:
+        confirmed = confirmed_by(spend)
+        cost = await figures_for(app)
         info, schema = await app.selected_schema()
         state, profile = app.session.state, app.settings.profile
 
@@ -82,7 +87,10 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
 
         plan = RunPlan(environment=info.name, env_file=info.file, write_config=write, run_name=state.wandb_name)
         rec = await app.runs.start(plan, progress=ctx.report_progress, wait=wait)
-        return run_views.started(rec)
+        answer = run_views.started(rec)
+        if cost is not None:
+            answer.cost_estimate = CostEstimate(**cost[0].as_dict(), confirmed=confirmed)
+        return with_run_links(answer, rec.run_id)
 
     @server.tool(
         name="rl_check_status",
@@ -90,15 +98,15 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         annotations=tool_annotations("Check a run", read_only=True, destructive=False, idempotent=False),
     )
     @tool_errors
-    def rl_check_status(run_id: RunId) -> RunStatus:
+    def rl_check_status(run_id: RunId) -> Annotated[CallToolResult, RunStatus]:
         rec = app.runs.get(run_id)
         interval = app.settings.status_min_interval_s
         now = time.monotonic()
         last = checks.last.get(run_id)
         if rec.active and last is not None and now - last < interval:
-            return run_views.rate_limited(rec, interval - (now - last))
+            return with_run_links(run_views.rate_limited(rec, interval - (now - last)), run_id)
         checks.last[run_id] = now
-        return run_views.status(rec, app.runs.children(run_id), cache, min_interval_s=interval)
+        return with_run_links(run_views.status(rec, app.runs.children(run_id), cache, min_interval_s=interval), run_id)
 
     @server.tool(
         name="rl_stop_training",
@@ -138,6 +146,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
             evals = cache.evals(rec)
             png = await anyio.to_thread.run_sync(lambda: reward_loss_png(metrics, evals=evals, title=rec.run_id))
             content.append(ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png"))
+        content.extend(run_links(run_id))
         return CallToolResult(content=content, structured_content=result.model_dump(mode="json"))
 
     @server.tool(

@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from rl_mcp.logs import tail_lines
 from rl_mcp.mcp_api import descriptions
 from rl_mcp.mcp_api.answers import (
@@ -74,8 +76,22 @@ def summary(rec: RunRecord, cache: MetricsCache) -> RunSummary:
     )
 
 
+def wandb_identity(rec: RunRecord) -> tuple[str | None, str | None]:
+    """The run's W&B project and run name, from its config (the names Hermes' RL tool answers with)."""
+    try:
+        with open(rec.config_path, encoding="utf-8") as fh:
+            tinker = (yaml.safe_load(fh) or {}).get("tinker") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        tinker = {}
+    project = tinker.get("wandb_project")
+    return str(project) if project else None, str(tinker.get("run_name") or rec.run_name or "") or None
+
+
 def started(rec: RunRecord) -> RunStarted:
+    project, wandb_run = wandb_identity(rec)
     return RunStarted(
+        wandb_project=project,
+        wandb_run_name=wandb_run,
         run_id=rec.run_id,
         status=rec.status,
         stage=rec.stage,
@@ -127,8 +143,12 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, *, m
         hint = descriptions.next_status_running(rec.run_id, min_interval_s)
     else:
         hint = descriptions.next_status_ended(rec.run_id, rec.status)
+    project, wandb_run = wandb_identity(rec)
     return RunStatus(
+        wandb_project=project,
+        wandb_run_name=wandb_run,
         run_id=rec.run_id,
+        environment=rec.environment,
         rate_limited=False,
         next_check_in_seconds=min_interval_s if rec.active else 0.0,
         status=rec.status,
@@ -160,6 +180,7 @@ def _env_dropping_equal_groups(rec: RunRecord) -> bool:
 def rate_limited(rec: RunRecord, wait_s: float) -> RunStatus:
     return RunStatus(
         run_id=rec.run_id,
+        environment=rec.environment,
         rate_limited=True,
         next_check_in_seconds=round(wait_s, 1),
         status=rec.status,
@@ -194,7 +215,10 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         )
     )
     hint = descriptions.next_after_results(missing=bool(missing), active=rec.active, final_weights=final)
+    project, wandb_run = wandb_identity(rec)
     return RunResults(
+        wandb_project=project,
+        wandb_run_name=wandb_run,
         run_id=rec.run_id,
         status=rec.status,
         environment=rec.environment,

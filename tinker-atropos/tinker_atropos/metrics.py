@@ -34,6 +34,8 @@ class StepMetrics:
     - `agent_*`: from agentic environments' per-rollout overrides (batches.BatchConversion);
       left out of the line when no sequence reports them. W&B gets them as `agent/turns_mean`, `agent/tool_calls_mean`,
       `agent/tool_errors`.
+    W&B also gets the names of Hermes' RL docs (`seed_wandb_names`): train/loss, train/learning_rate,
+    reward/mean, logprobs/mean, logprobs/mean_training, logprobs/diff, advantages/mean, advantages/std.
     """
 
     step: int
@@ -59,6 +61,26 @@ class StepMetrics:
     agent_tool_errors: int | None = None
 
 
+def seed_wandb_names(
+    record: dict[str, Any], learning_rate: float | None, logprobs: tuple[float | None, float | None] = (None, None)
+) -> dict[str, float]:
+    """The W&B names Hermes' RL docs use (`train/loss`, `reward/mean`, ...), logged beside ours.
+
+    `logprobs`: the step's mean sampler (reference) and mean trainer logprob over completion tokens."""
+    lp_ref, lp_train = logprobs
+    names: dict[str, Any] = {
+        "train/loss": record.get("loss"),
+        "train/learning_rate": learning_rate,
+        "reward/mean": record.get("reward_mean"),
+        "logprobs/mean": lp_ref,
+        "logprobs/mean_training": lp_train,
+        "logprobs/diff": lp_ref - lp_train if lp_ref is not None and lp_train is not None else None,
+        "advantages/mean": record.get("advantage_mean"),
+        "advantages/std": record.get("advantage_std"),
+    }
+    return {k: v for k, v in names.items() if isinstance(v, (int, float))}
+
+
 def wandb_mode(env: dict[str, str] | None = None) -> str:
     """online | offline | disabled, from WANDB_MODE, else from whether a key is present."""
     env = os.environ if env is None else env
@@ -82,7 +104,9 @@ class MetricsSink:
         group: str | None = None,
         run_name: str | None = None,
         config: dict[str, Any] | None = None,
+        learning_rate: float | None = None,
     ) -> None:
+        self.learning_rate = learning_rate
         self._file = JsonlWriter(RunFiles(run_dir).metrics)
         self.path = self._file.path
         self._wandb: Any = None
@@ -115,12 +139,13 @@ class MetricsSink:
             logger.warning("W&B could not start (%s); continuing without it", exc)
             self._wandb = None
 
-    def log(self, metrics: StepMetrics) -> None:
+    def log(self, metrics: StepMetrics, *, logprobs: tuple[float | None, float | None] = (None, None)) -> None:
         record = {k: v for k, v in asdict(metrics).items() if v is not None or not k.startswith("agent_")}
         self._file.write(record)
         if self._wandb is not None:
             try:
                 values = {k.replace("agent_", "agent/", 1): v for k, v in record.items() if isinstance(v, (int, float))}
+                values.update(seed_wandb_names(record, self.learning_rate, logprobs))
                 self._wandb.log(values, step=metrics.step)
             except Exception as exc:
                 logger.warning("W&B log failed (%s); W&B switched off for this run", exc)

@@ -99,6 +99,23 @@ def logprob_drift(
     return total / count if count else None
 
 
+def logprob_means(
+    output: types.ForwardBackwardOutput,
+    datums: list[types.Datum],
+    completion_masks: list[np.ndarray],
+) -> tuple[float | None, float | None]:
+    """Mean sampler and mean trainer logprob over completion tokens (None, None if not reported)."""
+    ref = train = 0.0
+    count = 0
+    for out, datum, mask in zip(output.loss_fn_outputs, datums, completion_masks):
+        if "logprobs" not in out:
+            return None, None
+        train += float(out["logprobs"].to_numpy().reshape(-1)[mask].sum())
+        ref += float(datum.loss_fn_inputs["logprobs"].to_numpy()[mask].sum())
+        count += int(mask.sum())
+    return (ref / count, train / count) if count else (None, None)
+
+
 class Trainer:
     """One training run against one registered run-api."""
 
@@ -191,7 +208,7 @@ class Trainer:
         started = time.monotonic()
         conv = groups_to_datums(groups)
         datums = await self._fill_missing_logprobs(conv)
-        loss = drift = None
+        loss = drift = lp_ref = lp_train = None
         if datums:
             loss_fn = self.cfg.tinker.loss_fn
             output = await self.training.forward_backward_async(for_loss(datums, loss_fn), loss_fn)
@@ -201,6 +218,7 @@ class Trainer:
             if loss_sum is not None:
                 loss = float(loss_sum) / max(conv.completion_tokens, 1)
             drift = logprob_drift(output, datums, conv.completion_masks)
+            lp_ref, lp_train = logprob_means(output, datums, conv.completion_masks)
         self.steps_done = step
         metrics = StepMetrics(
             step=step,
@@ -225,7 +243,7 @@ class Trainer:
             agent_tool_calls_mean=conv.agent_tool_calls_mean,
             agent_tool_errors=conv.agent_tool_errors,
         )
-        self.sink.log(metrics)
+        self.sink.log(metrics, logprobs=(lp_ref, lp_train))
         logger.info(
             "step %d/%d loss=%s reward=%.4f±%.4f correct=%s drift=%s seqs=%d datums=%d "
             "skipped_groups=%d tokens=%d %.2fs",
@@ -318,6 +336,7 @@ async def train(
         group=cfg.tinker.wandb_group or cfg.tinker.run_name,  # the group the env logs to
         run_name=cfg.tinker.run_name,
         config=_public_config(cfg),
+        learning_rate=cfg.tinker.learning_rate,
     )
     trainer = Trainer(cfg, training, api, holder or SamplerHolder(), stop or asyncio.Event(), sink)
     try:

@@ -1,0 +1,104 @@
+"""What a 2026-era client offers its user beyond tools: the workflow as a prompt, completions of
+environment names, run ids and config field names, and one config field as a resource."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+from mcp_types import Completion, CompletionArgument, CompletionContext, PromptReference, ResourceTemplateReference
+
+from rl_mcp.app import AppContext
+from rl_mcp.environments.introspection import ConfigSchema
+from rl_mcp.errors import UserError
+from rl_mcp.mcp_api import descriptions
+from rl_mcp.mcp_api.environment_views import config_view
+from rl_mcp.mcp_api.inputs import ENV_NAME_PATTERN, FIELD_NAME_PATTERN
+from tinker_atropos.run_files import ProcessName
+
+WORKFLOW_PROMPT = "rl_workflow"
+CONFIG_FIELD_URI = "rl://config/{field}"
+MAX_COMPLETIONS = 100
+
+
+def _matching(values: list[str], prefix: str) -> Completion:
+    hits = [v for v in values if v.lower().startswith(prefix.lower())]
+    return Completion(values=hits[:MAX_COMPLETIONS], total=len(hits), has_more=len(hits) > MAX_COMPLETIONS)
+
+
+def register_guide(server: MCPServer, app: AppContext) -> None:
+    async def schema_of(environment: str | None) -> ConfigSchema | None:
+        """The named environment's config fields, else the selected one's; None when unknown."""
+        try:
+            if environment and re.fullmatch(ENV_NAME_PATTERN, environment):
+                return await app.introspector.schema(app.environment(environment))
+            return (await app.selected_schema())[1]
+        except UserError:
+            return None
+
+    @server.prompt(
+        name=WORKFLOW_PROMPT,
+        title="Train an environment with RL",
+        description="Walks an agent through select -> configure -> test -> train -> watch -> results "
+        "for one environment, with the calls to make and how often to check on the run.",
+    )
+    async def rl_workflow(environment: str, focus_field: str | None = None) -> str:
+        if not re.fullmatch(ENV_NAME_PATTERN, environment):
+            raise ValueError(f"invalid environment name {environment!r}")
+        try:
+            info = app.environment(environment)
+        except UserError as exc:
+            raise ValueError(str(exc)) from exc
+        profile = app.settings.profile
+        return descriptions.workflow_prompt(
+            environment=info.name,
+            description=info.description,
+            profile=profile.name,
+            backend=profile.backend,
+            paid=profile.spends_money,
+            status_interval_s=app.settings.status_min_interval_s,
+            focus_field=focus_field,
+        )
+
+    @server.resource(
+        CONFIG_FIELD_URI,
+        name="config-field",
+        title="Config field",
+        description="One field of the selected environment's config (value, status, type, bounds, "
+        "description), as rl_get_current_config shows it.",
+        mime_type="application/json",
+    )
+    async def config_field(field: str) -> str:
+        if not re.fullmatch(FIELD_NAME_PATTERN, field):
+            raise ResourceError(f"invalid field name {field!r}")
+        try:
+            info, schema = await app.selected_schema()
+        except UserError as exc:
+            raise ResourceNotFoundError(str(exc)) from exc
+        view = config_view(info, schema, app.settings.profile, app.session.state)
+        for item in view.fields:
+            if item.name == field:
+                return item.model_dump_json(indent=1)
+        raise ResourceNotFoundError(f"{info.name} has no config field {field!r} (see rl_get_current_config)")
+
+    @server.completion()  # type: ignore[no-untyped-call, untyped-decorator]  # the SDK leaves it untyped
+    async def complete(
+        ref: PromptReference | ResourceTemplateReference,
+        argument: CompletionArgument,
+        context: CompletionContext | None,
+    ) -> Completion | None:
+        given: dict[str, Any] = (context.arguments if context else None) or {}
+        name, prefix = argument.name, argument.value
+        if name in ("environment", "name"):
+            return _matching(sorted(app.catalog().environments), prefix)
+        if name == "run_id":
+            runs = app.runs_manager.list() if app.runs_manager is not None else []
+            return _matching([r.run_id for r in runs], prefix)  # newest first
+        if name == "process":
+            return _matching([p.value for p in ProcessName], prefix)
+        if name in ("field", "focus_field"):
+            schema = await schema_of(given.get("environment") if isinstance(ref, PromptReference) else None)
+            return _matching(sorted(schema.fields) if schema else [], prefix)
+        return None
