@@ -140,6 +140,17 @@ its inference server), then the environment (waits until it registers); the run 
 its log, and nothing of it is left running. With wait=true the call returns only once the run is
 running or has failed, reporting each stage as progress. Runs keep going when the client
 disconnects.
+
+Resume and fork: `resume_from=<run_id>` continues that (stopped, failed, lost or completed) run
+from its latest saved training state (LoRA weights + optimizer), or the one at `checkpoint_step`
+(rl_get_results lists `training_states`): its own config (session edits do not apply), the same
+run name and W&B run, steps numbered on from the state's step, the environment's data going on
+where it was; `total_steps` may raise the number of steps. `fork=true` starts from that state
+with the session's current config instead (e.g. a lower learning_rate) and a new W&B run. The
+new run is a new run id that records its parent; its metrics hold the parent's steps up to the
+state, so results and curves cover every step once. Refused with the reason: a run that is still
+active, a run with no saved state, a step with no state, a state of another base model or LoRA
+rank.
 </behaviour>
 
 <next_step>

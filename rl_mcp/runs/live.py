@@ -15,6 +15,15 @@ from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName
 
 
+@dataclass(frozen=True)
+class Lineage:
+    """Where a run started from: its parent's training state after `step` steps."""
+
+    parent: str
+    step: int
+    forked: bool  # True: the session's config (a fork); False: the parent's own (a resume)
+
+
 @dataclass
 class RunPlan:
     """What a start needs from the session: the environment and how to write the run config.
@@ -27,6 +36,7 @@ class RunPlan:
     env_file: Path
     write_config: Callable[[Path, int, int, str], Path]
     run_name: str | None = None  # the selection's wandb_name; the run id when another run has it
+    lineage: Lineage | None = None  # set for a resume (which keeps the parent's run_name) or a fork
 
 
 class RunListener(Protocol):

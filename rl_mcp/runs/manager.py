@@ -148,7 +148,8 @@ class RunManager:
         run_id = new_run_id(plan.environment)
         run_dir = self.settings.runs_dir / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        taken = plan.run_name is None or any(r.run_name == plan.run_name for r in self.store.list())
+        resumed = plan.lineage is not None and not plan.lineage.forked  # goes on under its parent's name
+        taken = plan.run_name is None or (not resumed and any(r.run_name == plan.run_name for r in self.store.list()))
         config_path = plan.write_config(run_dir, api_port, inference_port, run_id if taken else str(plan.run_name))
         run_name, total_steps = read_run_identity(config_path, run_id)
         rec = RunRecord(
@@ -164,6 +165,9 @@ class RunManager:
             api_port=api_port,
             inference_port=inference_port,
             created_at=time.time(),
+            resumed_from=plan.lineage.parent if plan.lineage else None,
+            resumed_step=plan.lineage.step if plan.lineage else None,
+            forked=bool(plan.lineage and plan.lineage.forked),
         )
         rec.files.logs_dir.mkdir(parents=True, exist_ok=True)
         self.store.insert(rec)
@@ -189,14 +193,24 @@ class RunManager:
                 self._live.pop(rec.run_id, None)
 
     async def _start_stages(self, live: Live, env_file: Path) -> None:
+        """run-api first; then the trainer and the environment together, awaited in order.
+
+        The environment spends seconds importing atroposlib, the trainer loading its model: they
+        overlap. The readiness order run-api needs still holds without a sleep: run-api answers
+        the environment's /register-env with "wait for trainer to start" until the trainer has
+        registered and asked for its first batch, which it does once its inference server is up.
+        """
         rec = live.rec
-        for plan in stage_plans(self.settings, rec, env_file, self._http):
+        first, *rest = stage_plans(self.settings, rec, env_file, self._http)
+        children = {first.stage: self._spawn(live, ProcessName(first.stage), first.argv)}
+        for plan in [first, *rest]:
+            if plan is rest[0]:
+                children.update({p.stage: self._spawn(live, ProcessName(p.stage), p.argv) for p in rest})
             rec.stage = plan.stage
-            child = self._spawn(live, ProcessName(plan.stage), plan.argv)
             self._save(rec)
             live.touch()
             check = guarded(live.children, plan.stage, plan.ready)
-            await processes.wait_ready(plan.stage, child, check, timeout_s=self.timeouts.of(plan.stage))
+            await processes.wait_ready(plan.stage, children[plan.stage], check, timeout_s=self.timeouts.of(plan.stage))
             bound = {Stage.API: rec.api_port, Stage.TRAINER: rec.inference_port}.get(plan.stage)
             if bound is not None and bound in live.ports_reserved:  # bound now: nobody else can take it
                 live.ports_reserved.remove(bound)

@@ -33,6 +33,7 @@ from tinker_atropos.inference_server.holder import SamplerHolder
 from tinker_atropos.metrics import MetricsSink, StepMetrics
 from tinker_atropos.run_api_client import Registration, RunApiClient
 from tinker_atropos.run_files import Outcome, RunFiles, RunResult
+from tinker_atropos.training_state import StateKeeper
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def registration_for(cfg: RunConfig) -> Registration:
         max_token_len=t.max_token_trainer_length,
         checkpoint_dir=str(RunFiles(Path(t.run_dir)).checkpoints_dir),
         save_checkpoint_interval=1,
-        starting_step=0,
+        starting_step=t.start_step,  # a resumed run goes on from its state's step
         num_steps=t.total_steps,
     )
 
@@ -114,7 +115,8 @@ class Trainer:
         self.holder = holder
         self.stop = stop
         self.sink = sink
-        self.steps_done = 0
+        self.steps_done = cfg.tinker.start_step  # > 0 when resumed from a saved state
+        self.states = StateKeeper(cfg, training, sink.wandb_run_id)
         self.checkpoint: str | None = None
         self._sampler: SamplingBackend | None = None
         self._adam = adam_params(cfg)
@@ -199,6 +201,8 @@ class Trainer:
             agent_tool_errors=conv.agent_tool_errors,
         )
         self.sink.log(metrics)
+        if self.states.due(step):
+            await self.states.save(step)
         logger.info(
             "step %d/%d loss=%s reward=%.4f±%.4f correct=%s drift=%s seqs=%d datums=%d "
             "skipped_groups=%d tokens=%d %.2fs",
@@ -238,7 +242,7 @@ class Trainer:
         """Save adapter + optimizer state and the final sampler weights."""
 
         async def save() -> tuple[str, str]:
-            state = await self.training.save_state_async("final")
+            state = await self.states.save(self.steps_done, final=True)
             weights = await self.training.save_weights_for_sampler_async("final")
             return weights, state
 
@@ -291,6 +295,7 @@ async def train(
         group=cfg.tinker.wandb_group or cfg.tinker.run_name,  # the group the env logs to
         run_name=cfg.tinker.run_name,
         config=_public_config(cfg),
+        wandb_id=cfg.tinker.wandb_run_id,  # set when resumed: the parent's W&B run goes on
     )
     trainer = Trainer(cfg, training, api, holder or SamplerHolder(), stop or asyncio.Event(), sink)
     try:

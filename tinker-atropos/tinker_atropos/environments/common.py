@@ -117,6 +117,21 @@ class ChatTaskEnv(BaseEnv):
         self._cursor += 1
         return task
 
+    # --- data position, for resumed runs (docs/run-files.md: env checkpoints) ---
+
+    async def env_step_checks(self) -> None:
+        """atroposlib's step checks, then the item cursor saved for the step just seen."""
+        before = self.curr_step
+        await super().env_step_checks()
+        if self.curr_step != before and self.checkpoint_dir:
+            self.save_checkpoint(self.curr_step, {"_cursor": self._cursor})
+
+    def load_checkpoint(self) -> None:
+        """On registration at step > 0: the saved cursor, else the items the trained steps used."""
+        super().load_checkpoint()
+        if self._cursor == 0 and self.curr_step > 0:
+            self._cursor = self.curr_step * max(self.config.batch_size // self.config.group_size, 1)
+
     @property
     def completion_tokens(self) -> int:
         return min(self.config.max_completion_tokens, self.config.max_token_length)
