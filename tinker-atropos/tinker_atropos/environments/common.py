@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
@@ -131,6 +132,7 @@ class ChatTaskEnv(BaseEnv):
         super().load_checkpoint()
         if self._cursor == 0 and self.curr_step > 0:
             self._cursor = self.curr_step * max(self.config.batch_size // self.config.group_size, 1)
+        print(f"{self.name}: data position: item {self._cursor} at step {self.curr_step}", file=sys.stderr, flush=True)
 
     @property
     def completion_tokens(self) -> int:
