@@ -22,6 +22,9 @@ from rl_mcp.settings import Settings
 from tinker_atropos.run_files import ProcessName
 
 Ready = Callable[[], Awaitable[bool]]
+# What starts when a stage's turn comes: the environment with the trainer (its atroposlib import
+# overlaps the model load); run-api holds its registration until the trainer asked for a batch.
+SPAWN_WITH = {Stage.API: (Stage.API,), Stage.TRAINER: (Stage.TRAINER, Stage.ENV)}
 
 
 @dataclass(frozen=True)
