@@ -24,6 +24,8 @@ TRAINING_FIELDS = (
     "seed",
     "wandb_project",
     "wandb_group",
+    "save_state_every",
+    "keep_states",
 )
 RESULT_MARKER = "\n@@RL_MCP_INTROSPECTION@@"
 

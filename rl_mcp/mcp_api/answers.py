@@ -109,6 +109,21 @@ class RunProcess(BaseModel):
     log: str = Field(description="Its log file (also the resource rl://runs/{id}/logs/{name})")
 
 
+class Lineage(BaseModel):
+    """Where a resumed or forked run started."""
+
+    parent_run_id: str = Field(description="The run whose saved training state this run started from")
+    step: int = Field(description="The parent's step of that state: this run's first step is step + 1")
+    kind: Literal["resume", "fork"] = Field(
+        description="resume: the parent's own config and W&B run; fork: the session's config, a new W&B run"
+    )
+
+
+class TrainingStateView(BaseModel):
+    step: int = Field(description="Steps done when it was saved: pass as checkpoint_step to resume from it")
+    path: str = Field(description="Adapter + optimizer state: a local folder or a tinker:// path")
+
+
 class RunSummary(BaseModel):
     run_id: str
     environment: str
@@ -120,6 +135,7 @@ class RunSummary(BaseModel):
     created_at: str = Field(description="UTC, ISO 8601")
     ended_at: str | None
     error: str | None
+    resumed_from: Lineage | None = Field(default=None, description="Set when resumed or forked from another run")
 
 
 class RunList(BaseModel):
@@ -160,6 +176,7 @@ class RunStarted(BaseModel):
     cost_estimate: CostEstimate | None = Field(
         default=None, description="Paid backends (tinker profile): the run's token budget and estimated cost"
     )
+    resumed_from: Lineage | None = Field(default=None, description="Set when resumed or forked from another run")
     next_step: str
 
 
@@ -233,6 +250,13 @@ class RunResults(BaseModel):
     final_weights: str | None = Field(description="Final sampler weights: tinker:// path or local adapter folder")
     final_weights_exists: bool | None = Field(description="For local folders: whether it is on disk")
     final_state: str | None = Field(description="Adapter + optimizer state for resuming")
+    training_states: list[TrainingStateView] = Field(
+        default_factory=list,
+        description="Saved training states, oldest first: rl_start_training(resume_from=run_id, checkpoint_step=step)",
+    )
+    resumed_from: Lineage | None = Field(
+        default=None, description="Set when resumed or forked: history covers the parent's steps up to its state too"
+    )
     wandb_url: str | None
     wandb: dict[str, Any] | None = Field(description="W&B run summary when WANDB_API_KEY is set")
     wandb_offline_dir: str | None = Field(description="Offline W&B files: sync later with `wandb sync <dir>`")

@@ -21,8 +21,10 @@ from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.mcp_api.links import run_links, with_run_links
 from rl_mcp.mcp_api.spend import SpendConfirmation, confirmed_by, figures_for
+from rl_mcp.runs import resume
 from rl_mcp.runs.live import RunPlan
 from rl_mcp.runs.metrics import MetricsCache
+from rl_mcp.runs.preflight import RunError
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.runs.vocab import RunStatus as Status
 from rl_mcp.runs.wandb_lookup import wandb_summary
@@ -67,9 +69,42 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
                 "with a progress notification per stage"
             ),
         ] = False,
+        resume_from: Annotated[
+            RunId | None,
+            Field(description="Continue this run from its saved training state (its own config) as a new run"),
+        ] = None,
+        checkpoint_step: Annotated[
+            int | None,
+            Field(ge=1, description="With resume_from: the step of the state to start from (default: the latest)"),
+        ] = None,
+        fork: Annotated[
+            bool,
+            Field(description="With resume_from: start from its state with the session's current config instead"),
+        ] = False,
+        total_steps: Annotated[
+            int | None,
+            Field(ge=1, description="With resume_from: the new total number of steps (e.g. raised)"),
+        ] = None,
     ) -> Annotated[CallToolResult, RunStarted]:
         confirmed = confirmed_by(spend)
         cost = await figures_for(app)
+
+        async def _started(plan: RunPlan) -> CallToolResult:
+            rec = await app.runs.start(plan, progress=ctx.report_progress, wait=wait)
+            answer = run_views.started(rec)
+            if cost is not None:
+                answer.cost_estimate = CostEstimate(**cost[0].as_dict(), confirmed=confirmed)
+            return with_run_links(answer, rec.run_id)
+
+        if resume_from is None:
+            if checkpoint_step is not None or fork or total_steps is not None:
+                raise RunError(
+                    "checkpoint_step, fork and total_steps go with resume_from=<run id>; without it, "
+                    "edit the session's config (rl_edit_config) and start a new run"
+                )
+        elif not fork:
+            plan = _resume_plan(app, resume_from, checkpoint_step, total_steps)
+            return await _started(plan)
         info, schema = await app.selected_schema()
         state, profile = app.session.state, app.settings.profile
 
@@ -86,11 +121,14 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
             return write_run_config(RunFiles(run_dir).config, config)
 
         plan = RunPlan(environment=info.name, env_file=info.file, write_config=write, run_name=state.wandb_name)
-        rec = await app.runs.start(plan, progress=ctx.report_progress, wait=wait)
-        answer = run_views.started(rec)
-        if cost is not None:
-            answer.cost_estimate = CostEstimate(**cost[0].as_dict(), confirmed=confirmed)
-        return with_run_links(answer, rec.run_id)
+        if resume_from is not None:  # a fork: the parent's state, the session's config
+            parent = app.runs.get(resume_from)
+            saved = resume.choose_state(parent, checkpoint_step)
+            preview = render_run_config(
+                profile=profile, schema=schema, state=state, api_port=1, inference_port=1, run_dir=Path(parent.run_dir)
+            )
+            plan = resume.fork_plan(parent, saved, plan, resume.identity_of(preview["tinker"]), total_steps=total_steps)
+        return await _started(plan)
 
     @server.tool(
         name="rl_check_status",
@@ -160,6 +198,18 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     ) -> RunList:
         runs = app.runs.list(status)
         return RunList(runs=[run_views.summary(r, cache) for r in runs], next_step=descriptions.NEXT_AFTER_RUN_LIST)
+
+
+def _resume_plan(app: AppContext, run_id: str, checkpoint_step: int | None, total_steps: int | None) -> RunPlan:
+    parent = app.runs.get(run_id)
+    saved = resume.choose_state(parent, checkpoint_step)
+    info = app.catalog().environments.get(parent.environment)
+    if info is None:
+        raise RunError(
+            f"run {run_id}'s environment {parent.environment!r} is no longer found in the environment dirs: "
+            "it cannot be resumed until its file is back (rl_list_environments)"
+        )
+    return resume.resume_plan(parent, saved, info.file, total_steps=total_steps)
 
 
 def _wandb_project(config_path: Path) -> str | None:

@@ -14,11 +14,13 @@ from rl_mcp.mcp_api import descriptions
 from rl_mcp.mcp_api.answers import (
     HistoryPoint,
     LatestMetrics,
+    Lineage,
     RunProcess,
     RunResults,
     RunStarted,
     RunStatus,
     RunSummary,
+    TrainingStateView,
 )
 from rl_mcp.processes import Child
 from rl_mcp.runs.metrics import (
@@ -30,13 +32,19 @@ from rl_mcp.runs.metrics import (
     wandb_url_from_log,
 )
 from rl_mcp.runs.store import RunRecord
-from tinker_atropos.run_files import ProcessName, read_checkpoints, read_result
+from tinker_atropos.run_files import ProcessName, read_checkpoints, read_result, read_training_states
 
 STATUS_LOG_LINES = 8
 NO_SIGNAL_WARN_SHARE = 0.5
 # atroposlib's warning when it drops a group whose scores are all equal (no learning signal).
 EQUAL_SCORES_MARK = "Scores are the same in a group"
 MAX_HISTORY_POINTS = 200
+
+
+def lineage(rec: RunRecord) -> Lineage | None:
+    if rec.resumed_from is None:
+        return None
+    return Lineage(parent_run_id=rec.resumed_from, step=rec.resumed_step or 0, kind="fork" if rec.forked else "resume")
 
 
 def _iso(ts: float | None) -> str | None:
@@ -73,6 +81,7 @@ def summary(rec: RunRecord, cache: MetricsCache) -> RunSummary:
         created_at=_iso(rec.created_at) or "",
         ended_at=_iso(rec.ended_at),
         error=rec.error,
+        resumed_from=lineage(rec),
     )
 
 
@@ -102,6 +111,7 @@ def started(rec: RunRecord) -> RunStarted:
         logs={name: str(rec.log_path(name)) for name in ProcessName},
         ports={"api": rec.api_port, "inference": rec.inference_port},
         error=rec.error,
+        resumed_from=lineage(rec),
         next_step=descriptions.next_after_start(rec.run_id, rec.active),
     )
 
@@ -234,6 +244,8 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         final_weights=final,
         final_weights_exists=exists,
         final_state=result.get("final_state"),
+        training_states=[TrainingStateView(step=s.step, path=s.path) for s in read_training_states(run_dir)],
+        resumed_from=lineage(rec),
         wandb_url=(wandb or {}).get("url")
         or result.get("wandb_url")
         or wandb_url_from_log(rec.log_path(ProcessName.TRAINER)),

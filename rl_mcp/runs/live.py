@@ -15,6 +15,19 @@ from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName
 
 
+@dataclass(frozen=True)
+class Lineage:
+    """Where a run started from: its parent's training state after `step` steps."""
+
+    parent: str
+    step: int
+    forked: bool  # True: the session's config (a fork); False: the parent's own (a resume)
+
+    def record_fields(self) -> dict[str, Any]:
+        """The registry's lineage columns (RunRecord)."""
+        return {"resumed_from": self.parent, "resumed_step": self.step, "forked": self.forked}
+
+
 @dataclass
 class RunPlan:
     """What a start needs from the session: the environment and how to write the run config.
@@ -27,6 +40,12 @@ class RunPlan:
     env_file: Path
     write_config: Callable[[Path, int, int, str], Path]
     run_name: str | None = None  # the selection's wandb_name; the run id when another run has it
+    lineage: Lineage | None = None  # set for a resume (which keeps the parent's run_name) or a fork
+
+    @property
+    def keeps_run_name(self) -> bool:
+        """A resume goes on under its parent's run_name (and W&B run), even though that run has it."""
+        return self.lineage is not None and not self.lineage.forked
 
 
 class RunListener(Protocol):

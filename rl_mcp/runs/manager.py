@@ -26,7 +26,7 @@ from rl_mcp.runs.live import Live, RunEvents, RunPlan, read_run_identity
 from rl_mcp.runs.outcomes import ADOPTED_EXIT, settle_exit
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.runs.preflight import RunError, preflight
-from rl_mcp.runs.stages import StageTimeouts, guarded, stage_plans
+from rl_mcp.runs.stages import SPAWN_WITH, StageTimeouts, guarded, stage_plans
 from rl_mcp.runs.store import ProcessRecord, RunRecord, RunStore, new_run_id
 from rl_mcp.runs.vocab import RunStatus, Stage
 from rl_mcp.settings import Settings, without_secrets
@@ -148,7 +148,8 @@ class RunManager:
         run_id = new_run_id(plan.environment)
         run_dir = self.settings.runs_dir / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        taken = plan.run_name is None or any(r.run_name == plan.run_name for r in self.store.list())
+        in_use = {r.run_name for r in self.store.list()} if not plan.keeps_run_name else set()
+        taken = plan.run_name is None or plan.run_name in in_use
         config_path = plan.write_config(run_dir, api_port, inference_port, run_id if taken else str(plan.run_name))
         run_name, total_steps = read_run_identity(config_path, run_id)
         rec = RunRecord(
@@ -164,6 +165,7 @@ class RunManager:
             api_port=api_port,
             inference_port=inference_port,
             created_at=time.time(),
+            **(plan.lineage.record_fields() if plan.lineage else {}),
         )
         rec.files.logs_dir.mkdir(parents=True, exist_ok=True)
         self.store.insert(rec)
@@ -189,15 +191,18 @@ class RunManager:
                 self._live.pop(rec.run_id, None)
 
     async def _start_stages(self, live: Live, env_file: Path) -> None:
+        """run-api, then the trainer and the environment together (docs/run-files.md: readiness), awaited in order."""
         rec = live.rec
-        for plan in stage_plans(self.settings, rec, env_file, self._http):
-            rec.stage = plan.stage
-            child = self._spawn(live, ProcessName(plan.stage), plan.argv)
+        plans = {plan.stage: plan for plan in stage_plans(self.settings, rec, env_file, self._http)}
+        for stage, plan in plans.items():
+            for name in SPAWN_WITH.get(stage, ()):
+                self._spawn(live, ProcessName(name), plans[name].argv)
+            rec.stage = stage
             self._save(rec)
             live.touch()
-            check = guarded(live.children, plan.stage, plan.ready)
-            await processes.wait_ready(plan.stage, child, check, timeout_s=self.timeouts.of(plan.stage))
-            bound = {Stage.API: rec.api_port, Stage.TRAINER: rec.inference_port}.get(plan.stage)
+            ready, limit = guarded(live.children, stage, plan.ready), self.timeouts.of(stage)
+            await processes.wait_ready(stage, live.children[ProcessName(stage)], ready, timeout_s=limit)
+            bound = {Stage.API: rec.api_port, Stage.TRAINER: rec.inference_port}.get(stage)
             if bound is not None and bound in live.ports_reserved:  # bound now: nobody else can take it
                 live.ports_reserved.remove(bound)
                 self.ports.release([bound])

@@ -1,8 +1,9 @@
 """The start of a run in stages: what each process runs, and when it counts as ready.
 
-Order (docs/run-files.md, readiness): run-api, then the trainer (which registers with run-api
-and serves inference), then the environment (which registers with run-api). Readiness is
-polled, never slept.
+Readiness order (docs/run-files.md): run-api, then the trainer (which registers with run-api
+and serves inference), then the environment (which registers with run-api). The trainer and the
+environment are spawned together once run-api answers (RunManager._start_stages); readiness is
+polled in that order, never slept.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from rl_mcp.settings import Settings
 from tinker_atropos.run_files import ProcessName
 
 Ready = Callable[[], Awaitable[bool]]
+# What starts when a stage's turn comes: the environment with the trainer (its atroposlib import
+# overlaps the model load); run-api holds its registration until the trainer asked for a batch.
+SPAWN_WITH = {Stage.API: (Stage.API,), Stage.TRAINER: (Stage.TRAINER, Stage.ENV)}
 
 
 @dataclass(frozen=True)
@@ -92,10 +96,15 @@ def _env_registered(http: httpx.AsyncClient, api_url: str, api_log: Path) -> Rea
 def guarded(children: Mapping[ProcessName, Child], stage: Stage, ready: Ready) -> Ready:
     """Readiness of one stage that also fails when an earlier stage's process has died."""
 
+    order = list(Stage)
+
     async def check() -> bool:
         for name, child in children.items():
             code = child.poll()
             if name != ProcessName(stage) and code is not None:
+                own = Stage(name)  # each process has the stage of its name
+                if order.index(own) > order.index(stage):  # started early, died before its turn
+                    raise StageError(own, f"{name} exited with code {code} before it was ready", code, name)
                 raise StageError(stage, f"{name} exited with code {code} while {stage} was starting", code, name)
         return await ready()
 

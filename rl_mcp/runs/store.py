@@ -43,6 +43,12 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_status ON runs(status);
 """
+# Columns added after the first release: an older runs.sqlite gets them on open (ALTER TABLE).
+_ADDED_COLUMNS = {
+    "resumed_from": "TEXT",  # the parent run id (a resume or a fork)
+    "resumed_step": "INTEGER",  # the parent's state step this run started from
+    "forked": "INTEGER NOT NULL DEFAULT 0",  # 1: a fork (the session's config), 0: a resume
+}
 
 
 class StoreError(UserError):
@@ -81,10 +87,14 @@ class RunRecord:
     ended_at: float | None = None
     error: str | None = None
     log_tail: list[str] | None = None
+    resumed_from: str | None = None
+    resumed_step: int | None = None
+    forked: bool = False
 
     def __post_init__(self) -> None:  # records built from plain strings get the vocabulary
         self.status = RunStatus(self.status)
         self.stage = None if self.stage is None else Stage(self.stage)
+        self.forked = bool(self.forked)
 
     @property
     def active(self) -> bool:
@@ -116,6 +126,7 @@ _COLUMNS = [
     "ended_at",
     "error",
     "log_tail",
+    *_ADDED_COLUMNS,
 ]
 
 
@@ -125,6 +136,7 @@ def _to_row(rec: RunRecord) -> tuple[object, ...]:
     values["log_tail"] = None if rec.log_tail is None else json.dumps(rec.log_tail)
     values["status"] = str(rec.status)
     values["stage"] = None if rec.stage is None else str(rec.stage)
+    values["forked"] = int(rec.forked)
     return tuple(values[c] for c in _COLUMNS)
 
 
@@ -150,9 +162,21 @@ class RunStore:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA)
+            self._migrate()
             self._conn.execute("SELECT count(*) FROM runs").fetchone()
         except sqlite3.DatabaseError as exc:
             raise StoreError(self._explain(exc)) from exc
+
+    def _migrate(self) -> None:
+        """Add the columns a registry written by an older version lacks (idempotent)."""
+        have = {row["name"] for row in self._conn.execute("PRAGMA table_info(runs)")}
+        for name, decl in _ADDED_COLUMNS.items():
+            if name not in have:
+                try:
+                    self._conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {decl}")
+                except sqlite3.OperationalError as exc:  # another handle added it meanwhile
+                    if "duplicate column" not in str(exc):
+                        raise
 
     def _explain(self, exc: sqlite3.Error) -> str:
         text = str(exc)

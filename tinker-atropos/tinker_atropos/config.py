@@ -12,7 +12,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types as at
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -55,6 +55,14 @@ class TinkerConfig(_Strict):
     use_wandb: bool = False
     resume_from: str | None = None
     """A `weights/<name>` folder (local) or tinker:// state path to resume from."""
+    start_step: int = Field(0, ge=0)
+    """Steps already done by the state in resume_from: numbering goes on from start_step + 1."""
+    save_state_every: int = Field(5, ge=0)
+    """Save the full training state (adapter + optimizer) every this many steps; 0: only at the end."""
+    keep_states: int = Field(3, gt=0)
+    """How many periodic training states to keep (older ones are deleted)."""
+    wandb_run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]+$")
+    """The W&B run to resume (a resumed run logs into its parent's); null: a new W&B run."""
     tinker_base_url: str | None = Field(None, pattern=r"^https?://\S+$")
     """The Tinker service URL; null means the SDK default ($TINKER_BASE_URL, else production)."""
 
@@ -62,6 +70,14 @@ class TinkerConfig(_Strict):
     @classmethod
     def _absolute(cls, v: Path) -> Path:
         return v.expanduser().absolute()
+
+    @model_validator(mode="after")
+    def _resume_fits(self) -> TinkerConfig:
+        if self.start_step and not self.resume_from:
+            raise ValueError("start_step > 0 needs resume_from (the state those steps were saved in)")
+        if self.start_step >= self.total_steps:
+            raise ValueError(f"start_step ({self.start_step}) must be below total_steps ({self.total_steps})")
+        return self
 
 
 class RunConfig(_Strict):
@@ -109,6 +125,8 @@ def _config_error(exc: ValidationError, source: str) -> ConfigError:
             key = ".".join(str(p) for p in err["loc"])
             expected = f"one of the known keys: {_known_keys(annotation)}"
             line = f"`{key}` is not a known key ({expected})"
+        elif err["type"] == "value_error" and len(loc) == len(err["loc"]):  # a cross-field check
+            line = f"`{key}`: {err['msg'].removeprefix('Value error, ')}"
         elif err["type"] == "missing":
             line = f"`{key}` is missing: expected {expected}"
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -105,12 +106,15 @@ class MetricsSink:
         run_name: str | None = None,
         config: dict[str, Any] | None = None,
         learning_rate: float | None = None,
+        wandb_id: str | None = None,
     ) -> None:
         self.learning_rate = learning_rate
         self._file = JsonlWriter(RunFiles(run_dir).metrics)
         self.path = self._file.path
         self._wandb: Any = None
         self.wandb_url: str | None = None
+        # Fixed before wandb.init so a resumed run can log into the same W&B run (resume="allow").
+        self.wandb_run_id: str | None = (wandb_id or secrets.token_hex(4)) if use_wandb else None
         if use_wandb:
             self._start_wandb(run_dir, project, group, run_name, config or {})
 
@@ -129,6 +133,8 @@ class MetricsSink:
                 dir=str(run_dir),
                 mode=mode,
                 config=config,
+                id=self.wandb_run_id,
+                resume="allow",
                 settings=wandb.Settings(init_timeout=WANDB_INIT_TIMEOUT_S, console="off"),
             )
             self._wandb = run

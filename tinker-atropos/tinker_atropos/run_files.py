@@ -135,6 +135,22 @@ class RunFiles:
     def wandb_dir(self) -> Path:
         return self.run_dir / "wandb"
 
+    @property
+    def training_states(self) -> Path:
+        """The index of full training states (adapter + optimizer) a run can resume from."""
+        return self.run_dir / "training_states.jsonl"
+
+    def env_positions_dir(self, env_wandb_name: str) -> Path:
+        """atroposlib's env checkpoints (`save_checkpoint`): `step-<n>.json` with the data position.
+
+        atroposlib names the folder `<checkpoint_dir>/env_checkpoints/<wandb_name>_<k>`, k being
+        the number of same-named environments registered before it (0 for a run's one env).
+        """
+        return self.checkpoints_dir / "env_checkpoints" / f"{env_wandb_name}_0"
+
+    def env_position(self, env_wandb_name: str, step: int) -> Path:
+        return self.env_positions_dir(env_wandb_name) / f"step-{step}.json"
+
 
 @dataclass(frozen=True)
 class InferenceTestFiles:
@@ -301,3 +317,75 @@ def record_checkpoint(
 def read_checkpoints(run_dir: Path, run_name: str) -> list[dict[str, Any]]:
     """The index entries, oldest first."""
     return read_jsonl(RunFiles(run_dir).checkpoint_index(run_name))
+
+
+# --- the training-state index ------------------------------------------------------------------
+
+
+@dataclass
+class TrainingState:
+    """One full training state (adapter + optimizer), saved after `step` steps.
+
+    The index (`training_states.jsonl`) is rewritten atomically after the state itself is
+    complete (a local folder renamed into place, a Tinker save that answered), so an entry never
+    names a half-written state; older entries are pruned from it before their files are deleted.
+    """
+
+    step: int
+    path: str  # a weights/<name> folder (local) or a tinker:// path
+    name: str
+    backend: str
+    base_model: str
+    lora_rank: int
+    time: float = 0.0
+    wandb_run_id: str | None = None
+
+    @property
+    def is_remote(self) -> bool:
+        return self.path.startswith("tinker://")
+
+    def exists(self) -> bool:
+        """A remote state is assumed present; a local one must be a folder."""
+        return self.is_remote or Path(self.path).is_dir()
+
+
+def read_training_states(run_dir: Path) -> list[TrainingState]:
+    """The states a run can resume from, oldest step first (entries whose folder is gone: skipped)."""
+    states = []
+    for row in read_jsonl(RunFiles(run_dir).training_states):
+        try:
+            state = TrainingState(**{k: row[k] for k in row if k in TrainingState.__dataclass_fields__})
+            state.step, state.lora_rank = int(state.step), int(state.lora_rank)
+        except (TypeError, ValueError, KeyError):
+            log.warning("%s: skipping a malformed training-state entry", run_dir)
+            continue
+        if state.exists():
+            states.append(state)
+    return sorted(states, key=lambda s: (s.step, s.time))
+
+
+def write_training_states(run_dir: Path, states: list[TrainingState]) -> None:
+    """Replace the index atomically (readers see the old list or the new one)."""
+    text = "".join(json.dumps(asdict(s)) + "\n" for s in states)
+    atomic_write_text(RunFiles(run_dir).training_states, text)
+
+
+def latest_env_position(run_dir: Path, env_wandb_name: str, step: int) -> tuple[int, dict[str, Any]] | None:
+    """The newest readable env checkpoint at or before `step` (its step and its data)."""
+    folder = RunFiles(run_dir).env_positions_dir(env_wandb_name)
+    found: list[tuple[int, Path]] = []
+    for path in folder.glob("step-*.json") if folder.is_dir() else ():
+        try:
+            n = int(path.stem.removeprefix("step-"))
+        except ValueError:
+            continue
+        if n <= step:
+            found.append((n, path))
+    for n, path in sorted(found, reverse=True):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # atroposlib writes these in place: a half-written one is skipped
+        if isinstance(data, dict):
+            return n, data
+    return None

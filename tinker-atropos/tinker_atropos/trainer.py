@@ -35,6 +35,7 @@ from tinker_atropos.inference_server.holder import FINAL_LABEL, SamplerHolder
 from tinker_atropos.metrics import MetricsSink, StepMetrics
 from tinker_atropos.run_api_client import Registration, RunApiClient
 from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult
+from tinker_atropos.training_state import StateKeeper
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def registration_for(cfg: RunConfig) -> Registration:
         max_token_len=t.max_token_trainer_length,
         checkpoint_dir=str(RunFiles(Path(t.run_dir)).checkpoints_dir),
         save_checkpoint_interval=1,
-        starting_step=0,
+        starting_step=t.start_step,  # a resumed run goes on from its state's step
         num_steps=t.total_steps,
     )
 
@@ -134,7 +135,8 @@ class Trainer:
         self.holder = holder
         self.stop = stop
         self.sink = sink
-        self.steps_done = 0
+        self.steps_done = cfg.tinker.start_step  # > 0 when resumed from a saved state
+        self.states = StateKeeper(cfg, training, sink.wandb_run_id)
         self.checkpoint: str | None = None
         self._sampler: SamplingBackend | None = None
         self._adam = adam_params(cfg)
@@ -244,6 +246,8 @@ class Trainer:
             agent_tool_errors=conv.agent_tool_errors,
         )
         self.sink.log(metrics, logprobs=(lp_ref, lp_train))
+        if self.states.due(step):
+            await self.states.save(step)
         logger.info(
             "step %d/%d loss=%s reward=%.4f±%.4f correct=%s drift=%s seqs=%d datums=%d "
             "skipped_groups=%d tokens=%d %.2fs",
@@ -283,7 +287,7 @@ class Trainer:
         """Save adapter + optimizer state and the final sampler weights."""
 
         async def save() -> tuple[str, str]:
-            state = await self.training.save_state_async("final")
+            state = await self.states.save(self.steps_done, final=True)
             weights = await self.training.save_weights_for_sampler_async("final")
             return weights, state
 
@@ -337,6 +341,7 @@ async def train(
         run_name=cfg.tinker.run_name,
         config=_public_config(cfg),
         learning_rate=cfg.tinker.learning_rate,
+        wandb_id=cfg.tinker.wandb_run_id,  # set when resumed: the parent's W&B run goes on
     )
     trainer = Trainer(cfg, training, api, holder or SamplerHolder(), stop or asyncio.Event(), sink)
     try:

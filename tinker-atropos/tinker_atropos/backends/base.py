@@ -54,6 +54,10 @@ class TrainingBackend(Protocol):
 
     async def load_state_async(self, path: str) -> None: ...
 
+    async def delete_state_async(self, path: str) -> None:
+        """Delete a state saved by this client (a pruned training state)."""
+        ...
+
     async def create_sampling_client_async(self, path: str) -> SamplingBackend:
         """A sampler for the weights saved at `path` (by save_weights_for_sampler)."""
         ...

@@ -48,5 +48,12 @@ class CheckpointStore:
         """Index a checkpoint (also used for tinker:// paths)."""
         record_checkpoint(self.run_dir, self.run_name, kind, name, path, **extra)
 
+    def delete(self, path: str | Path) -> None:
+        """Remove a checkpoint folder of this run (never anything outside its checkpoint root)."""
+        folder = Path(path).resolve()
+        if not folder.is_relative_to(self.root.resolve()):
+            raise ValueError(f"{path} is not a checkpoint of this run ({self.root})")
+        shutil.rmtree(folder, ignore_errors=True)
+
     def entries(self) -> list[dict[str, Any]]:
         return read_checkpoints(self.run_dir, self.run_name)

@@ -95,6 +95,11 @@ def _connect(t: TinkerConfig) -> tinker.ServiceClient:
 
 
 def create_tinker_training_client(t: TinkerConfig) -> TinkerTrainingClient:
+    if t.resume_from and not t.resume_from.startswith("tinker://"):
+        raise BackendUnavailable(
+            f"tinker.resume_from={t.resume_from!r}: the Tinker backend resumes from a tinker:// state "
+            "(saved by a Tinker run), not a local folder"
+        )
     service = _connect(t)
     try:
         if t.resume_from:
@@ -105,7 +110,7 @@ def create_tinker_training_client(t: TinkerConfig) -> TinkerTrainingClient:
             ).result()
     except Exception as exc:  # the SDK's error types vary by failure
         raise BackendUnavailable(f"Tinker could not create the LoRA training client: {exc}") from exc
-    return TinkerTrainingClient(training, t)
+    return TinkerTrainingClient(training, t, service)
 
 
 def create_tinker_sampler(t: TinkerConfig, adapter: str | None = None) -> TinkerSampler:
@@ -138,8 +143,9 @@ class TinkerSampler:
 class TinkerTrainingClient:
     """TrainingBackend over a tinker.TrainingClient; checkpoints are indexed locally too."""
 
-    def __init__(self, training: Any, t: TinkerConfig) -> None:
+    def __init__(self, training: Any, t: TinkerConfig, service: Any = None) -> None:
         self.training = training
+        self.service = service
         self.base_model = t.base_model
         self.checkpoints = CheckpointStore(t.run_dir, t.run_name)
 
@@ -166,6 +172,10 @@ class TinkerTrainingClient:
         with warnings.catch_warnings():  # deprecated in favour of a new client; same effect here
             warnings.simplefilter("ignore", FutureWarning)
             await self.training.load_state_with_optimizer(path)
+
+    async def delete_state_async(self, path: str) -> None:
+        if self.service is not None:
+            await self.service.create_rest_client().delete_checkpoint_from_tinker_path_async(path)
 
     async def create_sampling_client_async(self, path: str) -> TinkerSampler:
         return TinkerSampler(await self.training.create_sampling_client(path))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
@@ -125,6 +126,22 @@ class ChatTaskEnv(BaseEnv):
         task = self.train_tasks[self._order[self._cursor % len(self._order)]]
         self._cursor += 1
         return task
+
+    # --- data position, for resumed runs (docs/run-files.md: env checkpoints) ---
+
+    async def env_step_checks(self) -> None:
+        """atroposlib's step checks, then the item cursor saved for the step just seen."""
+        before = self.curr_step
+        await super().env_step_checks()
+        if self.curr_step != before and self.checkpoint_dir:
+            self.save_checkpoint(self.curr_step, {"_cursor": self._cursor})
+
+    def load_checkpoint(self) -> None:
+        """On registration at step > 0: the saved cursor, else the items the trained steps used."""
+        super().load_checkpoint()
+        if self._cursor == 0 and self.curr_step > 0:
+            self._cursor = self.curr_step * max(self.config.batch_size // self.config.group_size, 1)
+        print(f"{self.name}: data position: item {self._cursor} at step {self.curr_step}", file=sys.stderr, flush=True)
 
     @property
     def completion_tokens(self) -> int:

@@ -192,6 +192,9 @@ class LocalTrainingClient:
                 self.optimizer.load_state_dict(state["optimizer"])
                 self.steps = int(state["steps"])
 
+    async def delete_state_async(self, path: str) -> None:
+        await asyncio.to_thread(self.checkpoints.delete, path)
+
     # -- samplers -----------------------------------------------------------------------------
     async def create_sampling_client_async(self, path: str) -> LocalSampler:
         return await asyncio.to_thread(create_sampler, self.base, path)

@@ -1,4 +1,4 @@
-"""What each tool says to the agent: kept apart from the code so it can be read and tuned as prose.
+"""What each tool says to the agent (its description and annotations).
 
 Every description says what the tool does, when to call it, what comes back, and what to call
 next, so an agent can walk the whole workflow from the tool list alone.
@@ -140,6 +140,17 @@ its inference server), then the environment (waits until it registers); the run 
 its log, and nothing of it is left running. With wait=true the call returns only once the run is
 running or has failed, reporting each stage as progress. Runs keep going when the client
 disconnects.
+
+Resume and fork: `resume_from=<run_id>` continues that (stopped, failed, lost or completed) run
+from its latest saved training state (LoRA weights + optimizer), or the one at `checkpoint_step`
+(rl_get_results lists `training_states`): its own config (session edits do not apply), the same
+run name and W&B run, steps numbered on from the state's step, the environment's data going on
+where it was; `total_steps` may raise the number of steps. `fork=true` starts from that state
+with the session's current config instead (e.g. a lower learning_rate) and a new W&B run. The
+new run is a new run id that records its parent; its metrics hold the parent's steps up to the
+state, so results and curves cover every step once. Refused with the reason: a run that is still
+active, a run with no saved state, a step with no state, a state of another base model or LoRA
+rank.
 </behaviour>
 
 <next_step>
@@ -266,133 +277,4 @@ or an environment that no longer imports is an error that says what to fix.
 <next_step>
 environment_working: rl_start_training. Otherwise read error / log_tail, fix, and test again.
 </next_step>
-"""
-
-# --- next-step hints: what each answer tells the agent to do next ------------------------------
-
-NEXT_AFTER_LIST = "rl_select_environment(name) with one of these names."
-NEXT_AFTER_CONFIG = (
-    "rl_edit_config(field, value) for any editable field, then rl_test_inference to check the "
-    "environment against real inference, then rl_start_training."
-)
-NEXT_AFTER_EDIT = "rl_get_current_config to review, or rl_test_inference / rl_start_training when ready."
-NEXT_AFTER_RUN_LIST = "rl_check_status(run_id) or rl_get_results(run_id) for one of these."
-NEXT_INFERENCE_WORKING = (
-    "The environment works: rl_start_training to train on it. Read samples / output_html "
-    "to check the rewards make sense; all-equal scores in a group give no learning signal."
-)
-NEXT_INFERENCE_BROKEN = (
-    "Nothing ran end to end: read each model's error and log_tail, fix the environment "
-    "(rl://environments/{name} shows its source) or the endpoint, then call rl_test_inference again."
-)
-
-
-def next_after_start(run_id: str, active: bool) -> str:
-    if not active:
-        return "The start failed: read the error, fix the cause, and call rl_start_training again."
-    return (
-        f"The run starts in the background. Call rl_check_status('{run_id}') once to see it "
-        "reach 'running' (checks of one run are rate-limited), or read rl://runs/"
-        f"{run_id}/logs/trainer; rl_stop_training stops it."
-    )
-
-
-def next_status_no_signal() -> str:
-    return (
-        "No step yet, and the environment is dropping groups whose completions all scored the same "
-        "(no learning signal: atroposlib never sends them to the trainer). If that goes on, the model "
-        "cannot solve this task at all: rl_test_inference shows its scores; use a stronger model "
-        "(the tinker profile) or an easier environment, then rl_stop_training this run."
-    )
-
-
-def next_status_little_signal(run_id: str, share: float) -> str:
-    return (
-        f"Training is under way, but in the last step {share:.0%} of the groups gave no learning signal "
-        "(every reply in them scored the same): the model finds the task all-or-nothing. Watch "
-        f"rl://runs/{run_id}/metrics; if it stays so, raise group_size or temperature, use an easier "
-        "environment or a stronger model, or rl_stop_training this run."
-    )
-
-
-def next_status_running(run_id: str, interval_s: float) -> str:
-    return (
-        f"Training is under way. Check again in {interval_s:.0f} s or later; meanwhile the "
-        f"resources rl://runs/{run_id}/metrics and .../logs/trainer can be read or subscribed to."
-    )
-
-
-def next_status_ended(run_id: str, status: str) -> str:
-    if status == "completed":
-        return f"Done. Call rl_get_results('{run_id}') for metrics, curves and the weights path."
-    return f"The run is {status}. rl_get_results('{run_id}') shows what it produced."
-
-
-def next_rate_limited(run_id: str, wait_s: float) -> str:
-    return (
-        f"Checked too recently: nothing was checked. Wait {wait_s:.0f} s before calling "
-        f"rl_check_status('{run_id}') again (training is slow; frequent checks cost tokens)."
-    )
-
-
-def stop_message(run_id: str, was: str, was_active: bool) -> str:
-    if was_active:
-        return f"run {run_id} stopped; nothing of it is running"
-    return f"run {run_id} had already ended ({was}); nothing to stop"
-
-
-def next_after_results(*, missing: bool, active: bool, final_weights: str | None) -> str:
-    if missing:
-        return "Start a new run with rl_start_training; other runs are unaffected."
-    if active:
-        return "The run is still going: these are partial results. rl_check_status shows progress."
-    if final_weights:
-        return f"The final weights are at {final_weights}. Test them with rl_test_inference, or start another run."
-    return "No weights were saved. rl_check_status shows why the run ended."
-
-
-# --- the rl_workflow prompt ----------------------------------------------------------------------
-
-
-def workflow_prompt(
-    *,
-    environment: str,
-    description: str,
-    profile: str,
-    backend: str,
-    paid: bool,
-    status_interval_s: float,
-    focus_field: str | None,
-) -> str:
-    """The rl_workflow prompt: the whole workflow for one environment, as instructions to an agent."""
-    focus = (
-        f" Look at `{focus_field}` first (rl://config/{focus_field} shows its value, bounds and meaning)."
-        if focus_field
-        else ""
-    )
-    money = (
-        " This profile trains on a paid backend: rl_start_training shows the token budget (and cost, "
-        "if the operator set a price) and asks the user to confirm where the client can ask; say what "
-        "it will spend before you call it."
-        if paid
-        else " This profile trains on this machine: nothing is paid."
-    )
-    return f"""\
-Train the RL environment `{environment}` ({description or "no description"}) with rl-mcp, on profile
-`{profile}` ({backend} backend).{money}
-
-1. rl_select_environment(name="{environment}"): read the config fields; `locked` ones come from the
-   operator and cannot be edited.
-2. rl_edit_config(field, value) for what the task needs (group_size, batch_size, total_steps, ...).{focus}
-   rl_get_current_config to review.
-3. rl_test_inference(num_steps=2, group_size=4): check that `environment_working` is true and that
-   scores within a group differ (all-equal groups teach nothing). Fix and test again if not.
-4. rl_start_training(): note the run_id. It answers at once; the run starts in the background.
-5. rl_check_status(run_id) once to see it reach `running`, then no more often than every
-   {status_interval_s:.0f} s (the server refuses earlier checks and says how long to wait). In between, read
-   rl://runs/<run_id>/metrics or rl://runs/<run_id>/logs/trainer if you need to, or do other work.
-6. When the status is `completed`: rl_get_results(run_id) for the final metrics, the reward curve and
-   the weights path. If it `failed`: read `error` and `failure_log_tail`, fix with rl_edit_config,
-   and start again. rl_stop_training(run_id) stops a run early.
-Report to the user: the run id, the W&B project and run name, the reward trend, and the weights path.
 """

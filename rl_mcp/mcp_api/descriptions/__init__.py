@@ -1,0 +1,65 @@
+"""Everything the server says to an agent, kept apart from the code so it reads and tunes as prose:
+each tool's description (tools.py), the next step each answer suggests (hints.py), and the
+prompts' text (prompts.py)."""
+
+from rl_mcp.mcp_api.descriptions.hints import (
+    NEXT_AFTER_CONFIG,
+    NEXT_AFTER_EDIT,
+    NEXT_AFTER_LIST,
+    NEXT_AFTER_RUN_LIST,
+    NEXT_INFERENCE_BROKEN,
+    NEXT_INFERENCE_WORKING,
+    next_after_results,
+    next_after_start,
+    next_rate_limited,
+    next_status_ended,
+    next_status_little_signal,
+    next_status_no_signal,
+    next_status_running,
+    stop_message,
+)
+from rl_mcp.mcp_api.descriptions.prompts import workflow_prompt
+from rl_mcp.mcp_api.descriptions.tools import (
+    INSTRUCTIONS,
+    RL_CHECK_STATUS,
+    RL_EDIT_CONFIG,
+    RL_GET_CURRENT_CONFIG,
+    RL_GET_RESULTS,
+    RL_LIST_ENVIRONMENTS,
+    RL_LIST_RUNS,
+    RL_SELECT_ENVIRONMENT,
+    RL_START_TRAINING,
+    RL_STOP_TRAINING,
+    RL_TEST_INFERENCE,
+    tool_annotations,
+)
+
+__all__ = [
+    "INSTRUCTIONS",
+    "NEXT_AFTER_CONFIG",
+    "NEXT_AFTER_EDIT",
+    "NEXT_AFTER_LIST",
+    "NEXT_AFTER_RUN_LIST",
+    "NEXT_INFERENCE_BROKEN",
+    "NEXT_INFERENCE_WORKING",
+    "RL_CHECK_STATUS",
+    "RL_EDIT_CONFIG",
+    "RL_GET_CURRENT_CONFIG",
+    "RL_GET_RESULTS",
+    "RL_LIST_ENVIRONMENTS",
+    "RL_LIST_RUNS",
+    "RL_SELECT_ENVIRONMENT",
+    "RL_START_TRAINING",
+    "RL_STOP_TRAINING",
+    "RL_TEST_INFERENCE",
+    "next_after_results",
+    "next_after_start",
+    "next_rate_limited",
+    "next_status_ended",
+    "next_status_little_signal",
+    "next_status_no_signal",
+    "next_status_running",
+    "stop_message",
+    "tool_annotations",
+    "workflow_prompt",
+]

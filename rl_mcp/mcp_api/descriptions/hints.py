@@ -1,0 +1,83 @@
+"""What each answer tells the agent to do next."""
+
+from __future__ import annotations
+
+NEXT_AFTER_LIST = "rl_select_environment(name) with one of these names."
+NEXT_AFTER_CONFIG = (
+    "rl_edit_config(field, value) for any editable field, then rl_test_inference to check the "
+    "environment against real inference, then rl_start_training."
+)
+NEXT_AFTER_EDIT = "rl_get_current_config to review, or rl_test_inference / rl_start_training when ready."
+NEXT_AFTER_RUN_LIST = "rl_check_status(run_id) or rl_get_results(run_id) for one of these."
+NEXT_INFERENCE_WORKING = (
+    "The environment works: rl_start_training to train on it. Read samples / output_html "
+    "to check the rewards make sense; all-equal scores in a group give no learning signal."
+)
+NEXT_INFERENCE_BROKEN = (
+    "Nothing ran end to end: read each model's error and log_tail, fix the environment "
+    "(rl://environments/{name} shows its source) or the endpoint, then call rl_test_inference again."
+)
+
+
+def next_after_start(run_id: str, active: bool) -> str:
+    if not active:
+        return "The start failed: read the error, fix the cause, and call rl_start_training again."
+    return (
+        f"The run starts in the background. Call rl_check_status('{run_id}') once to see it "
+        "reach 'running' (checks of one run are rate-limited), or read rl://runs/"
+        f"{run_id}/logs/trainer; rl_stop_training stops it."
+    )
+
+
+def next_status_no_signal() -> str:
+    return (
+        "No step yet, and the environment is dropping groups whose completions all scored the same "
+        "(no learning signal: atroposlib never sends them to the trainer). If that goes on, the model "
+        "cannot solve this task at all: rl_test_inference shows its scores; use a stronger model "
+        "(the tinker profile) or an easier environment, then rl_stop_training this run."
+    )
+
+
+def next_status_little_signal(run_id: str, share: float) -> str:
+    return (
+        f"Training is under way, but in the last step {share:.0%} of the groups gave no learning signal "
+        "(every reply in them scored the same): the model finds the task all-or-nothing. Watch "
+        f"rl://runs/{run_id}/metrics; if it stays so, raise group_size or temperature, use an easier "
+        "environment or a stronger model, or rl_stop_training this run."
+    )
+
+
+def next_status_running(run_id: str, interval_s: float) -> str:
+    return (
+        f"Training is under way. Check again in {interval_s:.0f} s or later; meanwhile the "
+        f"resources rl://runs/{run_id}/metrics and .../logs/trainer can be read or subscribed to."
+    )
+
+
+def next_status_ended(run_id: str, status: str) -> str:
+    if status == "completed":
+        return f"Done. Call rl_get_results('{run_id}') for metrics, curves and the weights path."
+    return f"The run is {status}. rl_get_results('{run_id}') shows what it produced."
+
+
+def next_rate_limited(run_id: str, wait_s: float) -> str:
+    return (
+        f"Checked too recently: nothing was checked. Wait {wait_s:.0f} s before calling "
+        f"rl_check_status('{run_id}') again (training is slow; frequent checks cost tokens)."
+    )
+
+
+def stop_message(run_id: str, was: str, was_active: bool) -> str:
+    if was_active:
+        return f"run {run_id} stopped; nothing of it is running"
+    return f"run {run_id} had already ended ({was}); nothing to stop"
+
+
+def next_after_results(*, missing: bool, active: bool, final_weights: str | None) -> str:
+    if missing:
+        return "Start a new run with rl_start_training; other runs are unaffected."
+    if active:
+        return "The run is still going: these are partial results. rl_check_status shows progress."
+    if final_weights:
+        return f"The final weights are at {final_weights}. Test them with rl_test_inference, or start another run."
+    return "No weights were saved. rl_check_status shows why the run ended."
