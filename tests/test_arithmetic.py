@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tinker_atropos.environments.arithmetic import ArithmeticConfig, ArithmeticEnv, arithmetic_reward, last_number
+from tinker_atropos.environments.arithmetic import ArithmeticConfig, ArithmeticEnv
+from tinker_atropos.environments.arithmetic_data import arithmetic_reward, last_number
 
 
 def tasks(**config):

@@ -186,6 +186,8 @@ def process_config(
     # keep all-equal groups (they are what a test must show) and the messages (for samples).
     env["ensure_scores_are_not_same"] = False
     env["include_messages"] = True
+    if "demonstrations_per_group" in env:  # an agent environment's expert turns: a test scores the model alone
+        env["demonstrations_per_group"] = 0
     tokenizer = tokenizer or env.get("tokenizer_name") or model
     env["tokenizer_name"] = tokenizer
     cfg["openai"] = [

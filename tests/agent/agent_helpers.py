@@ -45,13 +45,15 @@ class ScriptedSampler:
 
 def make_env(cls, url: str, tokenizer_path: Path, *, server_type: str = "sglang", **overrides):
     """`cls` from its config_init(), pointed at `url` and the given tokenizer; room for
-    tiny-chat's byte-level tokens (one per character) unless overridden."""
+    tiny-chat's byte-level tokens (one per character) and no demonstrations unless overridden."""
     config, servers = cls.config_init()
     servers[0].base_url = f"{url}/v1"
     servers[0].server_type = server_type
     servers[0].tokenizer_name = str(tokenizer_path)
     config.tokenizer_name = str(tokenizer_path)
-    for key, value in {"max_token_length": 4096, "max_turn_tokens": 200, **overrides}.items():
+    # sampled rollouts only, unless a test asks for the environment's demonstrations
+    defaults = {"max_token_length": 4096, "max_turn_tokens": 200, "demonstrations_per_group": 0}
+    for key, value in {**defaults, **overrides}.items():
         setattr(config, key, value)
     return cls(config, servers)
 

@@ -1,0 +1,185 @@
+"""Does training train? SmolLM2-135M-Instruct on the `arithmetic` environment for M minutes.
+
+1. This project, through the MCP tools exactly as an agent: `rl-mcp serve` over stdio on the
+   bundled `smollm2` profile, rl_select_environment arithmetic, rl_edit_config,
+   rl_start_training, rl_check_status until the budget is spent, rl_stop_training,
+   rl_get_results. Before = the eval of the base model (step 0); after = the last eval within
+   the budget (the budget counts from rl_start_training: model load and evals included).
+2. TRL's GRPOTrainer (bench/baselines/trl_grpo.py, installed into .venv-bench from
+   bench/baselines/requirements-trl.txt): the same model, task, reward, group size, batch, learning rate,
+   LoRA rank and budget (training time only), the same eval set, prompt and greedy decoding.
+
+    .venv/bin/python bench/learning.py [--minutes 30] [--skip-trl] [--skip-ours]
+
+The last line: `eval accuracy before X after Y (+Z points) in M min` (this project).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from rl_mcp.demo import call, server_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_VENV = ROOT / ".venv-bench"
+MODEL = "smollm2-135m"
+# The same for both sides (env fields and tinker fields of rl_edit_config).
+SETTINGS: dict[str, Any] = {
+    "group_size": 8,
+    "batch_size": 16,
+    "max_completion_tokens": 16,
+    "eval_size": 64,
+    "level": 2,
+    "eval_seed": 1234,
+    "learning_rate": 1e-3,
+    "lora_rank": 16,
+}
+STEPS_PER_EVAL = 5
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+async def ours(minutes: float, home: Path) -> dict[str, Any]:
+    # this checkout's server (python -m from the repository root), whatever rl-mcp is installed
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "rl_mcp",
+            "serve",
+            "--profile",
+            "smollm2",
+            "--stop-runs-on-exit",
+            "--log-file",
+            str(home / "server.log"),
+        ],
+        env={**server_environment(home), "PYTHONPATH": f"{ROOT}:{ROOT / 'tinker-atropos'}"},
+        cwd=ROOT,
+    )
+    async with Client(params, read_timeout_seconds=900) as client:
+        await call(client, "rl_select_environment", {"name": "arithmetic"})
+        edits = {**SETTINGS, "total_steps": 100_000, "steps_per_eval": STEPS_PER_EVAL}
+        for field, value in edits.items():
+            await call(client, "rl_edit_config", {"field": field, "value": value})
+        started, _ = await call(client, "rl_start_training")
+        run_id, run_dir = started["run_id"], Path(started["run_dir"])
+        t0 = time.monotonic()
+        log(f"ours: run {run_id} in {run_dir}")
+        while time.monotonic() - t0 < minutes * 60:
+            status, _ = await call(client, "rl_check_status", {"run_id": run_id})
+            if status.get("status") in ("failed", "lost", "completed", "stopped"):
+                raise RuntimeError(f"run ended early: {status.get('status')} {status.get('error')}")
+            await anyio.sleep(5)
+        await call(client, "rl_stop_training", {"run_id": run_id})
+        results, _ = await call(client, "rl_get_results", {"run_id": run_id})
+    evals = results.get("evals") or []
+    if not evals:
+        raise RuntimeError(f"no eval.jsonl lines in {run_dir}")
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    trained = [m for m in metrics if m["num_datums"]]
+    return {
+        "before": evals[0]["eval_accuracy"],
+        "after": evals[-1]["eval_accuracy"],
+        "after_step": evals[-1]["step"],
+        "steps": len(metrics),
+        "median_step_seconds": statistics.median(m["step_seconds"] for m in trained) if trained else None,
+        "run_dir": str(run_dir),
+    }
+
+
+def ensure_bench_venv() -> Path:
+    python = BENCH_VENV / "bin" / "python"
+    if not python.exists():
+        log("creating .venv-bench (torch's CPU wheel first, then TRL)")
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True)
+        requirements = ROOT / "bench" / "baselines" / "requirements-trl.txt"
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
+    return python
+
+
+def trl(minutes: float) -> dict[str, Any]:
+    from tinker_atropos.models import resolve_model
+
+    s = SETTINGS
+    argv = [
+        str(ensure_bench_venv()),
+        str(ROOT / "bench" / "baselines" / "trl_grpo.py"),
+        "--model",
+        resolve_model(MODEL),
+        "--minutes",
+        str(minutes),
+        "--lr",
+        str(s["learning_rate"]),
+        "--rank",
+        str(s["lora_rank"]),
+        "--group-size",
+        str(s["group_size"]),
+        "--batch-size",
+        str(s["batch_size"]),
+        "--max-tokens",
+        str(s["max_completion_tokens"]),
+        "--eval-size",
+        str(s["eval_size"]),
+        "--level",
+        str(s["level"]),
+        "--eval-seed",
+        str(s["eval_seed"]),
+    ]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tinker-atropos"), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def points(r: dict[str, Any]) -> float:
+    return 100 * (r["after"] - r["before"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--skip-trl", action="store_true")
+    ap.add_argument("--skip-ours", action="store_true")
+    ap.add_argument("--home", type=Path, default=None, help="state dir of the bench's server")
+    a = ap.parse_args()
+    home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-bench-"))).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    mine = None if a.skip_ours else anyio.run(ours, a.minutes, home)
+    if mine:
+        log(f"ours: {json.dumps(mine)}")
+    if not a.skip_trl:
+        base = trl(a.minutes)
+        print(
+            f"TRL GRPOTrainer: eval accuracy before {base['before']:.3f} after {base['after']:.3f} "
+            f"({points(base):+.1f} points) in {a.minutes:g} min, {base['steps']} steps, "
+            f"median step {base['median_step_seconds']:.1f} s ({points(base) / a.minutes:+.2f} points/min)"
+        )
+    if mine:
+        print(
+            f"rl-mcp: {mine['steps']} steps, median step {mine['median_step_seconds']} s, after = step "
+            f"{mine['after_step']} ({points(mine) / a.minutes:+.2f} points/min)"
+        )
+        print(
+            f"eval accuracy before {mine['before']:.3f} after {mine['after']:.3f} "
+            f"({points(mine):+.1f} points) in {a.minutes:g} min"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
