@@ -4,6 +4,9 @@
    importance_sampling, optim_step) through the backend, against a bare torch loop doing the
    same math on the same model. Target: backend / bare <= 1.25.
 2. `groups_to_datums` on 128 sequences x 2048 tokens. Target: <= 0.2 s.
+3. On SmolLM2-135M-Instruct (when `make smollm2` has installed it): one forward_backward on an
+   arithmetic batch (2 groups x 8 replies of 16 tokens), each group's prompt run once with its
+   KV cache under the replies, against every row run whole (before that change).
 """
 
 from __future__ import annotations
@@ -178,7 +181,58 @@ def bench_conversion() -> None:
     )
 
 
+def bench_shared_prompt(groups: int = 2, group_size: int = 8, reply_tokens: int = 16) -> None:
+    import tempfile
+
+    from tinker_atropos.backends.local import microbatches
+    from tinker_atropos.environments.arithmetic_data import question, split
+
+    try:
+        base = load_base_model("smollm2-135m", "cpu")
+    except Exception as exc:  # the model's wheel is optional (make smollm2)
+        print(f"shared prompt: smollm2-135m unavailable ({exc})")
+        return
+    gen = torch.Generator().manual_seed(0)
+    train, _ = split(level=2, eval_size=64, eval_seed=1234, num_train=groups, seed=0)
+    data = []
+    for text, _answer in train:
+        chat = [{"role": "user", "content": question(text)}]
+        prompt = base.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)["input_ids"]
+        for _ in range(group_size):
+            reply = torch.randint(0, 1000, (reply_tokens,), generator=gen).tolist()
+            toks, n = prompt + reply, len(prompt)
+            adv = torch.zeros(len(toks) - 1)
+            adv[n - 1 :] = torch.randn(reply_tokens, generator=gen)
+            data.append(
+                types.Datum(
+                    model_input=types.ModelInput.from_ints(toks[:-1]),
+                    loss_fn_inputs={"target_tokens": torch.tensor(toks[1:]), "logprobs": -adv.abs(), "advantages": adv},
+                )
+            )
+    shared_min = microbatches.MIN_SHARED_PREFIX
+    times: dict[str, list[float]] = {"shared prompt": [], "each row whole": []}
+    with tempfile.TemporaryDirectory() as run_dir:
+        client = LocalTrainingClient(base, RANK, run_dir, "bench", seed=0)
+        for i in range(4):  # the first round warms up
+            for name, min_prefix in (("shared prompt", shared_min), ("each row whole", 1 << 30)):
+                microbatches.MIN_SHARED_PREFIX = min_prefix
+                start = time.perf_counter()
+                client.forward_backward(data, "importance_sampling")
+                if i:
+                    times[name].append(time.perf_counter() - start)
+                client.optimizer.zero_grad(set_to_none=True)
+    microbatches.MIN_SHARED_PREFIX = shared_min
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(
+        f"forward_backward, smollm2-135m, {groups} groups x {group_size} replies "
+        f"({len(prompt)} prompt + {reply_tokens} reply tokens), median of 3: shared prompt "
+        f"{med['shared prompt']:.2f} s, each row whole {med['each row whole']:.2f} s "
+        f"({med['each row whole'] / med['shared prompt']:.1f}x faster)"
+    )
+
+
 if __name__ == "__main__":
     bench_step()
     bench_conversion()
+    bench_shared_prompt()
     sys.exit(0)

@@ -249,7 +249,9 @@ def test_health_waits_for_the_first_sampler_and_swap_changes_outputs(base, sampl
             assert http.get("/health").status_code == 503
             assert http.post("/logprobs", json={"input_ids": [1, 2]}).status_code == 503
             holder.swap(sampler)
-            assert http.get("/health").json() == {"status": "ok"}
+            assert http.get("/health").json() == {"status": "ok", "sampler": None}
+            holder.relabel("final")
+            assert http.get("/health").json() == {"status": "ok", "sampler": "final"}
             body = {"input_ids": [97, 98, 99, 100]}
             before = http.post("/logprobs", json=body).json()
             holder.swap(other_sampler)

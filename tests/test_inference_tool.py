@@ -456,7 +456,10 @@ async def test_an_environment_that_fails_gives_its_traceback_tail(mcp_app, tmp_p
         res = await call(client, {**args, "timeout_s": 10})
         elapsed = time.monotonic() - started
         (model,) = res.structured_content["results"]
-        assert model["status"] == "timeout" and "no result within 10 s: 0 of 1 groups scored" in model["error"]
+        assert (
+            model["status"] == "timeout"
+            and "no result within the call's 10 s limit: 0 of 1 groups scored" in model["error"]
+        )
         assert elapsed < 10 + 15 and our_processes(res.structured_content["output_dir"]) == []
         assert not (await client.call_tool("rl_select_environment", {"name": "crashy"})).is_error
         # Broken after it was selected: it no longer imports -> an error with the traceback's end.

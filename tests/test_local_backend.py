@@ -180,20 +180,49 @@ def test_gradients_accumulate_until_optim_step(client, base) -> None:
     assert any(not torch.equal(a, p) for a, p in zip(before, client.params))
 
 
-def test_microbatches_sum_to_the_whole_batch(client, base, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tinker_atropos.backends.local import training
+@pytest.mark.parametrize(
+    "cut",
+    [
+        {"MICROBATCH_TOKENS": 40},  # ~one datum per forward pass
+        {"MIN_SHARED_PREFIX": 10_000},  # every row run whole: no shared prompt
+    ],
+)
+def test_shared_prompt_and_microbatches_give_the_whole_batch_numbers(client, base, monkeypatch, cut) -> None:
+    from tinker_atropos.backends.local import microbatches
 
     data = _batch(base, k=6, seed=3)
+    tokens = [d.model_input.to_ints() for d in data]
+    trained = [microbatches.first_trained(d.loss_fn_inputs["advantages"].tolist()) for d in data]
+    (shared,) = microbatches.plan(tokens, trained, client.model.config.vocab_size)
+    assert shared.prefix == len(base.tokenizer.encode(PROMPT)) - 1 and sorted(shared.rows) == list(range(6))
     whole = client.forward_backward(data, "importance_sampling")
     want = torch.cat([p.grad.flatten() for p in client.params])
     client.optimizer.zero_grad(set_to_none=True)
-    monkeypatch.setattr(training, "MICROBATCH_TOKENS", 40)  # ~one datum per forward pass
+    for name, value in cut.items():
+        monkeypatch.setattr(microbatches, name, value)
+    assert microbatches.plan(tokens, trained, client.model.config.vocab_size) != [shared]
     split = client.forward_backward(data, "importance_sampling")
     got = torch.cat([p.grad.flatten() for p in client.params])
     assert (got - want).norm() <= 1e-5 * want.norm()
     assert split.metrics["loss:sum"] == pytest.approx(whole.metrics["loss:sum"], rel=1e-5)
     for a, b in zip(split.loss_fn_outputs, whole.loss_fn_outputs):  # outputs stay in datum order
         torch.testing.assert_close(a["logprobs"].to_torch(), b["logprobs"].to_torch(), rtol=0, atol=1e-5)
+
+
+def test_plan_shares_each_groups_prompt_and_runs_the_rest_whole() -> None:
+    from tinker_atropos.backends.local.microbatches import Microbatch, plan
+
+    a, b = list(range(10)), list(range(100, 112))
+    tokens = [[*a, 1, 2], [*a, 3], [*b, 4], [*b, 5, 6, 7], a[:5] + [9] * 9, [*b, 8]]
+    trained = [10, 10, 12, 12, 5, 3]  # the last row trains from its 4th token: too short a prompt to share
+    assert plan(tokens, trained, vocab_size=256) == [
+        Microbatch([0, 1], prefix=10),
+        Microbatch([3, 2], prefix=12),
+        Microbatch([4, 5]),
+    ]
+    # A prompt alone in its batch is not worth a cache; a whole-row "prompt" keeps one token to run.
+    assert plan([[*a, 1]], [10], vocab_size=256) == [Microbatch([0])]
+    assert plan([a, a], [10, 10], vocab_size=256) == [Microbatch([0, 1], prefix=9)]
 
 
 def test_malformed_datum_is_rejected_before_any_gradient(client, base) -> None:

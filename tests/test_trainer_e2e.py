@@ -261,6 +261,8 @@ def test_learning_run_writes_one_metrics_line_per_step(learning_run):
     for m in trained:
         assert Path(m["checkpoint"]).is_dir()
         assert m["loss"] is not None and m["logprob_drift"] is not None
+        phases = [m["forward_backward_seconds"], m["optim_seconds"], m["publish_seconds"]]
+        assert all(p > 0 for p in phases) and m["wait_seconds"] >= 0 and sum(phases) <= m["step_seconds"]
     # the first batch was sampled by the step-0 policy, which is the one trained on it: the
     # server's logprobs (through atroposlib's managed server) line up with the trainer's
     assert lines[0]["num_datums"] > 0 and lines[0]["logprob_drift"] < 1e-3

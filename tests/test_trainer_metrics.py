@@ -32,6 +32,10 @@ DOC_FIELDS = [
     "groups",
     "no_signal_share",
     "distinct_reply_share",
+    "wait_seconds",
+    "forward_backward_seconds",
+    "optim_seconds",
+    "publish_seconds",
 ]
 
 

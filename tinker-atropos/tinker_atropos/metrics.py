@@ -12,6 +12,9 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,10 @@ class StepMetrics:
     - `logprob_drift`: mean |trainer logprob - sampler logprob| over completion tokens, i.e. how
       far the weights that produced the rollouts are from the weights being trained.
     - `checkpoint`: the sampler weights serving after this step (folder or tinker:// path).
+    - `wait_seconds`: waiting for the batch (rollouts the environment had not finished during the
+      previous step); then the step's own phases: `forward_backward_seconds`, `optim_seconds` and
+      `publish_seconds` (saving the weights and loading them into the sampler), whose sum with the
+      batch conversion is `step_seconds`.
     - `agent_*`: from agentic environments' per-rollout overrides (batches.BatchConversion);
       left out of the line when no sequence reports them. W&B gets them as `agent/turns_mean`, `agent/tool_calls_mean`,
       `agent/tool_errors`.
@@ -57,9 +64,28 @@ class StepMetrics:
     groups: int = 0
     no_signal_share: float | None = None
     distinct_reply_share: float | None = None
+    wait_seconds: float | None = None
+    forward_backward_seconds: float | None = None
+    optim_seconds: float | None = None
+    publish_seconds: float | None = None
     agent_turns_mean: float | None = None
     agent_tool_calls_mean: float | None = None
     agent_tool_errors: int | None = None
+
+
+class PhaseClock:
+    """Seconds spent in each named phase of a step: `with clock("optim"): ...`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - started, 4)
 
 
 def seed_wandb_names(

@@ -32,7 +32,7 @@ from tinker_atropos.batches import (
 )
 from tinker_atropos.config import ConfigError, RunConfig
 from tinker_atropos.inference_server.holder import FINAL_LABEL, SamplerHolder
-from tinker_atropos.metrics import MetricsSink, StepMetrics
+from tinker_atropos.metrics import MetricsSink, PhaseClock, StepMetrics
 from tinker_atropos.run_api_client import Registration, RunApiClient
 from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult
 from tinker_atropos.training_state import StateKeeper
@@ -155,10 +155,11 @@ class Trainer:
         try:
             await self.publish("step-000000")  # the policy before any update; /health -> 200
             while self.steps_done < total and not self.stop.is_set():
+                waited = time.monotonic()
                 groups = await self.api.next_batch(self.stop)
                 if groups is None:
                     break
-                await self._run_step(self.steps_done + 1, groups)
+                await self._run_step(self.steps_done + 1, groups, time.monotonic() - waited)
         except Exception as exc:
             logger.exception("training failed at step %d", self.steps_done + 1)
             final_ckpt, final_state = await self._save_final(bounded=True)
@@ -189,9 +190,9 @@ class Trainer:
             await asyncio.sleep(0.5)
         logger.warning("no final evaluation within %.0f s; ending without it", timeout_s)
 
-    async def _run_step(self, step: int, groups: list[dict[str, Any]]) -> None:
+    async def _run_step(self, step: int, groups: list[dict[str, Any]], wait_seconds: float) -> None:
         """Run one step; when stop is set meanwhile, grant it STEP_GRACE_S, then abandon it."""
-        task = asyncio.create_task(self._step(step, groups))
+        task = asyncio.create_task(self._step(step, groups, wait_seconds))
         stop_wait = asyncio.create_task(self.stop.wait())
         try:
             await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
@@ -206,16 +207,20 @@ class Trainer:
         finally:
             stop_wait.cancel()
 
-    async def _step(self, step: int, groups: list[dict[str, Any]]) -> None:
+    async def _step(self, step: int, groups: list[dict[str, Any]], wait_seconds: float) -> None:
         started = time.monotonic()
         conv = groups_to_datums(groups)
         datums = await self._fill_missing_logprobs(conv)
         loss = drift = lp_ref = lp_train = None
+        phases = PhaseClock()
         if datums:
             loss_fn = self.cfg.tinker.loss_fn
-            output = await self.training.forward_backward_async(for_loss(datums, loss_fn), loss_fn)
-            await self.training.optim_step_async(self._adam)
-            await self.publish(f"step-{step:06d}")
+            with phases("forward_backward"):
+                output = await self.training.forward_backward_async(for_loss(datums, loss_fn), loss_fn)
+            with phases("optim"):
+                await self.training.optim_step_async(self._adam)
+            with phases("publish"):
+                await self.publish(f"step-{step:06d}")
             loss_sum = output.metrics.get("loss:sum")
             if loss_sum is not None:
                 loss = float(loss_sum) / max(conv.completion_tokens, 1)
@@ -241,6 +246,10 @@ class Trainer:
             groups=conv.groups,
             no_signal_share=round(conv.skipped_groups / conv.groups, 4) if conv.groups else None,
             distinct_reply_share=None if conv.distinct_reply_share is None else round(conv.distinct_reply_share, 4),
+            wait_seconds=round(wait_seconds, 4),
+            forward_backward_seconds=phases.seconds.get("forward_backward"),
+            optim_seconds=phases.seconds.get("optim"),
+            publish_seconds=phases.seconds.get("publish"),
             agent_turns_mean=conv.agent_turns_mean,
             agent_tool_calls_mean=conv.agent_tool_calls_mean,
             agent_tool_errors=conv.agent_tool_errors,

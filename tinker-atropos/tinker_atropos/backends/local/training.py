@@ -21,11 +21,10 @@ from tinker_atropos.run_files import CheckpointKind
 from ..checkpoints import CheckpointStore
 from .engine import BaseModel
 from .losses import LOSS_INPUTS, elementwise_loss
+from .microbatches import Microbatch, first_trained, plan
 from .sampler import LocalSampler
 
 LORA_ALPHA = 32
-MICROBATCH_TOKENS = 16384  # padded tokens per forward pass: bounds activation memory
-LOGITS_BUDGET = 1 << 26  # float32 logits per forward pass (256 MB): fewer tokens for big vocabularies
 ADAPTER_FILE = "adapter_model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -33,19 +32,6 @@ OPTIMIZER_FILE = "optimizer.pt"
 def lora_config(rank: int) -> LoraConfig:
     # "all-linear": every attention and MLP projection, never the output head.
     return LoraConfig(r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear")
-
-
-def _microbatches(lengths: list[int], vocab_size: int) -> list[list[int]]:
-    """Datum indices grouped (longest first) so each padded group stays under the token budget."""
-    budget = min(MICROBATCH_TOKENS, LOGITS_BUDGET // vocab_size)
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    groups: list[list[int]] = []
-    for i in order:
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
 
 
 class LocalTrainingClient:
@@ -86,22 +72,23 @@ class LocalTrainingClient:
                 raise ValueError(
                     f"datum {i}: loss_fn_inputs {bad} must have one entry per input token ({d.model_input.length})"
                 )
-        lengths = [d.model_input.length for d in data]
+        tokens = [d.model_input.to_ints() for d in data]
+        trained_from = [first_trained(_loss_weights(d)) for d in data]
         outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
         total = 0.0
         with self._lock:
-            for group in _microbatches(lengths, self.model.config.vocab_size):
-                total += self._forward_backward_group([data[i] for i in group], group, loss_fn, outputs)
+            for batch in plan(tokens, trained_from, self.model.config.vocab_size):
+                total += self._forward_backward_batch([data[i] for i in batch.rows], batch, loss_fn, outputs)
         return types.ForwardBackwardOutput(
             loss_fn_output_type="ArrayRecord",
             loss_fn_outputs=outputs,
             metrics={"loss:sum": total},
         )
 
-    def _forward_backward_group(
+    def _forward_backward_batch(
         self,
         data: list[types.Datum],
-        index: list[int],
+        batch: Microbatch,
         loss_fn: str,
         outputs: list[dict[str, types.TensorData]],
     ) -> float:
@@ -120,19 +107,35 @@ class LocalTrainingClient:
                 fields[k][row, : len(ids)] = d.loss_fn_inputs[k].to_torch().float()
         inputs = {k: v.to(self.device) for k, v in fields.items() if k in present}
         inputs["target_tokens"] = targets.to(self.device)
-        logits = self.model(input_ids=input_ids.to(self.device)).logits.float()
-        lp = -torch.nn.functional.cross_entropy(logits.transpose(1, 2), inputs["target_tokens"], reduction="none")
+        lp = self._target_logprobs(input_ids.to(self.device), inputs["target_tokens"], batch.prefix)
         loss_tok = elementwise_loss(loss_fn, lp, inputs) * mask.to(self.device)
         loss = loss_tok.sum()
         loss.backward()
         lp_cpu, loss_cpu = lp.detach().cpu(), loss_tok.detach().cpu()
-        for row, i in enumerate(index):
+        for row, i in enumerate(batch.rows):
             k = int(mask[row].sum())
             outputs[i] = {
                 "logprobs": types.TensorData.from_torch(lp_cpu[row, :k].contiguous()),
                 "elementwise_loss": types.TensorData.from_torch(loss_cpu[row, :k].contiguous()),
             }
         return float(loss.item())
+
+    def _target_logprobs(self, input_ids: torch.Tensor, targets: torch.Tensor, prefix: int) -> torch.Tensor:
+        """Log-probabilities of `targets` [rows, time]. With a shared `prefix`, its tokens run once
+        and every row continues from their KV cache (repeated per row, gradients flowing back
+        through it): the same numbers as running each row whole."""
+        if not prefix:
+            logits = self.model(input_ids=input_ids).logits.float()
+            return -torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+        rows = input_ids.shape[0]
+        head = self.model(input_ids=input_ids[:1, :prefix], use_cache=True)
+        cache = head.past_key_values
+        cache.batch_repeat_interleave(rows)
+        tail = self.model(input_ids=input_ids[:, prefix:], past_key_values=cache, use_cache=False).logits.float()
+        head_lp = torch.log_softmax(head.logits.float(), dim=-1).expand(rows, -1, -1)
+        head_targets = head_lp.gather(-1, targets[:, :prefix, None])[..., 0]
+        tail_targets = -torch.nn.functional.cross_entropy(tail.transpose(1, 2), targets[:, prefix:], reduction="none")
+        return torch.cat([head_targets, tail_targets], dim=1)
 
     # -- optimizer ----------------------------------------------------------------------------
     async def optim_step_async(self, adam_params: types.AdamParams) -> types.OptimStepResponse:
@@ -198,6 +201,14 @@ class LocalTrainingClient:
     # -- samplers -----------------------------------------------------------------------------
     async def create_sampling_client_async(self, path: str) -> LocalSampler:
         return await asyncio.to_thread(create_sampler, self.base, path)
+
+
+def _loss_weights(datum: types.Datum) -> list[float]:
+    """Where the loss counts: the weights, else the advantages (policy losses); without either
+    (cross_entropy on every token) everywhere."""
+    inputs = datum.loss_fn_inputs
+    field = inputs.get("weights", inputs.get("advantages"))
+    return [1.0] if field is None else field.to_torch().tolist()
 
 
 def create_sampler(base: BaseModel, adapter: str | None = None) -> LocalSampler:

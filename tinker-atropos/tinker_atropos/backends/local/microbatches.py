@@ -1,0 +1,70 @@
+"""How a forward_backward batch is cut into forward passes.
+
+An RL batch is groups of replies to one prompt each: every row of a group starts with the same
+prompt tokens. Running that prompt once per group and its KV cache under every reply (instead of
+once per reply) is where most of a local step's compute goes otherwise: with a group of 8 and
+replies shorter than the prompt, it cuts the tokens of a forward/backward several times. Pure
+planning, no torch: the training client executes the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MICROBATCH_TOKENS = 16384  # padded tokens per forward pass: bounds activation memory
+LOGITS_BUDGET = 1 << 26  # float32 logits per forward pass (256 MB): fewer tokens for big vocabularies
+MIN_SHARED_PREFIX = 8  # shorter shared prefixes are cheaper to recompute than to cache
+
+
+@dataclass(frozen=True)
+class Microbatch:
+    """One forward pass: datum indices, longest first, and the count of leading input tokens
+    they all share (0: none shared, each row runs whole)."""
+
+    rows: list[int]
+    prefix: int = 0
+
+
+def token_budget(vocab_size: int) -> int:
+    return min(MICROBATCH_TOKENS, LOGITS_BUDGET // vocab_size)
+
+
+def plan(tokens: Sequence[Sequence[int]], trained_from: Sequence[int], vocab_size: int) -> list[Microbatch]:
+    """Rows with the same tokens before their first trained position share that prefix; each
+    shared group is cut so that rows x (prefix + longest suffix) stays under the token budget.
+    Rows sharing nothing (or too little) are packed as before, longest first."""
+    budget = token_budget(vocab_size)
+    shared: dict[tuple[int, ...], list[int]] = {}
+    alone: list[int] = []
+    for i, (ids, start) in enumerate(zip(tokens, trained_from, strict=True)):
+        prefix = min(start, len(ids) - 1)  # at least one token after the prefix
+        if prefix >= MIN_SHARED_PREFIX:
+            shared.setdefault(tuple(ids[:prefix]), []).append(i)
+        else:
+            alone.append(i)
+    batches: list[Microbatch] = []
+    for key, rows in shared.items():
+        if len(rows) == 1:
+            alone.extend(rows)
+            continue
+        for chunk in _pack(rows, [len(ids) for ids in tokens], budget):
+            batches.append(Microbatch(chunk, len(key)))
+    batches.extend(Microbatch(chunk) for chunk in _pack(sorted(alone), [len(ids) for ids in tokens], budget))
+    return batches
+
+
+def _pack(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
+    """`rows` grouped, longest first, so that each group's padded size stays under `budget`."""
+    groups: list[list[int]] = []
+    for i in sorted(rows, key=lambda i: -lengths[i]):
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def first_trained(weights: Sequence[float]) -> int:
+    """The first position whose loss counts (its weight or advantage is non-zero)."""
+    return next((i for i, w in enumerate(weights) if w != 0), len(weights))
