@@ -44,7 +44,7 @@ $(SMOLLM2): $(STAMP)
 
 smollm2: $(SMOLLM2)
 
-demo: $(STAMP)
+demo: $(STAMP) $(SMOLLM2)
 	$(VENV)/bin/rl-mcp demo
 
 lint: $(STAMP)

@@ -39,22 +39,26 @@ MODEL = "smollm2-135m"
 # The same for both sides (env fields and tinker fields of rl_edit_config).
 SETTINGS: dict[str, Any] = {
     "group_size": 8,
-    "batch_size": 16,
+    "batch_size": 32,
     "max_completion_tokens": 16,
     "eval_size": 64,
-    "level": 2,
+    "level": 1,
     "eval_seed": 1234,
-    "learning_rate": 1e-3,
+    "learning_rate": 3e-4,
     "lora_rank": 16,
 }
-STEPS_PER_EVAL = 5
+# This project only: clipped ratios (TRL's GRPO loss clips too), rollouts at most one step behind
+# the weights being trained, and the held-out eval every 10 steps.
+OURS_ONLY: dict[str, Any] = {"loss_fn": "ppo", "max_batches_offpolicy": 1, "steps_per_eval": 10}
 
 
 def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-async def ours(minutes: float, home: Path) -> dict[str, Any]:
+async def train_through_mcp(minutes: float, home: Path, environment: str, edits: dict[str, Any]) -> Path:
+    """Select, edit, start and watch a run on the smollm2 profile for `minutes` from
+    rl_start_training, then stop it: returns its run directory."""
     # this checkout's server (python -m from the repository root), whatever rl-mcp is installed
     params = StdioServerParameters(
         command=sys.executable,
@@ -72,32 +76,52 @@ async def ours(minutes: float, home: Path) -> dict[str, Any]:
         cwd=ROOT,
     )
     async with Client(params, read_timeout_seconds=900) as client:
-        await call(client, "rl_select_environment", {"name": "arithmetic"})
-        edits = {**SETTINGS, "total_steps": 100_000, "steps_per_eval": STEPS_PER_EVAL}
-        for field, value in edits.items():
+        await call(client, "rl_select_environment", {"name": environment})
+        for field, value in {**edits, "total_steps": 100_000}.items():
             await call(client, "rl_edit_config", {"field": field, "value": value})
         started, _ = await call(client, "rl_start_training")
         run_id, run_dir = started["run_id"], Path(started["run_dir"])
         t0 = time.monotonic()
-        log(f"ours: run {run_id} in {run_dir}")
+        log(f"{environment}: run {run_id} in {run_dir}")
         while time.monotonic() - t0 < minutes * 60:
             status, _ = await call(client, "rl_check_status", {"run_id": run_id})
             if status.get("status") in ("failed", "lost", "completed", "stopped"):
                 raise RuntimeError(f"run ended early: {status.get('status')} {status.get('error')}")
             await anyio.sleep(5)
         await call(client, "rl_stop_training", {"run_id": run_id})
-        results, _ = await call(client, "rl_get_results", {"run_id": run_id})
-    evals = results.get("evals") or []
+    return run_dir
+
+
+def read_run(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(metrics lines, eval lines) of a run directory."""
+    metrics, evals = (
+        [json.loads(x) for x in (run_dir / name).read_text().splitlines() if x.strip()]
+        for name in ("metrics.jsonl", "eval.jsonl")
+    )
     if not evals:
         raise RuntimeError(f"no eval.jsonl lines in {run_dir}")
-    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return metrics, evals
+
+
+def step_figures(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """Step count, median step seconds and the median of each phase, over steps that trained."""
     trained = [m for m in metrics if m["num_datums"]]
+    phases = ("wait_seconds", "forward_backward_seconds", "optim_seconds", "publish_seconds")
+    return {
+        "steps": len(metrics),
+        "median_step_seconds": statistics.median(m["step_seconds"] for m in trained) if trained else None,
+        "median_phase_seconds": {p: statistics.median(m[p] for m in trained) for p in phases} if trained else {},
+    }
+
+
+async def ours(minutes: float, home: Path) -> dict[str, Any]:
+    run_dir = await train_through_mcp(minutes, home, "arithmetic", {**SETTINGS, **OURS_ONLY})
+    metrics, evals = read_run(run_dir)
     return {
         "before": evals[0]["eval_accuracy"],
         "after": evals[-1]["eval_accuracy"],
         "after_step": evals[-1]["step"],
-        "steps": len(metrics),
-        "median_step_seconds": statistics.median(m["step_seconds"] for m in trained) if trained else None,
+        **step_figures(metrics),
         "run_dir": str(run_dir),
     }
 
@@ -156,7 +180,11 @@ def main() -> int:
     ap.add_argument("--skip-trl", action="store_true")
     ap.add_argument("--skip-ours", action="store_true")
     ap.add_argument("--home", type=Path, default=None, help="state dir of the bench's server")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON", help="override a setting")
     a = ap.parse_args()
+    for item in a.set:
+        field, _, value = item.partition("=")
+        (SETTINGS if field in SETTINGS else OURS_ONLY)[field] = json.loads(value)
     home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-bench-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
     mine = None if a.skip_ours else anyio.run(ours, a.minutes, home)
@@ -170,8 +198,9 @@ def main() -> int:
             f"median step {base['median_step_seconds']:.1f} s ({points(base) / a.minutes:+.2f} points/min)"
         )
     if mine:
+        phases = ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in mine["median_phase_seconds"].items())
         print(
-            f"rl-mcp: {mine['steps']} steps, median step {mine['median_step_seconds']} s, after = step "
+            f"rl-mcp: {mine['steps']} steps, median step {mine['median_step_seconds']} s ({phases}), after = step "
             f"{mine['after_step']} ({points(mine) / a.minutes:+.2f} points/min)"
         )
         print(

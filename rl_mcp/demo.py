@@ -24,8 +24,12 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-ENVIRONMENT = "letter_repeat"
-PROFILE = "local"
+ENVIRONMENT = "arithmetic"
+PROFILE = "smollm2"
+STEPS = 10
+# The demo's edits on top of the profile's defaults: the held-out eval before the first step and
+# after the last only (32 sums each), so the 5-minute budget goes to training.
+DEMO_EDITS: dict[str, Any] = {"eval_size": 32, "steps_per_eval": 1000}
 FINAL_STATUSES = frozenset({"completed", "failed", "stopped", "lost"})
 LOG_TAIL_LINES = 20
 
@@ -58,7 +62,7 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
         default=Path(".demo-home"),
         help="state dir of the demo's server (RL_MCP_HOME); default ./.demo-home, kept afterwards",
     )
-    parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    parser.add_argument("--steps", type=int, default=STEPS, help=f"training steps (default {STEPS})")
     parser.add_argument("--plot", type=Path, default=None, help="where to write the reward curve PNG")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up on training after this many seconds")
     parser.add_argument("--skip-inference-test", action="store_true", help="leave out rl_test_inference (saves ~20 s)")
@@ -77,6 +81,7 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
         test_inference=not args.skip_inference_test,
         environment=args.environment,
         profile=args.profile,
+        edits=dict(DEMO_EDITS) if args.environment == ENVIRONMENT else {},
     )
 
 

@@ -22,6 +22,7 @@ AGENT_EDITS = {
     "group_size": 2,
     "batch_size": 4,
     "total_steps": 2,
+    "eval_size": 2,
     # the random tiny model earns equal (zero) scores: keep those groups so the steps still run
     "ensure_scores_are_not_same": False,
 }
@@ -65,3 +66,6 @@ async def test_agent_environment_is_tested_and_trained_through_the_tools(rl_home
     assert [m["step"] for m in lines] == [1, 2]
     for m in lines:
         assert 1 <= m["agent_turns_mean"] <= 2 and m["agent_tool_calls_mean"] >= 0 and m["agent_tool_errors"] >= 0
+    # the base model's eval before the first rollout: accuracy and the share that called a tool
+    before = json.loads((Path(started["run_dir"]) / "eval.jsonl").read_text().splitlines()[0])
+    assert before["step"] == 0 and before["num_items"] == 2 and 0.0 <= before["eval_tool_call_share"] <= 1.0

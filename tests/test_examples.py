@@ -142,11 +142,14 @@ def test_demo_runs_the_whole_workflow(tmp_path: Path) -> None:
         timeout=600,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    for step in ("rl_list_environments", "rl_select_environment letter_repeat", "rl_edit_config",
+    for step in ("rl_list_environments", "rl_select_environment arithmetic", "rl_edit_config",
                  "rl_test_inference", "rl_start_training", "rl_get_results"):  # fmt: skip
         assert step in out.stdout
     assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     weights = re.search(r"^\s*weights\s+(\S+)", out.stdout, re.M)
     assert weights and Path(weights.group(1)).is_dir(), out.stdout
     assert "step 2/2" in out.stderr  # the progress bar reached the end
+    # SmolLM2 on the held-out sums, before the first step and after the last (the demo's story)
+    held_out = re.search(r"^\s*held-out\s+eval accuracy \d\.\d+ \(step 0\) -> \d\.\d+ \(step 2\)", out.stdout, re.M)
+    assert held_out, out.stdout
     assert (home / "runs.sqlite").exists() and not (tmp_path / ".demo-home").exists()

@@ -20,6 +20,7 @@ TRAINING_FIELDS = (
     "eps",
     "weight_decay",
     "grad_clip_norm",
+    "loss_fn",
     "max_token_trainer_length",
     "seed",
     "wandb_project",

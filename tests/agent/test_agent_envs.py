@@ -176,3 +176,25 @@ async def test_a_demonstration_rollout_is_trained_like_a_sampled_one(scripted, t
     assert '"name": "calculator"' in trained and trained.rstrip().endswith(str(item.answer) + "<|im_end|>")
     assert "<tool_response>" in context and str(item.answer) in context and "What is" in context
     assert group["messages"][0][-1] == {"role": "assistant", "content": str(item.answer)}
+
+
+@pytest.mark.anyio
+async def test_agent_eval_reports_the_share_of_rollouts_with_a_well_formed_tool_call(scripted, tiny_path) -> None:
+    from tinker_atropos.environments.tool_calculator import ToolCalculatorEnv
+
+    url, sampler = scripted
+    env = make_env(ToolCalculatorEnv, url, tiny_path, eval_size=2)
+    try:
+        await env.setup()
+        a, b = env.eval_items
+        sampler.script = [_call("calculator", expression=a.expression), str(a.answer)]
+        called = await env.evaluate_agent([a])
+        sampler.script = ['<tool_call>{"name": "calculator", "arguments": </tool_call>', str(b.answer)]
+        malformed = await env.evaluate_agent([b])
+        sampler.script = [str(a.answer)]
+        answered = await env.evaluate_agent([a, b])
+    finally:
+        await close_env(env)
+    assert called["eval_tool_call_share"] == 1.0 and called["eval_accuracy"] == 1.0
+    assert malformed["eval_tool_call_share"] == 0.0 and malformed["eval_agent_turns_mean"] == 2
+    assert answered["eval_tool_call_share"] == 0.0 and answered["eval_accuracy"] == 0.5

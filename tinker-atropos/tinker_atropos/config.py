@@ -40,7 +40,11 @@ class TinkerConfig(_Strict):
     eps: float = Field(1.0e-8, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip_norm: float = Field(1.0, ge=0)
-    loss_fn: Literal["importance_sampling", "ppo", "cross_entropy"] = "importance_sampling"
+    loss_fn: Literal["importance_sampling", "ppo", "cross_entropy"] = Field(
+        "importance_sampling",
+        description="Policy loss: importance_sampling (unclipped ratio), ppo (ratio clipped to 0.8-1.2: "
+        "steadier when rollouts lag the weights) or cross_entropy (advantage-weighted log-likelihood).",
+    )
     max_token_trainer_length: int = Field(9000, gt=0)
     total_steps: int = Field(gt=0)
     api_url: str = Field(pattern=r"^https?://\S+$")

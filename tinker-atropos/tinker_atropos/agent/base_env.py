@@ -85,6 +85,10 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         "(tools and reward stay real): a warm start for a small model that never calls a tool by itself. "
         "0 = pure RL.",
     )
+    eval_before_training: bool = Field(
+        default=True,
+        description="Run evaluate() on the base model (eval.jsonl step 0) before the first rollout of a fresh run.",
+    )
 
 
 class HermesAgentBaseEnv(BaseEnv):
@@ -244,6 +248,12 @@ class HermesAgentBaseEnv(BaseEnv):
         """What percent_correct counts; override when full reward is not the criterion."""
         return reward >= 1.0
 
+    async def register_env(self) -> None:
+        """Registered: on a fresh run, the base model's score comes first (eval.jsonl step 0)."""
+        await super().register_env()
+        if self.config.eval_before_training and self.curr_step == 0:
+            await self.evaluate()
+
     # --- evaluation helper -----------------------------------------------------------------
 
     async def evaluate_agent(self, items: list[Item], temperature: float = 0.0) -> dict[str, Any]:
@@ -264,6 +274,8 @@ class HermesAgentBaseEnv(BaseEnv):
             "eval_accuracy": sum(c for _, _, c in done) / n,
             "eval_reward_mean": sum(r for _, r, _ in done) / n,
             "eval_agent_turns_mean": sum(res.turns_used for res, _, _ in done) / n,
+            # the behaviour an agent environment trains: rollouts that made a well-formed tool call
+            "eval_tool_call_share": sum(_parsed_calls(res) > 0 for res, _, _ in done) / n,
             "num_items": len(done),
         }
         if self.config.data_dir_to_save_evals:
@@ -323,6 +335,11 @@ class HermesAgentBaseEnv(BaseEnv):
     @abstractmethod
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         """Periodic evaluation (every steps_per_eval steps); `evaluate_agent()` does the work."""
+
+
+def _parsed_calls(result: AgentResult) -> int:
+    """Tool calls that parsed (a name and JSON arguments), whether or not the tool then failed."""
+    return result.tool_calls - sum(1 for e in result.tool_errors if not e.tool_name)
 
 
 def _plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

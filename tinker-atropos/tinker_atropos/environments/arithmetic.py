@@ -1,8 +1,9 @@
 """arithmetic: generated sums, differences and small products, answered with just the number.
 
-Offline, sized for SmolLM2-135M-Instruct (`smollm2-135m`), which gets 5 of the 64 held-out problems
-right before training (greedy): it mostly explains instead of answering. The problems, the split
-(disjoint from training, identical across runs) and the reward live in arithmetic_data.py.
+Offline, sized for SmolLM2-135M-Instruct (`smollm2-135m`), which gets 7 of the 64 held-out sums
+(level 1) right before training (greedy): it writes `75 + 5 = 120`, or explains instead of
+answering. The problems, the split (disjoint from training, identical across runs) and the reward
+live in arithmetic_data.py.
 
 Reward (in [0, 1]), shaped so a group of replies is rarely all-equal for a small model:
     1.0   the reply is exactly the number
@@ -22,7 +23,7 @@ from tinker_atropos.models.paths import SMOLLM2
 
 
 class ArithmeticConfig(ChatTaskConfig):
-    level: int = Field(default=2, ge=1, le=3, description="1: sums; 2: and differences; 3: and small products.")
+    level: int = Field(default=1, ge=1, le=3, description="1: sums; 2: and differences; 3: and small products.")
     num_train_items: int = Field(default=4096, ge=1, description="Training problems (none of them in the eval set).")
     eval_seed: int = Field(default=1234, description="Seed of the held-out eval set (fixed across runs).")
 
