@@ -55,7 +55,7 @@ lint: $(STAMP)
 test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
-bench: $(STAMP)
+bench: $(STAMP) $(SMOLLM2)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:

@@ -148,6 +148,10 @@ def test_missing_inference_logprobs_are_reported_and_fillable():
     assert _arr(filled, "logprobs") == [0.0, -0.75]
     assert _arr(filled, "advantages") == _arr(out.datums[1], "advantages")
     assert filled.model_input.to_ints() == [1, 2]
+    # one sequence without them (an empty list: a demonstration): only that one is missing
+    group = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [1.0, 0.0], logprobs=[[], [1.0, 1.0, -0.5]])
+    out = groups_to_datums([group])
+    assert out.missing_logprobs == [0] and _arr(out.datums[1], "logprobs") == [0.0, -0.5]
 
 
 def test_malformed_group_is_dropped_not_fatal():

@@ -169,7 +169,8 @@ async def test_a_demonstration_rollout_is_trained_like_a_sampled_one(scripted, t
     demo, sampled = group["scores"]
     assert demo == 1.0 and sampled < 0.5
     assert group["overrides"][0] == {"correct": True, "turns": 2, "tool_calls": 1, "tool_errors": 0}
-    assert "inference_logprobs" not in group  # the trainer scores the whole group with its sampler
+    # the sampled rollout keeps its sampler logprobs; the trainer scores only the demonstration
+    assert group["inference_logprobs"][0] == [] and len(group["inference_logprobs"][1]) == len(group["tokens"][1])
     tokens, masks = group["tokens"][0], group["masks"][0]
     trained = env.tokenizer.decode([t for t, m in zip(tokens, masks) if m != -100])
     context = env.tokenizer.decode([t for t, m in zip(tokens, masks) if m == -100])

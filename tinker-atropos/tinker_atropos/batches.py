@@ -6,7 +6,8 @@ A group (one dict of atroposlib's `GET /batch` list) holds `group_size` sequence
 - `masks[i]`: aligned with `tokens[i]`; -100 on prompt positions, the token id on completion
   positions (atroposlib's ManagedServer and `tokenize_for_trainer` both write it so).
 - `inference_logprobs[i]` (optional): aligned with `tokens[i]`; the sampler's logprob of each
-  completion token, a placeholder (1.0) on prompt positions.
+  completion token, a placeholder (1.0) on prompt positions. An empty list: this sequence was not
+  sampled (an agent environment's demonstration), and the trainer scores it with its sampler.
 - `scores[i]`: the sequence's reward.
 - `advantages[i]` (optional): per-token advantages the environment computed itself, aligned with
   `tokens[i]`; when present they replace `score - group mean`.
@@ -224,7 +225,7 @@ def _group_rows(group: dict[str, Any]) -> list[_Row]:
     for i in range(n):
         if len(masks[i]) != len(tokens[i]):
             raise ValueError(f"sequence {i}: {len(tokens[i])} tokens but {len(masks[i])} masks")
-        if logprobs is not None and len(logprobs[i]) != len(tokens[i]):
+        if logprobs is not None and logprobs[i] and len(logprobs[i]) != len(tokens[i]):
             raise ValueError(f"sequence {i}: {len(tokens[i])} tokens but {len(logprobs[i])} inference_logprobs")
         if token_adv is not None and len(token_adv[i]) != len(tokens[i]):
             raise ValueError(f"sequence {i}: {len(tokens[i])} tokens but {len(token_adv[i])} advantages")
@@ -237,7 +238,7 @@ def _group_rows(group: dict[str, Any]) -> list[_Row]:
         _Row(
             tokens=tokens[i],
             masks=masks[i],
-            logprobs=None if logprobs is None else logprobs[i],
+            logprobs=logprobs[i] if logprobs is not None and logprobs[i] else None,
             score_advantage=float(centred[i]),
             token_advantages=None if token_adv is None else token_adv[i],
             zeroed=group_zero or bool(overrides[i].get("set_advantage_to_zero", False)),

@@ -240,8 +240,9 @@ class HermesAgentBaseEnv(BaseEnv):
             overrides=[s["overrides"] for s in items],
             messages=[s["messages"] for s in items],
         )
-        if all(s["inference_logprobs"] is not None for s in items):
-            group["inference_logprobs"] = [s["inference_logprobs"] for s in items]
+        if any(s["inference_logprobs"] is not None for s in items):
+            # a demonstration has none (empty: the trainer scores just that sequence)
+            group["inference_logprobs"] = [s["inference_logprobs"] or [] for s in items]
         return group, [b for r in results for b in r[1]]
 
     def is_correct(self, item: Item, result: AgentResult, reward: float) -> bool:
