@@ -30,6 +30,15 @@ from tinker_atropos.agent.tool_calls import ToolCall, parse_tool_calls
 from tinker_atropos.agent.tools import ToolResult
 
 logger = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def _warn_once(message: str, *args: object) -> None:
+    """A per-rollout condition, logged once per process instead of once per rollout."""
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning(message, *args)
+
 
 PROMPT_MASK = -100
 PROMPT_LOGPROB = 1.0  # atroposlib's placeholder on masked positions (batches.py ignores it)
@@ -157,6 +166,15 @@ class HermesAgentLoop:
             budget = self.max_context - len(trace) - 1  # atroposlib drops sequences >= the limit
             if self.max_tokens:
                 budget = min(budget, self.max_tokens)
+            if turn == 0 and self.max_tokens and 1 <= budget < self.max_tokens:
+                _warn_once(
+                    "the prompt (%d tokens, tool schemas included) leaves %d of max_turn_tokens=%d under "
+                    "max_token_length=%d: first replies are cut short; raise max_token_length",
+                    len(trace),
+                    budget,
+                    self.max_tokens,
+                    self.max_context,
+                )
             if budget < 1:
                 if turn == 0:
                     logger.warning(
