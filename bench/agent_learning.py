@@ -22,8 +22,8 @@ import anyio
 from learning import read_run, step_figures, train_through_mcp
 
 # The profile's defaults (lr 3e-4, ppo, rollouts one step behind) and the environment's own
-# (group 8 with 1 demonstration, batch 32, up to 3 turns of 48 tokens); the eval every 10 steps.
-EDITS: dict[str, Any] = {"steps_per_eval": 10, "eval_size": 16}
+# (group 8 with 1 demonstration, batch 32, up to 3 turns of 48 tokens); the eval every 5 steps.
+EDITS: dict[str, Any] = {"steps_per_eval": 5, "eval_size": 16}
 
 
 def main() -> int:
@@ -48,6 +48,9 @@ def main() -> int:
     figures = step_figures(metrics)
     print(f"{figures['steps']} steps, median step {figures['median_step_seconds']} s, run {run_dir}")
     first, last = evals[0], evals[-1]
+    if len(evals) < 2:
+        print(f"no eval after step {first['step']} within {a.minutes:g} min: lower steps_per_eval (--set)")
+        return 1
     gain = 100 * (last["eval_tool_call_share"] - first["eval_tool_call_share"])
     print(
         f"tool-call share before {first['eval_tool_call_share']:.3f} after {last['eval_tool_call_share']:.3f} "
