@@ -21,7 +21,7 @@ AGENT_EDITS = {
     "max_agent_turns": 2,
     "group_size": 2,
     "batch_size": 4,
-    "total_steps": 2,
+    "total_steps": 5,
     "eval_size": 2,
     # the random tiny model earns equal (zero) scores: keep those groups so the steps still run
     "ensure_scores_are_not_same": False,
@@ -63,7 +63,9 @@ async def test_agent_environment_is_tested_and_trained_through_the_tools(rl_home
         assert done["latest"]["agent_turns_mean"] is not None and done["latest"]["agent_tool_errors"] is not None
 
     lines = [json.loads(x) for x in (Path(started["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [1, 2]
+    assert [m["step"] for m in lines] == [1, 2, 3, 4, 5]
+    # each group's demonstration outscores the random model's replies: every step trains
+    assert all(m["loss"] is not None and m["loss"] != 0.0 for m in lines), [m["loss"] for m in lines]
     for m in lines:
         assert 1 <= m["agent_turns_mean"] <= 2 and m["agent_tool_calls_mean"] >= 0 and m["agent_tool_errors"] >= 0
     # the base model's eval before the first rollout: accuracy and the share that called a tool
