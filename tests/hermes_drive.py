@@ -62,7 +62,7 @@ def main() -> None:
     status: dict[str, Any] = {}
     while time.monotonic() < deadline:
         status = ok("mcp__rl__rl_check_status", {"run_id": run_id})
-        if status["status"] not in ("starting", "running"):
+        if status["status"] not in ("starting", "running", "stopping"):  # stopping: its processes are ending
             break
         time.sleep(1.0)
     seen["status"] = {k: status.get(k) for k in ("status", "step", "environment", "wandb_project", "wandb_run_name")}

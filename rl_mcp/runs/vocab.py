@@ -13,7 +13,8 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     """All three processes are up and training is under way."""
     STOPPING = "stopping"
-    """A stop was requested and its processes are being ended."""
+    """The run is ending (a stop was requested, or the trainer finished or failed) and its
+    processes are being ended; the final status follows."""
     COMPLETED = "completed"
     """The trainer ran every step."""
     FAILED = "failed"
