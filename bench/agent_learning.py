@@ -13,13 +13,12 @@ The last line: `tool-call share before X after Y (+Z points) in M min`.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import anyio
-from learning import read_run, step_figures, train_through_mcp
+from learning import overrides, read_run, step_figures, train_through_mcp
 
 # The profile's defaults (lr 3e-4, ppo, rollouts one step behind) and the environment's own
 # (group 8 with 1 demonstration, batch 32, up to 3 turns of 48 tokens); the eval every 5 steps.
@@ -32,10 +31,7 @@ def main() -> int:
     ap.add_argument("--home", type=Path, default=None, help="state dir of the bench's server")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON", help="override a setting")
     a = ap.parse_args()
-    edits = dict(EDITS)
-    for item in a.set:
-        field, _, value = item.partition("=")
-        edits[field] = json.loads(value)
+    edits = {**EDITS, **overrides(a.set)}
     home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-agent-bench-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
     run_dir = anyio.run(train_through_mcp, a.minutes, home, "tool_calculator", edits)

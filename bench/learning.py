@@ -92,6 +92,12 @@ async def train_through_mcp(minutes: float, home: Path, environment: str, edits:
     return run_dir
 
 
+def overrides(items: list[str]) -> dict[str, Any]:
+    """`--set FIELD=JSON` arguments as a dict."""
+    pairs = (item.partition("=") for item in items)
+    return {field: json.loads(value) for field, _, value in pairs}
+
+
 def read_run(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(metrics lines, eval lines) of a run directory."""
     metrics, evals = (
@@ -182,9 +188,8 @@ def main() -> int:
     ap.add_argument("--home", type=Path, default=None, help="state dir of the bench's server")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON", help="override a setting")
     a = ap.parse_args()
-    for item in a.set:
-        field, _, value = item.partition("=")
-        (SETTINGS if field in SETTINGS else OURS_ONLY)[field] = json.loads(value)
+    for field, value in overrides(a.set).items():
+        (SETTINGS if field in SETTINGS else OURS_ONLY)[field] = value
     home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-bench-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
     mine = None if a.skip_ours else anyio.run(ours, a.minutes, home)

@@ -37,8 +37,9 @@ class StepMetrics:
     - `checkpoint`: the sampler weights serving after this step (folder or tinker:// path).
     - `wait_seconds`: waiting for the batch (rollouts the environment had not finished during the
       previous step); then the step's own phases: `forward_backward_seconds`, `optim_seconds` and
-      `publish_seconds` (saving the weights and loading them into the sampler), whose sum with the
-      batch conversion is `step_seconds`.
+      `publish_seconds` (saving the weights and loading them into the sampler). The rest of
+      `step_seconds` is the batch conversion and scoring sequences that came without sampler
+      logprobs (an agent environment's demonstrations).
     - `agent_*`: from agentic environments' per-rollout overrides (batches.BatchConversion);
       left out of the line when no sequence reports them. W&B gets them as `agent/turns_mean`, `agent/tool_calls_mean`,
       `agent/tool_errors`.

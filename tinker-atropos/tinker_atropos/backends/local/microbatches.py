@@ -34,7 +34,7 @@ def plan(tokens: Sequence[Sequence[int]], trained_from: Sequence[int], vocab_siz
     """Rows with the same tokens before their first trained position share that prefix; each
     shared group is cut so that rows x (prefix + longest suffix) stays under the token budget.
     Rows sharing nothing (or too little) are packed as before, longest first."""
-    budget = token_budget(vocab_size)
+    budget, lengths = token_budget(vocab_size), [len(ids) for ids in tokens]
     shared: dict[tuple[int, ...], list[int]] = {}
     alone: list[int] = []
     for i, (ids, start) in enumerate(zip(tokens, trained_from, strict=True)):
@@ -48,9 +48,9 @@ def plan(tokens: Sequence[Sequence[int]], trained_from: Sequence[int], vocab_siz
         if len(rows) == 1:
             alone.extend(rows)
             continue
-        for chunk in _pack(rows, [len(ids) for ids in tokens], budget):
+        for chunk in _pack(rows, lengths, budget):
             batches.append(Microbatch(chunk, len(key)))
-    batches.extend(Microbatch(chunk) for chunk in _pack(sorted(alone), [len(ids) for ids in tokens], budget))
+    batches.extend(Microbatch(chunk) for chunk in _pack(sorted(alone), lengths, budget))
     return batches
 
 
