@@ -3,7 +3,7 @@
 Local profile, real processes, through an in-memory MCP client. Printed beside the seed design's
 fixed schedule (sleep 5 s after run-api, 30 s after the trainer, 90 s after the environment,
 10 s more: 135 s before it reported running). Targets: running within 5 s, first step within 10 s.
-run-api starts first; the trainer and the environment start together once it answers.
+run-api, the trainer and the environment are spawned at once; readiness is awaited in that order.
 
     .venv/bin/python bench/start_latency.py [--steps N] [--runs N]
 """
@@ -96,7 +96,7 @@ def main() -> None:
     api, trainer, env = figures["spawn_api"], figures["spawn_trainer"], figures["spawn_env"]
     print(f"{'phase (median of ' + str(args.runs) + ')':<34}{'rl-mcp (s)':>12}{'seed design (s)':>18}")
     print(f"{'rl_start_training returned':<34}{figures['returned']:>12.2f}{'-':>18}")
-    print(f"{'run-api ready (trainer spawned)':<34}{trainer:>12.2f}{SEED_SCHEDULE['api']:>18.0f}")
+    print(f"{'trainer spawned':<34}{trainer:>12.2f}{SEED_SCHEDULE['api']:>18.0f}")
     print(f"{'environment spawned':<34}{env:>12.2f}{SEED_SCHEDULE['api'] + SEED_SCHEDULE['trainer']:>18.0f}")
     print(f"{'trainer ready':<34}{figures['trainer_ready']:>12.2f}{'-':>18}")
     print(f"{'status running':<34}{figures['running']:>12.2f}{SEED_RUNNING_S:>18.0f}")

@@ -219,3 +219,46 @@ async def test_openai_only_endpoint_is_scored_from_reply_text(inference_url, tmp
             add_special_tokens=False,
         )
         assert score == pytest.approx(env.score(item, env.tokenizer.decode(reply)).reward)
+
+
+@pytest.mark.anyio
+async def test_environment_joins_its_run_and_rolls_out_before_atroposlibs_start_pause(
+    inference_url, tmp_path: Path
+) -> None:
+    """Against a real run-api: registration waits for the trainer's first batch request and then
+    goes through; rollouts start when get_server_info returns, before env_manager (and its fixed
+    5 s pause) runs at all, and their groups reach run-api's queue."""
+    import anyio
+    import httpx
+    from test_trainer_e2e import free_port, start_run_api
+
+    from tinker_atropos.environments.letter_repeat import LetterRepeatEnv
+    from tinker_atropos.run_api_client import Registration, RunApiClient
+
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}"
+    api = start_run_api(port, tmp_path / "api.log")
+    env = _env(LetterRepeatEnv, inference_url, tmp_path, rollout_server_url=api_url, group_size=4, batch_size=8)
+    trainer = RunApiClient(api_url)
+    try:
+        await env.setup()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(env.register_env)
+            await anyio.sleep(0.5)
+            assert not hasattr(env, "env_id")  # run-api holds it: no trainer yet
+            await trainer.register(Registration("g", "p", 8, 256, str(tmp_path), 1, 0, 3), timeout_s=10)
+            async with httpx.AsyncClient() as http:
+                assert (await http.get(f"{api_url}/batch")).json()["batch"] is None  # the trainer has started
+        assert env.env_id == 0
+        await env.get_server_info()
+        assert env.workers, "no rollout started before env_manager"
+        with anyio.fail_after(60):
+            async with httpx.AsyncClient() as http:
+                while (await http.get(f"{api_url}/status")).json()["queue_size"] == 0:
+                    await anyio.sleep(0.1)
+    finally:
+        for worker in env.workers:
+            worker.cancel()
+        await trainer.aclose()
+        await _close(env)
+        api.kill()

@@ -1,9 +1,8 @@
 """The start of a run in stages: what each process runs, and when it counts as ready.
 
 Readiness order (docs/run-files.md): run-api, then the trainer (which registers with run-api
-and serves inference), then the environment (which registers with run-api). The trainer and the
-environment are spawned together once run-api answers (RunManager._start_stages); readiness is
-polled in that order, never slept.
+and serves inference), then the environment (which registers with run-api). All three are
+spawned at once (RunManager._start_stages); readiness is polled in that order, never slept.
 """
 
 from __future__ import annotations
@@ -22,9 +21,11 @@ from rl_mcp.settings import Settings
 from tinker_atropos.run_files import ProcessName
 
 Ready = Callable[[], Awaitable[bool]]
-# What starts when a stage's turn comes: the environment with the trainer (its atroposlib import
-# overlaps the model load); run-api holds its registration until the trainer asked for a batch.
-SPAWN_WITH = {Stage.API: (Stage.API,), Stage.TRAINER: (Stage.TRAINER, Stage.ENV)}
+# What starts when a stage's turn comes: everything with run-api. The trainer's imports and model
+# load and the environment's atroposlib import overlap run-api's start; the order still holds, as
+# the trainer retries its registration until run-api answers, and run-api holds the environment's
+# registration until the trainer has asked for a batch.
+SPAWN_WITH = {Stage.API: (Stage.API, Stage.TRAINER, Stage.ENV)}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any
 
-from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.base import BaseEnvConfig, ScoredDataGroup
 from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from atroposlib.type_definitions import Item
 from pydantic import Field
@@ -32,6 +32,7 @@ from tinker_atropos.agent.sandbox import SandboxConfig, open_sandbox
 from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext, ToolResult, select_tools
 from tinker_atropos.agent.trajectory import format_trajectory
+from tinker_atropos.environments.run_env import RunEnv
 from tinker_atropos.run_files import RunFiles, append_jsonl
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     )
 
 
-class HermesAgentBaseEnv(BaseEnv):
+class HermesAgentBaseEnv(RunEnv):
     """Abstract base of tool-calling environments (not an environment by itself)."""
 
     name: str | None = "hermes-agent"

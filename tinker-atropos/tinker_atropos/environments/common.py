@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.base import APIServerConfig, BaseEnvConfig, ScoredDataGroup
 from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from pydantic import Field
 
+from tinker_atropos.environments.run_env import RunEnv
 from tinker_atropos.inference_server.holder import FINAL_LABEL
 from tinker_atropos.models.paths import TINY_CHAT, model_ref
 from tinker_atropos.run_files import RunFiles, append_jsonl
@@ -84,7 +85,7 @@ def local_server_defaults(max_requests: int = 16, model: str = TINY_CHAT) -> lis
     ]
 
 
-class ChatTaskEnv(BaseEnv):
+class ChatTaskEnv(RunEnv):
     """Base of the bundled environments (abstract: not an environment by itself)."""
 
     env_config_cls = ChatTaskConfig
