@@ -3,11 +3,16 @@
 1. This project, through the MCP tools exactly as an agent: `rl-mcp serve` over stdio on the
    bundled `smollm2` profile, rl_select_environment arithmetic, rl_edit_config,
    rl_start_training, rl_check_status until the budget is spent, rl_stop_training,
-   rl_get_results. Before = the eval of the base model (step 0); after = the last eval within
-   the budget (the budget counts from rl_start_training: model load and evals included).
+   rl_get_results.
 2. TRL's GRPOTrainer (bench/baselines/trl_grpo.py, installed into .venv-bench from
-   bench/baselines/requirements-trl.txt): the same model, task, reward, group size, batch, learning rate,
-   LoRA rank and budget (training time only), the same eval set, prompt and greedy decoding.
+   bench/baselines/requirements-trl.txt): the same model, task, reward, group size, batch,
+   learning rate, LoRA rank and budget.
+
+Both budgets count training only, as TRL's trainer measures it: from the end of the base model's
+eval, without the model load and without the evals (the run's periodic evals, read from the
+`seconds` of each eval.jsonl line, stop its training while they run). Both sides' final weights
+are then scored by the same code (bench/baselines/heldout.py: the held-out set, prompt and greedy
+decoding); the run's own evals give its curve.
 
     .venv/bin/python bench/learning.py [--minutes 30] [--skip-trl] [--skip-ours]
 
@@ -32,6 +37,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from rl_mcp.demo import call, server_environment
+from tinker_atropos.run_files import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_VENV = ROOT / ".venv-bench"
@@ -56,9 +62,20 @@ def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-async def train_through_mcp(minutes: float, home: Path, environment: str, edits: dict[str, Any]) -> Path:
-    """Select, edit, start and watch a run on the smollm2 profile for `minutes` from
-    rl_start_training, then stop it: returns its run directory."""
+def training_seconds(run_dir: Path) -> float:
+    """Seconds trained so far: from the end of the step-0 eval, less the evals since (0 before)."""
+    evals = [e for e in read_jsonl(run_dir / "eval.jsonl") if not e.get("final")]
+    if not evals or evals[0]["step"] != 0:
+        return 0.0
+    return time.time() - evals[0]["time"] - sum(e["seconds"] for e in evals[1:])
+
+
+async def train_through_mcp(
+    minutes: float, home: Path, environment: str, edits: dict[str, Any], *, training_clock: bool = False
+) -> Path:
+    """Select, edit, start and watch a run on the smollm2 profile for `minutes`, then stop it:
+    returns its run directory. The minutes count from rl_start_training, or with
+    `training_clock` as training_seconds counts them."""
     # this checkout's server (python -m from the repository root), whatever rl-mcp is installed
     params = StdioServerParameters(
         command=sys.executable,
@@ -83,7 +100,7 @@ async def train_through_mcp(minutes: float, home: Path, environment: str, edits:
         run_id, run_dir = started["run_id"], Path(started["run_dir"])
         t0 = time.monotonic()
         log(f"{environment}: run {run_id} in {run_dir}")
-        while time.monotonic() - t0 < minutes * 60:
+        while (training_seconds(run_dir) if training_clock else time.monotonic() - t0) < minutes * 60:
             status, _ = await call(client, "rl_check_status", {"run_id": run_id})
             if status.get("status") in ("failed", "lost", "completed", "stopped"):
                 raise RuntimeError(f"run ended early: {status.get('status')} {status.get('error')}")
@@ -121,15 +138,33 @@ def step_figures(metrics: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def ours(minutes: float, home: Path) -> dict[str, Any]:
-    run_dir = await train_through_mcp(minutes, home, "arithmetic", {**SETTINGS, **OURS_ONLY})
+    run_dir = await train_through_mcp(minutes, home, "arithmetic", {**SETTINGS, **OURS_ONLY}, training_clock=True)
     metrics, evals = read_run(run_dir)
+    (final,) = run_dir.glob("checkpoints/*/sampler_weights/final")
     return {
         "before": evals[0]["eval_accuracy"],
-        "after": evals[-1]["eval_accuracy"],
-        "after_step": evals[-1]["step"],
+        "after": held_out_accuracy(final),
+        "in_run_evals": {e["step"]: e["eval_accuracy"] for e in evals},
+        "eval_seconds": sum(e["seconds"] for e in evals[1:]),
         **step_figures(metrics),
         "run_dir": str(run_dir),
     }
+
+
+def held_out_accuracy(adapter: Path) -> float:
+    """The final weights scored by heldout.py, the code that scores TRL's."""
+    from tinker_atropos.models import resolve_model
+
+    s = SETTINGS
+    argv = [str(ensure_bench_venv()), str(ROOT / "bench" / "baselines" / "heldout.py"), "--model"]
+    argv += [resolve_model(MODEL), "--adapter", str(adapter), "--max-tokens", str(s["max_completion_tokens"])]
+    argv += ["--eval-size", str(s["eval_size"]), "--level", str(s["level"]), "--eval-seed", str(s["eval_seed"])]
+    out = subprocess.run(argv, env=bench_env(), stdout=subprocess.PIPE, text=True, check=True)
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["accuracy"])
+
+
+def bench_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT / "tinker-atropos"), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
 
 
 def ensure_bench_venv() -> Path:
@@ -171,8 +206,7 @@ def trl(minutes: float) -> dict[str, Any]:
         "--eval-seed",
         str(s["eval_seed"]),
     ]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tinker-atropos"), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, check=True)
+    out = subprocess.run(argv, env=bench_env(), stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -205,8 +239,9 @@ def main() -> int:
     if mine:
         phases = ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in mine["median_phase_seconds"].items())
         print(
-            f"rl-mcp: {mine['steps']} steps, median step {mine['median_step_seconds']} s ({phases}), after = step "
-            f"{mine['after_step']} ({points(mine) / a.minutes:+.2f} points/min)"
+            f"rl-mcp: {mine['steps']} steps, median step {mine['median_step_seconds']} s ({phases}), "
+            f"{mine['eval_seconds']:.0f} s in evals off the clock ({points(mine) / a.minutes:+.2f} points/min); "
+            f"in-run evals by step: {mine['in_run_evals']}"
         )
         print(
             f"eval accuracy before {mine['before']:.3f} after {mine['after']:.3f} "

@@ -209,3 +209,20 @@ def test_groups_and_distinct_replies_are_counted() -> None:
     conv = groups_to_datums([same, mixed])
     assert conv.groups == 2 and conv.skipped_groups == 1
     assert conv.distinct_reply_share == pytest.approx((1 / 3 + 2 / 3) / 2)
+
+
+def test_group_std_scaling_divides_each_group_by_its_own_spread():
+    """Two groups with the same ranking but spreads 100x apart get the same advantages."""
+    wide = _group([[1, 2, 3]] * 3, [[P, P, 3]] * 3, [1.0, 0.0, 0.5], [[1.0, 1.0, -1.0]] * 3)
+    narrow = _group([[1, 2, 3]] * 3, [[P, P, 3]] * 3, [0.31, 0.30, 0.305], [[1.0, 1.0, -1.0]] * 3)
+    plain = groups_to_datums([wide, narrow])
+    scaled = groups_to_datums([wide, narrow], "group_std")
+    plain_adv = [_arr(d, "advantages")[-1] for d in plain.datums]
+    scaled_adv = [_arr(d, "advantages")[-1] for d in scaled.datums]
+    assert plain_adv == pytest.approx([0.5, -0.5, 0.0, 0.005, -0.005, 0.0], abs=1e-6)
+    # std (ddof 1) of each group: 0.5 and 0.005; TRL's 1e-4 keeps the narrow one bounded
+    assert scaled_adv[:3] == pytest.approx([0.5 / 0.5001, -0.5 / 0.5001, 0.0], rel=1e-5)
+    assert scaled_adv[3:] == pytest.approx([0.005 / 0.0051, -0.005 / 0.0051, 0.0], rel=1e-4)
+    # an all-equal group stays without signal
+    flat = _group([[1, 2, 3]] * 2, [[P, P, 3]] * 2, [0.7, 0.7], [[1.0, 1.0, -1.0]] * 2)
+    assert groups_to_datums([flat], "group_std").skipped_groups == 1

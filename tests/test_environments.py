@@ -163,6 +163,7 @@ async def test_letter_repeat_rollout_and_eval_through_the_managed_server(inferen
         assert override == {"correct": text == item.answer * env.config.repeat_count}
     line = json.loads((tmp_path / "eval.jsonl").read_text().splitlines()[-1])
     assert line["step"] == 7 and line["num_items"] == 3 and 0.0 <= line["eval_accuracy"] <= 1.0
+    assert 0.0 < line["seconds"] < 120
 
 
 @pytest.mark.anyio
@@ -221,41 +222,65 @@ async def test_openai_only_endpoint_is_scored_from_reply_text(inference_url, tmp
         assert score == pytest.approx(env.score(item, env.tokenizer.decode(reply)).reward)
 
 
+def test_atroposlib_has_the_one_start_pause_run_env_skips() -> None:
+    """RunEnv makes exactly atroposlib's post-registration pause return at once; if atroposlib
+    changes it (or adds another sleep of that length), this says so."""
+    import inspect
+
+    import atroposlib.envs.base as atropos_base
+
+    from tinker_atropos.environments.run_env import ATROPOS_START_PAUSE_S
+
+    pause = f"asyncio.sleep({ATROPOS_START_PAUSE_S})"
+    assert inspect.getsource(atropos_base).count(pause) == 1
+    assert pause in inspect.getsource(atropos_base.BaseEnv.env_manager)
+
+
 @pytest.mark.anyio
-async def test_environment_joins_its_run_and_rolls_out_before_atroposlibs_start_pause(
+async def test_environment_joins_its_run_and_rolls_out_without_atroposlibs_start_pause(
     inference_url, tmp_path: Path
 ) -> None:
     """Against a real run-api: registration waits for the trainer's first batch request and then
-    goes through; rollouts start when get_server_info returns, before env_manager (and its fixed
-    5 s pause) runs at all, and their groups reach run-api's queue."""
+    goes through, and env_manager's first groups reach run-api's queue sooner than atroposlib's
+    fixed 5 s pause after registration would allow (a tiny-chat group takes well under 1 s)."""
+    import time
+
     import anyio
     import httpx
     from test_trainer_e2e import free_port, start_run_api
 
     from tinker_atropos.environments.letter_repeat import LetterRepeatEnv
+    from tinker_atropos.environments.run_env import ATROPOS_START_PAUSE_S
     from tinker_atropos.run_api_client import Registration, RunApiClient
 
     port = free_port()
     api_url = f"http://127.0.0.1:{port}"
     api = start_run_api(port, tmp_path / "api.log")
-    env = _env(LetterRepeatEnv, inference_url, tmp_path, rollout_server_url=api_url, group_size=4, batch_size=8)
+    env = _env(
+        LetterRepeatEnv,
+        inference_url,
+        tmp_path,
+        rollout_server_url=api_url,
+        group_size=4,
+        batch_size=8,
+        eval_before_training=False,
+        total_steps=3,
+    )
     trainer = RunApiClient(api_url)
     try:
-        await env.setup()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(env.register_env)
+        async with anyio.create_task_group() as tg, httpx.AsyncClient() as http:
+            tg.start_soon(env.env_manager)
             await anyio.sleep(0.5)
             assert not hasattr(env, "env_id")  # run-api holds it: no trainer yet
             await trainer.register(Registration("g", "p", 8, 256, str(tmp_path), 1, 0, 3), timeout_s=10)
-            async with httpx.AsyncClient() as http:
-                assert (await http.get(f"{api_url}/batch")).json()["batch"] is None  # the trainer has started
-        assert env.env_id == 0
-        await env.get_server_info()
-        assert env.workers, "no rollout started before env_manager"
-        with anyio.fail_after(60):
-            async with httpx.AsyncClient() as http:
+            assert (await http.get(f"{api_url}/batch")).json()["batch"] is None  # the trainer has started
+            started = time.monotonic()
+            with anyio.fail_after(60):
                 while (await http.get(f"{api_url}/status")).json()["queue_size"] == 0:
-                    await anyio.sleep(0.1)
+                    await anyio.sleep(0.05)
+            assert env.env_id == 0
+            assert time.monotonic() - started < ATROPOS_START_PAUSE_S - 1
+            tg.cancel_scope.cancel()
     finally:
         for worker in env.workers:
             worker.cancel()

@@ -1,6 +1,6 @@
 """The TRL baseline of bench/learning.py: the same model, task, reward, group size, batch and
-wall-clock budget through TRL's GRPOTrainer, with the same held-out eval (greedy, one item at a
-time, the same prompt and token budget). Runs in .venv-bench; prints one JSON object on stdout.
+training-time budget through TRL's GRPOTrainer, scored before and after by heldout.py (as are
+rl-mcp's final weights). Runs in .venv-bench; prints one JSON object on stdout.
 
     .venv-bench/bin/python bench/baselines/trl_grpo.py --model DIR --minutes M [--lr ..] [--rank ..]
 """
@@ -16,30 +16,12 @@ import time
 
 import torch
 from datasets import Dataset
+from heldout import chat, evaluate, held_out
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from tinker_atropos.environments.arithmetic_data import arithmetic_reward, is_correct, question, split
-
-
-def chat(text: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": question(text)}]
-
-
-def evaluate(model, tokenizer, problems, max_tokens: int) -> float:
-    """Greedy, one item at a time (no padding), exactly as the project's eval."""
-    model.eval()
-    correct = 0
-    with torch.inference_mode():
-        for text, answer in problems:
-            ids = tokenizer.apply_chat_template(
-                chat(text), add_generation_prompt=True, return_tensors="pt", return_dict=True
-            )
-            out = model.generate(**ids, max_new_tokens=max_tokens, do_sample=False)
-            reply = tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
-            correct += is_correct(reply, answer)
-    return correct / len(problems)
+from tinker_atropos.environments.arithmetic_data import arithmetic_reward, split
 
 
 class Deadline(TrainerCallback):
@@ -76,8 +58,9 @@ def main() -> None:
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
-    train, held_out = split(a.level, a.eval_size, a.eval_seed, 4096, 0)
-    before = evaluate(model, tokenizer, held_out, a.max_tokens)
+    train, problems = split(a.level, a.eval_size, a.eval_seed, 4096, 0)
+    assert problems == held_out(a.eval_size, a.level, a.eval_seed)
+    before = evaluate(model, tokenizer, problems, a.max_tokens)
 
     def reward(completions, answer, **_):
         return [arithmetic_reward(c[0]["content"], x) for c, x in zip(completions, answer)]
@@ -115,7 +98,7 @@ def main() -> None:
         started = time.monotonic()
         trainer.train()
         trained = time.monotonic() - started
-        after = evaluate(trainer.model, tokenizer, held_out, a.max_tokens)
+        after = evaluate(trainer.model, tokenizer, problems, a.max_tokens)
     json.dump(
         {
             "before": before,

@@ -21,6 +21,7 @@ TRAINING_FIELDS = (
     "weight_decay",
     "grad_clip_norm",
     "loss_fn",
+    "advantage_scale",
     "max_token_trainer_length",
     "seed",
     "wandb_project",

@@ -34,6 +34,7 @@ from tinker import types
 logger = logging.getLogger(__name__)
 
 PROMPT_MASK = -100
+GROUP_STD_EPS = 1e-4  # as TRL: a group of near-equal scores keeps a bounded advantage
 
 
 @dataclass
@@ -82,8 +83,11 @@ class BatchConversion:
         return int(sum(int(m.sum()) for m in self.completion_masks))
 
 
-def groups_to_datums(groups: list[dict[str, Any]]) -> BatchConversion:
-    """Convert one `GET /batch` payload (a list of ScoredDataGroup dicts) into Datums."""
+def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none") -> BatchConversion:
+    """Convert one `GET /batch` payload (a list of ScoredDataGroup dicts) into Datums.
+
+    `advantage_scale`: "none" (score minus the group mean) or "group_std" (divided by the group's
+    standard deviation too); advantages an environment sent itself are used as they are."""
     out = BatchConversion()
     scores_all: list[np.ndarray] = []
     seq_advantages: list[float] = []
@@ -93,7 +97,7 @@ def groups_to_datums(groups: list[dict[str, Any]]) -> BatchConversion:
 
     for g_index, group in enumerate(groups):
         try:
-            rows = _group_rows(group)
+            rows = _group_rows(group, advantage_scale)
         except ValueError as exc:
             out.invalid_groups += 1
             logger.warning("dropping malformed group %d of the batch: %s", g_index, exc)
@@ -208,7 +212,7 @@ class _Sequence:
         )
 
 
-def _group_rows(group: dict[str, Any]) -> list[_Row]:
+def _group_rows(group: dict[str, Any], advantage_scale: str) -> list[_Row]:
     """Validate one group and pair each sequence with its advantage source."""
     tokens, masks, scores = group.get("tokens"), group.get("masks"), group.get("scores")
     if not tokens or masks is None or scores is None:
@@ -232,6 +236,8 @@ def _group_rows(group: dict[str, Any]) -> list[_Row]:
 
     score_arr = np.asarray(scores, dtype=np.float64)
     centred = score_arr - score_arr.mean()
+    if advantage_scale == "group_std" and n > 1:
+        centred /= score_arr.std(ddof=1) + GROUP_STD_EPS
     group_zero = bool((group.get("group_overrides") or {}).get("set_advantage_to_zero", False))
     overrides = _per_item(group.get("overrides"), n)
     return [

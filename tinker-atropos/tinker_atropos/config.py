@@ -45,6 +45,11 @@ class TinkerConfig(_Strict):
         description="Policy loss: importance_sampling (unclipped ratio), ppo (ratio clipped to 0.8-1.2: "
         "steadier when rollouts lag the weights) or cross_entropy (advantage-weighted log-likelihood).",
     )
+    advantage_scale: Literal["none", "group_std"] = Field(
+        "none",
+        description="Advantages from scores: none (score minus the group mean) or group_std (also divided "
+        "by the group's standard deviation, as TRL's GRPO: every group with a signal weighs the same).",
+    )
     max_token_trainer_length: int = Field(9000, gt=0)
     total_steps: int = Field(gt=0)
     api_url: str = Field(pattern=r"^https?://\S+$")

@@ -209,7 +209,7 @@ class Trainer:
 
     async def _step(self, step: int, groups: list[dict[str, Any]], wait_seconds: float) -> None:
         started = time.monotonic()
-        conv = groups_to_datums(groups)
+        conv = groups_to_datums(groups, self.cfg.tinker.advantage_scale)
         datums = await self._fill_missing_logprobs(conv)
         loss = drift = lp_ref = lp_train = None
         phases = PhaseClock()

@@ -268,11 +268,13 @@ class HermesAgentBaseEnv(RunEnv):
                 result, reward = await self.rollout(item, split="eval", temperature=temperature)
             return result, reward, self.is_correct(item, result, reward)
 
+        started = time.monotonic()
         done = await asyncio.gather(*(one(i) for i in items))
         n = max(len(done), 1)
         record = {
             "step": self.curr_step,
             "time": time.time(),
+            "seconds": round(time.monotonic() - started, 3),
             "eval_accuracy": sum(c for _, _, c in done) / n,
             "eval_reward_mean": sum(r for _, r, _ in done) / n,
             "eval_agent_turns_mean": sum(res.turns_used for res, _, _ in done) / n,

@@ -241,11 +241,13 @@ class ChatTaskEnv(RunEnv):
                 )
             return self.score(task, completion.choices[0].message.content or "")
 
+        started = time.monotonic()
         scores = await asyncio.gather(*(one(t) for t in self.eval_tasks))
         record = {
             "step": self.config.total_steps if final else self.curr_step,
             "final": final,
             "time": time.time(),
+            "seconds": round(time.monotonic() - started, 3),
             "eval_accuracy": sum(s.correct for s in scores) / len(scores),
             "eval_reward_mean": sum(s.reward for s in scores) / len(scores),
             "num_items": len(scores),

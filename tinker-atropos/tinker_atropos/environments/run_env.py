@@ -1,14 +1,15 @@
 """The atroposlib BaseEnv every bundled environment builds on, with a faster join to its run.
 
 atroposlib's start is tuned for many environment instances sharing one run-api: it re-asks to
-register once a second while the trainer has not started, and after registering it waits a fixed
-5 s ("for other instances") before its first rollout. A run here has exactly one environment, so
-this base asks every REGISTER_POLL_S and starts its first rollouts at once: the 5 s pause then
-overlaps the first step's sampling instead of preceding it.
+register once a second while the trainer has not started, and after registering its env_manager
+sleeps a fixed ATROPOS_START_PAUSE_S ("wait for other instances to get setup") before its first
+rollout. A run here has exactly one environment, so this base asks every REGISTER_POLL_S and its
+env_manager runs without that pause: atroposlib.envs.base sees an asyncio whose sleep of exactly
+that length returns at once (the only such sleep there; tests/test_environments.py pins it).
 
-Its log (logs/env.log, which rl-mcp serves as a resource) gets timestamps at INFO; atroposlib's
-env loop logs its status at every turn (ten times a second) and the HTTP clients every request,
-so only their warnings are kept.
+Its log (logs/env.log, which rl-mcp serves as a resource) gets timestamps at INFO, without the
+lines atroposlib's env loop writes at every turn (ten times a second) and the HTTP clients' line
+per request.
 """
 
 from __future__ import annotations
@@ -18,11 +19,29 @@ import logging
 import sys
 from typing import Any
 
+import atroposlib.envs.base as atropos_base
 from atroposlib.envs.base import BaseEnv
 
 logger = logging.getLogger(__name__)
 
 REGISTER_POLL_S = 0.1
+ATROPOS_START_PAUSE_S = 5
+PER_TURN_LINES = ("env_manager: Status dict", "max_num_workers:")
+
+
+class _AsyncioWithoutStartPause:
+    """asyncio as atroposlib.envs.base uses it, less the start pause."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def sleep(delay: float, result: Any = None) -> Any:
+        return await asyncio.sleep(0 if delay == ATROPOS_START_PAUSE_S else delay, result)
+
+
+def _not_per_turn(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(PER_TURN_LINES)
 
 
 class RunEnv(BaseEnv):
@@ -33,13 +52,12 @@ class RunEnv(BaseEnv):
         logging.basicConfig(
             stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
-        for noisy in ("atroposlib.envs.base", "httpx", "httpx2", "httpcore"):
+        for noisy in ("httpx", "httpx2", "httpcore"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+        atropos = logging.getLogger("atroposlib.envs.base")  # its import set DEBUG: a line per rollout
+        atropos.setLevel(logging.INFO)
+        atropos.addFilter(_not_per_turn)
         super().cli()
-
-    async def register_env(self) -> None:
-        await super().register_env()
-        logger.info("registered with run-api as environment %s, at step %s", self.env_id, self.curr_step)
 
     async def _register_env(self) -> dict[str, Any]:
         """Ask until run-api accepts (it waits for the trainer's first batch request)."""
@@ -53,8 +71,6 @@ class RunEnv(BaseEnv):
                 waiting_logged = True
             await asyncio.sleep(REGISTER_POLL_S)
 
-    async def get_server_info(self) -> None:
-        """Then, before env_manager's fixed pause, the first loop turn: status and workers."""
-        await super().get_server_info()
-        await self.get_status()
-        await self.add_train_workers()
+    async def env_manager(self) -> None:
+        atropos_base.asyncio = _AsyncioWithoutStartPause()  # type: ignore[assignment]
+        await super().env_manager()
