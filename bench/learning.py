@@ -178,7 +178,7 @@ def ensure_bench_venv() -> Path:
     return python
 
 
-def trl(minutes: float) -> dict[str, Any]:
+def trl(minutes: float, threads: int) -> dict[str, Any]:
     from tinker_atropos.models import resolve_model
 
     s = SETTINGS
@@ -205,6 +205,8 @@ def trl(minutes: float) -> dict[str, Any]:
         str(s["level"]),
         "--eval-seed",
         str(s["eval_seed"]),
+        "--threads",
+        str(threads),
     ]
     out = subprocess.run(argv, env=bench_env(), stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -219,6 +221,9 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--skip-trl", action="store_true")
     ap.add_argument("--skip-ours", action="store_true")
+    ap.add_argument(
+        "--trl-threads", type=int, default=0, help="TRL's torch threads: 1 beside rl-mcp, 0 (every core) alone"
+    )
     ap.add_argument("--home", type=Path, default=None, help="state dir of the bench's server")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON", help="override a setting")
     a = ap.parse_args()
@@ -230,7 +235,7 @@ def main() -> int:
     if mine:
         log(f"ours: {json.dumps(mine)}")
     if not a.skip_trl:
-        base = trl(a.minutes)
+        base = trl(a.minutes, a.trl_threads)
         print(
             f"TRL GRPOTrainer: eval accuracy before {base['before']:.3f} after {base['after']:.3f} "
             f"({points(base):+.1f} points) in {a.minutes:g} min, {base['steps']} steps, "

@@ -53,8 +53,10 @@ def main() -> None:
     ap.add_argument("--eval-size", type=int, required=True)
     ap.add_argument("--level", type=int, required=True)
     ap.add_argument("--eval-seed", type=int, required=True)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     a = ap.parse_args()
-    torch.set_num_threads(1)  # as the project's trainer on 2 cores (engine.configure_threads)
+    if a.threads:  # 1 when it runs beside rl-mcp; else torch's default, every core
+        torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
