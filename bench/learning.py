@@ -14,7 +14,10 @@ eval, without the model load and without the evals (the run's periodic evals, re
 are then scored by the same code (bench/baselines/heldout.py: the held-out set, prompt and greedy
 decoding); the run's own evals give its curve.
 
-    .venv/bin/python bench/learning.py [--minutes 30] [--skip-trl] [--skip-ours]
+    .venv/bin/python bench/learning.py [--minutes 30] [--skip-trl] [--skip-ours] [--trl-threads N]
+
+Without --skip-*, the two sides run one after the other, each alone. To run them side by side,
+start one process with --skip-trl and one with --skip-ours --trl-threads 1.
 
 The last line: `eval accuracy before X after Y (+Z points) in M min` (this project).
 """

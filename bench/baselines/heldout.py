@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -27,7 +28,7 @@ def held_out(eval_size: int, level: int, eval_seed: int) -> list[Problem]:
     return split(level, eval_size, eval_seed, 4096, 0)[1]
 
 
-def evaluate(model, tokenizer, problems: list[Problem], max_tokens: int) -> float:
+def evaluate(model: Any, tokenizer: Any, problems: list[Problem], max_tokens: int) -> float:
     model.eval()
     correct = 0
     with torch.inference_mode():
