@@ -240,9 +240,10 @@ def test_atroposlib_has_the_one_start_pause_run_env_skips() -> None:
 async def test_environment_joins_its_run_and_rolls_out_without_atroposlibs_start_pause(
     inference_url, tmp_path: Path
 ) -> None:
-    """Against a real run-api: registration waits for the trainer's first batch request and then
-    goes through, and env_manager's first groups reach run-api's queue sooner than atroposlib's
-    fixed 5 s pause after registration would allow (a tiny-chat group takes well under 1 s)."""
+    """Against a real run-api, started after the environment (as rl-mcp spawns them together):
+    registration waits for run-api, then for the trainer's first batch request, then goes
+    through, and env_manager's first groups reach run-api's queue sooner than atroposlib's fixed
+    5 s pause after registration would allow (a tiny-chat group takes well under 1 s)."""
     import time
 
     import anyio
@@ -255,7 +256,7 @@ async def test_environment_joins_its_run_and_rolls_out_without_atroposlibs_start
 
     port = free_port()
     api_url = f"http://127.0.0.1:{port}"
-    api = start_run_api(port, tmp_path / "api.log")
+    api = None
     env = _env(
         LetterRepeatEnv,
         inference_url,
@@ -270,7 +271,10 @@ async def test_environment_joins_its_run_and_rolls_out_without_atroposlibs_start
     try:
         async with anyio.create_task_group() as tg, httpx.AsyncClient() as http:
             tg.start_soon(env.env_manager)
-            await anyio.sleep(0.5)
+            # no run-api yet, for longer than atroposlib's own three tries take (waits of at most 2 + 4 s)
+            await anyio.sleep(6.5)
+            api = start_run_api(port, tmp_path / "api.log")
+            await anyio.sleep(1.0)
             assert not hasattr(env, "env_id")  # run-api holds it: no trainer yet
             await trainer.register(Registration("g", "p", 8, 256, str(tmp_path), 1, 0, 3), timeout_s=10)
             assert (await http.get(f"{api_url}/batch")).json()["batch"] is None  # the trainer has started
@@ -286,4 +290,5 @@ async def test_environment_joins_its_run_and_rolls_out_without_atroposlibs_start
             worker.cancel()
         await trainer.aclose()
         await _close(env)
-        api.kill()
+        if api is not None:
+            api.kill()

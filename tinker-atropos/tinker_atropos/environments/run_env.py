@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from typing import Any
 
 import atroposlib.envs.base as atropos_base
@@ -25,6 +26,7 @@ from atroposlib.envs.base import BaseEnv
 logger = logging.getLogger(__name__)
 
 REGISTER_POLL_S = 0.1
+REGISTER_TIMEOUT_S = 60.0
 ATROPOS_START_PAUSE_S = 5
 PER_TURN_LINES = ("env_manager: Status dict", "max_num_workers:")
 
@@ -60,10 +62,18 @@ class RunEnv(BaseEnv):
         super().cli()
 
     async def _register_env(self) -> dict[str, Any]:
-        """Ask until run-api accepts (it waits for the trainer's first batch request)."""
+        """Ask until run-api accepts (it waits for the trainer's first batch request). run-api
+        is spawned beside this process, so for REGISTER_TIMEOUT_S it may also not answer yet."""
         waiting_logged = False
+        deadline = time.monotonic() + REGISTER_TIMEOUT_S
         while True:
-            data: dict[str, Any] = await super()._register_env()
+            try:
+                data: dict[str, Any] = await super()._register_env()
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(REGISTER_POLL_S)
+                continue
             if data.get("status") == "success":
                 return data
             if not waiting_logged:
