@@ -120,10 +120,7 @@ def overrides(items: list[str]) -> dict[str, Any]:
 
 def read_run(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(metrics lines, eval lines) of a run directory."""
-    metrics, evals = (
-        [json.loads(x) for x in (run_dir / name).read_text().splitlines() if x.strip()]
-        for name in ("metrics.jsonl", "eval.jsonl")
-    )
+    metrics, evals = (read_jsonl(run_dir / name) for name in ("metrics.jsonl", "eval.jsonl"))
     if not evals:
         raise RuntimeError(f"no eval.jsonl lines in {run_dir}")
     return metrics, evals

@@ -25,7 +25,7 @@ def chat(text: str) -> list[dict[str, str]]:
 
 
 def held_out(eval_size: int, level: int, eval_seed: int) -> list[Problem]:
-    return split(level, eval_size, eval_seed, 4096, 0)[1]
+    return split(level, eval_size, eval_seed, 0, 0)[1]  # drawn from eval_seed alone
 
 
 def evaluate(model: Any, tokenizer: Any, problems: list[Problem], max_tokens: int) -> float:

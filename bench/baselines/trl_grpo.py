@@ -16,7 +16,7 @@ import time
 
 import torch
 from datasets import Dataset
-from heldout import chat, evaluate, held_out
+from heldout import chat, evaluate
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -61,7 +61,6 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     train, problems = split(a.level, a.eval_size, a.eval_seed, 4096, 0)
-    assert problems == held_out(a.eval_size, a.level, a.eval_seed)
     before = evaluate(model, tokenizer, problems, a.max_tokens)
 
     def reward(completions, answer, **_):
