@@ -47,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=("stdio", "sse", "http"), default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="bind address for sse/http (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port for sse/http (0 picks a free one)")
-    serve.add_argument("--profile", help="operator profile: tinker, local, or a YAML file (env RL_MCP_PROFILE)")
+    serve.add_argument(
+        "--profile", help="operator profile: tinker, smollm2, local, or a YAML file (env RL_MCP_PROFILE)"
+    )
     serve.add_argument("--auth-token", help="bearer token required on sse/http (env RL_MCP_AUTH_TOKEN)")
     serve.add_argument(
         "--allowed-host",
@@ -148,6 +150,7 @@ async def _serve(settings: Settings, args: argparse.Namespace, sock: socket.sock
     async with open_app(settings) as app, anyio.create_task_group() as tg:
         profile = settings.profile
         log.info("profile %s (%s backend), state dir %s", profile.name, profile.backend, settings.home)
+        log.info("runs train %s: %s", profile.model, settings.profile_reason)
         if args.transport == "stdio":
             await tg.start(_close_and_exit_on_signal, app)
             log.info("serving stdio")

@@ -53,14 +53,8 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
         lines.append(f"profile       ERROR: {exc}")
         return lines, False
     profile = settings.profile
-    why = (
-        "RL_MCP_PROFILE"
-        if env.get("RL_MCP_PROFILE")
-        else ("TINKER_API_KEY set" if env.get("TINKER_API_KEY") else "default")
-    )
-    lines.append(
-        f"profile       {profile.name} ({profile.backend} backend, model {profile.model}; {why}) {profile.source}"
-    )
+    lines.append(f"profile       {profile.name} ({profile.backend} backend) {profile.source}")
+    lines.append(f"              runs train {profile.model}: {settings.profile_reason}")
     missing = [k for k in profile.requires_env if not env.get(k)]
     if missing:
         lines.append(f"              missing for this profile: {', '.join(missing)}")

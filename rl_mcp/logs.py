@@ -7,6 +7,8 @@ size, so we read fixed-size blocks backwards from the end, with a hard cap on by
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,3 +75,11 @@ class ChangeWatcher:
 
     def forget(self, path: Path) -> None:
         self._stamps.pop(path, None)
+
+
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
+
+
+def last_error_line(lines: Sequence[str]) -> str | None:
+    """The last `SomeError: message` line of a traceback, if the lines have one."""
+    return next((line.strip() for line in reversed(lines) if _ERROR_LINE.match(line.strip())), None)

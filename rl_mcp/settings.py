@@ -187,9 +187,21 @@ def _price(pricing: Any, path: Path) -> float | None:
     return float(price)
 
 
-def default_profile_name(environ: Mapping[str, str]) -> str:
-    """Tinker when its key is present, else the local backend."""
-    return "tinker" if environ.get("TINKER_API_KEY") else "local"
+def default_profile(environ: Mapping[str, str]) -> tuple[str, str]:
+    """The profile a server uses when none is named, and why: Tinker when its key is present, else
+    the local backend on SmolLM2 (a real model that learns) when it is installed, else on the tiny
+    random model (it runs, for tests, but cannot learn)."""
+    if environ.get("TINKER_API_KEY"):
+        return "tinker", "TINKER_API_KEY is set: training runs on Tinker"
+    from tinker_atropos.models.smollm2_wheel import missing  # torch-free by contract
+
+    why_not = missing()
+    if why_not is None:
+        return "smollm2", "no TINKER_API_KEY, and SmolLM2-135M-Instruct is installed: the local backend trains it"
+    return "local", (
+        f"no TINKER_API_KEY, and SmolLM2 is not installed ({why_not}): the local backend's tiny random "
+        "model, which runs but cannot learn; `make smollm2` installs SmolLM2"
+    )
 
 
 @dataclass(frozen=True)
@@ -200,6 +212,7 @@ class Settings:
     cache_dir: Path
     env_dirs: tuple[Path, ...]
     profile: Profile
+    profile_reason: str = "named by the caller"  # why this profile: shown by doctor and rl://profile
     auth_token: str | None = None
     python: str = sys.executable
     project_root: Path = PROJECT_ROOT
@@ -230,12 +243,18 @@ class Settings:
         cache_dir = Path(env.get("RL_MCP_CACHE") or home / "cache").expanduser().resolve()
         extra = [Path(p).expanduser().resolve() for p in env.get("RL_MCP_ENV_DIRS", "").split(os.pathsep) if p]
         env_dirs = tuple(dict.fromkeys([BUNDLED_ENV_DIR, *extra]))
-        chosen = profile or env.get("RL_MCP_PROFILE") or default_profile_name(env)
+        if profile:
+            chosen, reason = profile, "--profile"
+        elif env.get("RL_MCP_PROFILE"):
+            chosen, reason = env["RL_MCP_PROFILE"], "RL_MCP_PROFILE"
+        else:
+            chosen, reason = default_profile(env)
         return cls(
             home=home,
             cache_dir=cache_dir,
             env_dirs=env_dirs,
             profile=load_profile(chosen),
+            profile_reason=reason,
             auth_token=auth_token or env.get("RL_MCP_AUTH_TOKEN") or None,
             introspect_timeout_s=_seconds(env, "RL_MCP_INTROSPECT_TIMEOUT", 60.0),
             status_min_interval_s=_seconds(env, "RL_MCP_STATUS_MIN_INTERVAL", 1800.0),

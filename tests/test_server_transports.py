@@ -65,7 +65,7 @@ async def test_stdio_server_answers_and_imports_nothing_heavy(probe_envs, tmp_pa
     assert "rl_mcp.mcp_api.server" in modules
     imported = [m for m in modules if m.split(".")[0] in HEAVY_MODULES]
     assert imported == [], f"the server process imported {imported}"
-    assert "profile local" in (tmp_path / "stderr.log").read_text()  # logs went to stderr
+    assert "profile smollm2" in (tmp_path / "stderr.log").read_text()  # logs went to stderr
 
 
 async def test_stdio_keeps_stdout_for_protocol_only(tmp_path: Path):
@@ -89,7 +89,7 @@ async def test_stdio_keeps_stdout_for_protocol_only(tmp_path: Path):
     for line in lines:
         assert json.loads(line)["jsonrpc"] == "2.0"
     assert json.loads(lines[0])["result"]["serverInfo"]["name"] == "rl-mcp"
-    assert "profile local" in proc.stderr  # the start-up log line went to stderr
+    assert "profile smollm2" in proc.stderr  # the start-up log line went to stderr
 
 
 async def test_log_file_option(tmp_path: Path):
@@ -103,7 +103,7 @@ async def test_log_file_option(tmp_path: Path):
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "profile local" in log_file.read_text()
+    assert "profile smollm2" in log_file.read_text()
     assert proc.stdout == ""
 
 
@@ -187,6 +187,7 @@ def test_doctor_reports_without_leaking_keys(probe_envs):
     assert "sentinel" not in out + proc.stderr
     assert "TINKER_API_KEY       set" in out and "OPENROUTER_API_KEY   not set" in out
     assert "profile       tinker" in out  # TINKER_API_KEY selects the tinker profile
+    assert "runs train Qwen/Qwen3-8B: TINKER_API_KEY is set" in out
     assert "probe" in out and "atroposlib" in out and "torch" in out
 
 

@@ -10,18 +10,19 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import httpx
 
 from rl_mcp.inference.scores import ScoreSummary, read_groups, summarize
 from rl_mcp.inference.target import InferenceRequest, Target, child_env, model_slug, process_config
-from rl_mcp.logs import tail_lines
-from rl_mcp.processes import StageError, health_ok, supervised, wait_exit
+from rl_mcp.logs import last_error_line, tail_lines
+from rl_mcp.model_build import ModelBuildError, build_models
+from rl_mcp.processes import StageError, health_ok, supervised
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.session.run_config import write_run_config
 from tinker_atropos.run_files import InferenceTestFiles
@@ -116,7 +117,8 @@ async def _test_model(
         if target.kind != "local":
             config = process_config(req, target, model, run_dir=files.folder, inference_port=None, use_wandb=wandb)
             write_run_config(files.config, config)
-            await _run_process(req, model, files, out, env, python, tracker, deadline)
+            if await _models_built(config, out, env, python, out.log, deadline):
+                await _run_process(req, model, files, out, env, python, tracker, deadline)
         else:
             await _test_local_model(req, target, model, files, out, env, wandb, python, ports, tracker, deadline)
     finally:
@@ -144,9 +146,7 @@ async def _test_local_model(
         write_run_config(files.config, config)
         out.server_log = files.server_log
         weights = target.local_weights(model)
-        if not await _ensure_local_model(weights.base_model, python, env, files.server_log, deadline):
-            out.error = f"could not build the offline model {weights.base_model!r} (see the log tail)"
-            out.log_tail = tail_lines(files.server_log, LOG_TAIL_LINES)
+        if not await _models_built(config, out, env, python, files.server_log, deadline):
             return
         argv = [python, "-m", "tinker_atropos.inference_server", "--config", str(files.config)]
         argv += ["--adapter", weights.adapter] if weights.adapter else []
@@ -225,7 +225,7 @@ async def _run_process(
             "atroposlib skipped its groups as invalid (see the log tail)"
         )
     else:
-        why = _last_error(out.log_tail) or "see the log tail"
+        why = last_error_line(out.log_tail) or "see the log tail"
         out.error = f"the environment process exited with code {code}: {why}"
 
 
@@ -243,21 +243,13 @@ async def _watch_log(log: Path, offset: int, model: str, tracker: _Progress) -> 
     return offset + end
 
 
-async def _ensure_local_model(model: str, python: str, env: dict[str, str], log: Path, deadline: float) -> bool:
-    """Build an offline model (tiny-chat, ...) before a config points at its folder."""
-    from tinker_atropos.models.paths import is_offline_model, model_dir  # torch-free by contract
-
-    if not is_offline_model(model) or (model_dir(model) / "config.json").exists():
-        return True
-    argv = [python, "-m", "tinker_atropos.models", "ensure", model]
-    async with supervised("model build", argv, log_path=log, env=env, stop_grace_s=3.0) as child:
-        code = await wait_exit(child, deadline)
-    return code == 0
-
-
-def _last_error(lines: Sequence[str]) -> str | None:
-    """The last `SomeError: message` line of a traceback, if the tail has one."""
-    for line in reversed(lines):
-        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", line.strip()):
-            return line.strip()
-    return None
+async def _models_built(
+    config: Mapping[str, Any], out: ModelOutcome, env: dict[str, str], python: str, log: Path, deadline: float
+) -> bool:
+    """Build the offline models the config names before a process loads them; False (and why) if not."""
+    try:
+        await build_models(config, python=python, env=env, log=log, timeout_s=max(1.0, deadline - time.monotonic()))
+    except ModelBuildError as exc:
+        out.error, out.log_tail = str(exc), tail_lines(log, LOG_TAIL_LINES)
+        return False
+    return True

@@ -56,11 +56,11 @@ def register_environment_resources(server: MCPServer, app: AppContext) -> None:
         "rl://profile",
         name="profile",
         title="Operator profile",
-        description="The active operator profile: backend, model, locked values and defaults.",
+        description="The active operator profile: backend, the model runs train and why, locked values, defaults.",
         mime_type="application/json",
     )
     async def profile_resource() -> str:
-        return json.dumps(app.settings.profile.public(), indent=2)
+        return json.dumps({**app.settings.profile.public(), "chosen_because": app.settings.profile_reason}, indent=2)
 
 
 def register_run_resources(server: MCPServer, app: AppContext, cache: MetricsCache) -> None:

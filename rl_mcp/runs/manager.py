@@ -22,25 +22,20 @@ from anyio.abc import TaskGroup
 from rl_mcp import processes
 from rl_mcp.logs import tail_lines
 from rl_mcp.processes import Child, StageError
+from rl_mcp.runs import stages
 from rl_mcp.runs.live import Live, RunEvents, RunPlan, read_run_identity
 from rl_mcp.runs.outcomes import ADOPTED_EXIT, settle_exit
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.runs.preflight import RunError, preflight
-from rl_mcp.runs.stages import SPAWN_WITH, StageTimeouts, guarded, stage_plans
+from rl_mcp.runs.stages import StageTimeouts
 from rl_mcp.runs.store import ProcessRecord, RunRecord, RunStore, new_run_id
 from rl_mcp.runs.vocab import RunStatus, Stage
-from rl_mcp.settings import Settings, without_secrets
+from rl_mcp.settings import Settings
 from tinker_atropos.run_files import ProcessName, read_result
 
 log = logging.getLogger(__name__)
 
 STOP_ORDER = (ProcessName.ENV, ProcessName.TRAINER, ProcessName.API)
-# The secrets each process of a run may see (by environment variable); the rest are withheld.
-CHILD_SECRETS = {
-    ProcessName.API: (),
-    ProcessName.TRAINER: ("TINKER_API_KEY", "WANDB_API_KEY"),
-    ProcessName.ENV: ("WANDB_API_KEY",),
-}
 FAILURE_TAIL_LINES = 20
 SUPERVISE_INTERVAL_S = 0.5  # a child's exit is noticed within this (the contract says 2 s)
 START_PROGRESS = {Stage.TRAINER: 4.0, Stage.ENV: 5.0}
@@ -193,14 +188,15 @@ class RunManager:
     async def _start_stages(self, live: Live, env_file: Path) -> None:
         """run-api, then the trainer and the environment together (docs/run-files.md: readiness), awaited in order."""
         rec = live.rec
-        plans = {plan.stage: plan for plan in stage_plans(self.settings, rec, env_file, self._http)}
+        if stages.run_models_to_build(rec):
+            self._enter(live, Stage.MODEL)
+            await stages.build_run_models(self.settings, rec, self.timeouts.model_s)
+        plans = {plan.stage: plan for plan in stages.stage_plans(self.settings, rec, env_file, self._http)}
         for stage, plan in plans.items():
-            for name in SPAWN_WITH.get(stage, ()):
+            for name in stages.SPAWN_WITH.get(stage, ()):
                 self._spawn(live, ProcessName(name), plans[name].argv)
-            rec.stage = stage
-            self._save(rec)
-            live.touch()
-            ready, limit = guarded(live.children, stage, plan.ready), self.timeouts.of(stage)
+            self._enter(live, stage)
+            ready, limit = stages.guarded(live.children, stage, plan.ready), self.timeouts.of(stage)
             await processes.wait_ready(stage, live.children[ProcessName(stage)], ready, timeout_s=limit)
             bound = {Stage.API: rec.api_port, Stage.TRAINER: rec.inference_port}.get(stage)
             if bound is not None and bound in live.ports_reserved:  # bound now: nobody else can take it
@@ -211,9 +207,13 @@ class RunManager:
         live.settle()
         log.info("run %s running", rec.run_id)
 
+    def _enter(self, live: Live, stage: Stage) -> None:
+        live.rec.stage = stage
+        self._save(live.rec)
+        live.touch()
+
     def _spawn(self, live: Live, name: ProcessName, argv: list[str]) -> Child:
-        rec = live.rec
-        env = {**without_secrets(self.settings.environ, allow=CHILD_SECRETS[name]), "PYTHONUNBUFFERED": "1"}
+        rec, env = live.rec, stages.child_env(self.settings, name)
         child = processes.spawn(name, argv, log_path=rec.log_path(name), env=env, cwd=Path(rec.run_dir))
         live.children[name] = child
         rec.processes[name] = ProcessRecord(

@@ -10,15 +10,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+import yaml
 
 from rl_mcp.logs import tail_lines
+from rl_mcp.model_build import ModelBuildError, build_models, models_to_build
 from rl_mcp.processes import Child, StageError, health_ok
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.runs.vocab import Stage
-from rl_mcp.settings import Settings
-from tinker_atropos.run_files import ProcessName
+from rl_mcp.settings import Settings, without_secrets
+from tinker_atropos.run_files import MODEL_BUILD, ProcessName
 
 Ready = Callable[[], Awaitable[bool]]
 # What starts when a stage's turn comes: everything with run-api. The trainer's imports and model
@@ -27,17 +30,32 @@ Ready = Callable[[], Awaitable[bool]]
 # registration until the trainer has asked for a batch.
 SPAWN_WITH = {Stage.API: (Stage.API, Stage.TRAINER, Stage.ENV)}
 
+# The secrets each process of a run may see (by environment variable); the rest are withheld.
+CHILD_SECRETS = {
+    ProcessName.API: (),
+    ProcessName.TRAINER: ("TINKER_API_KEY", "WANDB_API_KEY"),
+    ProcessName.ENV: ("WANDB_API_KEY",),
+}
+
+
+def child_env(settings: Settings, name: ProcessName) -> dict[str, str]:
+    """The environment of one process of a run: the server's, less the secrets it has no use for."""
+    return {**without_secrets(settings.environ, allow=CHILD_SECRETS[name]), "PYTHONUNBUFFERED": "1"}
+
 
 @dataclass(frozen=True)
 class StageTimeouts:
     """Upper bounds per start stage; readiness is polled, so a fast start is never slowed."""
 
+    model_s: float = 600.0  # a first run builds its offline model (SmolLM2: dequantized from its GGUF)
     api_s: float = 60.0
     trainer_s: float = 600.0  # model load (local) or first contact with Tinker
     env_s: float = 300.0  # the environment's setup (datasets, tokenizer) before it registers
 
     def of(self, stage: Stage) -> float:
-        return {Stage.API: self.api_s, Stage.TRAINER: self.trainer_s, Stage.ENV: self.env_s}[stage]
+        return {Stage.MODEL: self.model_s, Stage.API: self.api_s, Stage.TRAINER: self.trainer_s, Stage.ENV: self.env_s}[
+            stage
+        ]
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,24 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
             _env_registered(http, api_url, rec.log_path("api")),
         ),
     ]
+
+
+def run_models_to_build(rec: RunRecord) -> list[str]:
+    """The offline models the run's config names that are not built yet (stage `model` builds them)."""
+    return models_to_build(_config_of(rec))
+
+
+async def build_run_models(settings: Settings, rec: RunRecord, timeout_s: float) -> None:
+    """Stage `model`: build the offline models the run's config names; StageError when one fails."""
+    env, log = child_env(settings, ProcessName.API), rec.log_path(MODEL_BUILD)  # a build needs no secret
+    try:
+        await build_models(_config_of(rec), python=settings.python, env=env, log=log, timeout_s=timeout_s)
+    except ModelBuildError as exc:
+        raise StageError(Stage.MODEL, str(exc), exc.exit_code, MODEL_BUILD) from exc
+
+
+def _config_of(rec: RunRecord) -> dict[str, Any]:
+    return yaml.safe_load(Path(rec.config_path).read_text()) or {}
 
 
 def _env_registered(http: httpx.AsyncClient, api_url: str, api_log: Path) -> Ready:

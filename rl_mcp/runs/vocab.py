@@ -35,6 +35,9 @@ ACTIVE_STATUSES = frozenset({RunStatus.STARTING, RunStatus.RUNNING, RunStatus.ST
 class Stage(StrEnum):
     """The start stage a run is in while `starting`, in order (docs/run-files.md: readiness)."""
 
+    MODEL = "model"
+    """The offline model the run trains (tiny, SmolLM2) is built, when missing, before any process
+    that loads it starts; skipped when it is built already."""
     API = "api"
     """run-api is starting; ready when /status answers."""
     TRAINER = "trainer"

@@ -31,6 +31,9 @@ class ProcessName(StrEnum):
     """The environment's `serve`: rollouts, rewards, evaluations."""
 
 
+MODEL_BUILD = "model"  # the offline model build before a run's processes start: logs/model.log
+
+
 class ExitCode(IntEnum):
     """The trainer's exit codes; `meaning` is what a user reads when a run fails."""
 
@@ -107,7 +110,9 @@ class RunFiles:
         return self.run_dir / "logs"
 
     def log(self, process: str) -> Path:
-        return self.logs_dir / f"{ProcessName(process)}.log"
+        """A process's log, or the model build's (`model`), which runs before the processes."""
+        name = MODEL_BUILD if process == MODEL_BUILD else ProcessName(process)
+        return self.logs_dir / f"{name}.log"
 
     @property
     def metrics(self) -> Path:

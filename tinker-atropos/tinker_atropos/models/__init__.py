@@ -12,9 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .paths import BUILD_STAMP as STAMP
 from .paths import SMOLLM2, TINY_CHAT, cache_root, is_offline_model, model_dir, model_ref
-
-STAMP = "tinker_atropos_build.json"
 
 __all__ = ["cache_root", "ensure_model", "model_dir", "model_ref", "resolve_model"]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 TINY_CHAT = "tiny-chat"
 SMOLLM2 = "smollm2-135m"
 OFFLINE_MODELS = (TINY_CHAT, SMOLLM2)
+BUILD_STAMP = "tinker_atropos_build.json"  # written into a model folder once its build is complete
 
 
 def cache_root() -> Path:
@@ -25,6 +26,18 @@ def model_dir(name: str) -> Path:
     if not is_offline_model(name):
         raise ValueError(f"{name!r} is not an offline model (known: {', '.join(OFFLINE_MODELS)})")
     return cache_root() / "models" / name
+
+
+def is_built(name: str) -> bool:
+    """Whether offline model `name` has been built (its build stamp is written last)."""
+    return (model_dir(name) / BUILD_STAMP).is_file()
+
+
+def offline_model_named(ref: str) -> str | None:
+    """The offline model `ref` names, by name or by its folder; None for a hub id or another folder."""
+    if is_offline_model(ref):
+        return ref
+    return next((name for name in OFFLINE_MODELS if str(model_dir(name)) == ref), None)
 
 
 def model_ref(name: str) -> str:

