@@ -80,6 +80,9 @@ class Profile:
     defaults: dict[str, dict[str, Any]]
     inference: dict[str, Any]
     requires_env: tuple[str, ...] = ()
+    # Variables the environment processes get even where they are secrets (an environment's own
+    # API key, a dataset token): by name; their values are never shown.
+    pass_env: tuple[str, ...] = ()
     # Operator's price for a paid backend (`pricing: {usd_per_million_tokens: X}`): the cost estimate
     # shown before a run starts; without it only the token budget is shown.
     usd_per_million_tokens: float | None = None
@@ -119,6 +122,7 @@ class Profile:
             "description": self.description,
             "source": str(self.source),
             "requires_env": list(self.requires_env),
+            "pass_env": list(self.pass_env),
             "locked": locked,
             "defaults": {s: dict(v) for s, v in self.defaults.items()},
         }
@@ -174,6 +178,7 @@ def _profile_from_mapping(raw: Mapping[str, Any], path: Path) -> Profile:
         defaults=sections("defaults"),
         inference=dict(inference),
         requires_env=tuple(str(k) for k in raw.get("requires_env") or ()),
+        pass_env=tuple(str(k) for k in raw.get("pass_env") or ()),
         usd_per_million_tokens=_price(raw.get("pricing"), path),
     )
 
@@ -220,6 +225,13 @@ class Settings:
     status_min_interval_s: float = 1800.0  # between two rl_check_status of one active run
     stop_runs_on_exit: bool = False
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
+
+    @property
+    def env_process_vars(self) -> tuple[str, ...]:
+        """What environment processes may see beyond the non-secret environment: the profile's
+        `pass_env` and the names in RL_MCP_PASS_ENV (comma-separated)."""
+        named = [n.strip() for n in self.environ.get("RL_MCP_PASS_ENV", "").split(",") if n.strip()]
+        return tuple(dict.fromkeys([*self.profile.pass_env, *named]))
 
     @property
     def state_file(self) -> Path:

@@ -1,16 +1,16 @@
-"""Run an environment file as `python <file> <args>` would, with atroposlib's progress on stderr.
+"""Run an environment file as `python <file> <args>` would, as the product runs every environment.
 
-`python -m rl_mcp.children.env_process <env file> process --config X.yaml ...`
+`python -m rl_mcp.children.env_process <env file> serve|process --config X.yaml ...`
 
-atroposlib logs "Successfully processed group k/n" at INFO but installs no log handler, and its
-JSONL writer buffers whole groups; this handler puts those lines in the log that
-rl_test_inference watches, so progress arrives when a group is scored, not a group later.
+Runs (stage env) and rl_test_inference start every environment through this, so a user's own
+Atropos file runs unchanged: atroposlib's two silent breakages are fixed first
+(`tinker_atropos.atropos_compat`), and its log gets timestamps and atroposlib's progress lines
+("Successfully processed group k/n", which rl_test_inference reads) as soon as a group is scored.
 This runs in the child process only: the MCP server never imports environment code.
 """
 
 from __future__ import annotations
 
-import logging
 import runpy
 import sys
 from pathlib import Path
@@ -19,14 +19,13 @@ from pathlib import Path
 def main(argv: list[str]) -> None:
     if not argv:
         raise SystemExit("usage: python -m rl_mcp.children.env_process <environment file> <command> [flags]")
+    from tinker_atropos import atropos_compat, env_logging
+
     env_file = Path(argv[0]).resolve()
     sys.argv = [str(env_file), *argv[1:]]
     sys.path.insert(0, str(env_file.parent))  # what `python <file>` does: sibling imports work
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.INFO)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    logging.getLogger("atroposlib").setLevel(logging.INFO)
+    env_logging.configure()
+    atropos_compat.apply()
     runpy.run_path(str(env_file), run_name="__main__")
 
 

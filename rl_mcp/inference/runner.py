@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -72,6 +72,7 @@ async def run_inference_test(
     target: Target,
     *,
     environ: Mapping[str, str],
+    pass_env: Sequence[str] = (),
     python: str = sys.executable,
     ports: PortReservations | None = None,
     progress: ProgressFn | None = None,
@@ -89,7 +90,8 @@ async def run_inference_test(
 
     async def one(model: str) -> None:
         async with limiter:
-            outcomes[model] = await _test_model(req, target, model, environ, python, ports, tracker, deadline)
+            env = child_env(environ, target, pass_env)
+            outcomes[model] = await _test_model(req, target, model, env, environ, python, ports, tracker, deadline)
 
     async with anyio.create_task_group() as tg:
         for model in target.models:
@@ -101,6 +103,7 @@ async def _test_model(
     req: InferenceRequest,
     target: Target,
     model: str,
+    env: dict[str, str],
     environ: Mapping[str, str],
     python: str,
     ports: PortReservations,
@@ -111,7 +114,6 @@ async def _test_model(
     files = InferenceTestFiles(req.out_dir / model_slug(model))
     files.folder.mkdir(parents=True, exist_ok=True)
     out = ModelOutcome(model=model, status="failed", seconds=0.0, output_dir=files.folder, log=files.process_log)
-    env = child_env(environ, target)
     wandb = bool(environ.get("WANDB_API_KEY"))
     try:
         if target.kind != "local":

@@ -127,9 +127,10 @@ def resolve_target(
     return Target("local", names or (local_model,), None, None, "sglang")
 
 
-def child_env(environ: Mapping[str, str], target: Target) -> dict[str, str]:
-    """The children's environment: no inherited keys; the target's key as OPENAI_API_KEY only."""
-    env = {k: v for k, v in without_secrets(environ).items() if not k.startswith("OPENAI_")}
+def child_env(environ: Mapping[str, str], target: Target, pass_env: Sequence[str] = ()) -> dict[str, str]:
+    """The children's environment: no inherited keys but those the operator passes to environments
+    (`pass_env`); the target's key as OPENAI_API_KEY only."""
+    env = {k: v for k, v in without_secrets(environ, allow=pass_env).items() if not k.startswith("OPENAI_")}
     if target.key_env:
         env.pop(target.key_env, None)
     if any(w.backend == "tinker" for w in target.weights.values()) and environ.get("TINKER_API_KEY"):

@@ -138,6 +138,7 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
             req,
             where,
             environ=settings.environ,
+            pass_env=settings.env_process_vars,
             python=settings.python,
             ports=app.runs_manager.ports if app.runs_manager is not None else None,
             progress=ctx.report_progress,

@@ -40,7 +40,8 @@ CHILD_SECRETS = {
 
 def child_env(settings: Settings, name: ProcessName) -> dict[str, str]:
     """The environment of one process of a run: the server's, less the secrets it has no use for."""
-    return {**without_secrets(settings.environ, allow=CHILD_SECRETS[name]), "PYTHONUNBUFFERED": "1"}
+    allow = (*CHILD_SECRETS[name], *(settings.env_process_vars if name == ProcessName.ENV else ()))
+    return {**without_secrets(settings.environ, allow=allow), "PYTHONUNBUFFERED": "1"}
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
         ),
         StagePlan(
             Stage.ENV,
-            [python, str(env_file), "serve", "--config", config],
+            [python, "-m", "rl_mcp.children.env_process", str(env_file), "serve", "--config", config],
             _env_registered(http, api_url, rec.log_path("api")),
         ),
     ]

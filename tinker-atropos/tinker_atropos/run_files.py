@@ -119,6 +119,11 @@ class RunFiles:
         return self.run_dir / "metrics.jsonl"
 
     @property
+    def first_batch(self) -> Path:
+        """The first batch the trainer took, as it took it (tokens, masks, scores): what it trains on."""
+        return self.run_dir / "first_batch.json"
+
+    @property
     def evals(self) -> Path:
         return self.run_dir / "eval.jsonl"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import json
 import logging
 import os
 import time
@@ -34,7 +35,7 @@ from tinker_atropos.config import ConfigError, RunConfig
 from tinker_atropos.inference_server.holder import FINAL_LABEL, SamplerHolder
 from tinker_atropos.metrics import MetricsSink, PhaseClock, StepMetrics
 from tinker_atropos.run_api_client import Registration, RunApiClient
-from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult
+from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult, atomic_write_text
 from tinker_atropos.training_state import StateKeeper
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ STEP_GRACE_S = 10.0
 FINAL_SAVE_TIMEOUT_S = 15.0
 FINAL_EVAL_TIMEOUT_S = 600.0
 REGISTER_TIMEOUT_S = 60.0
+FIRST_BATCH_GROUPS = 4  # groups of the first batch kept in first_batch.json (a few hundred KB at most)
 
 
 def registration_for(cfg: RunConfig) -> Registration:
@@ -209,6 +211,8 @@ class Trainer:
 
     async def _step(self, step: int, groups: list[dict[str, Any]], wait_seconds: float) -> None:
         started = time.monotonic()
+        if step == self.cfg.tinker.start_step + 1:
+            write_first_batch(Path(self.cfg.tinker.run_dir), step, groups)
         conv = groups_to_datums(groups, self.cfg.tinker.advantage_scale)
         datums = await self._fill_missing_logprobs(conv)
         loss = drift = lp_ref = lp_train = None
@@ -361,6 +365,14 @@ async def train(
     sink.close(exit_code=0 if result.status != Outcome.FAILED else 1)
     result.write(run_dir)
     return result
+
+
+def write_first_batch(run_dir: Path, step: int, groups: list[dict[str, Any]]) -> None:
+    """Keep the run's first batch as the environment sent it (its first FIRST_BATCH_GROUPS groups), so
+    a user can decode what the trainer trains on: the tokens, and which of them are trained (masks)."""
+    keys = ("tokens", "masks", "scores", "messages")
+    kept = [{k: group.get(k) for k in keys} for group in groups[:FIRST_BATCH_GROUPS]]
+    atomic_write_text(RunFiles(run_dir).first_batch, json.dumps({"step": step, "groups": kept}))
 
 
 def _public_config(cfg: RunConfig) -> dict[str, Any]:

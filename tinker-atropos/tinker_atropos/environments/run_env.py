@@ -7,28 +7,26 @@ rollout. A run here has exactly one environment, so this base asks every REGISTE
 env_manager runs without that pause: atroposlib.envs.base sees an asyncio whose sleep of exactly
 that length returns at once (the only such sleep there; tests/test_environments.py pins it).
 
-Its log (logs/env.log, which rl-mcp serves as a resource) gets timestamps at INFO, without the
-lines atroposlib's env loop writes at every turn (ten times a second) and the HTTP clients' line
-per request.
+Its log (logs/env.log) is configured by `tinker_atropos.env_logging`, as for every environment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from typing import Any
 
 import atroposlib.envs.base as atropos_base
 from atroposlib.envs.base import BaseEnv
 
+from tinker_atropos import env_logging
+
 logger = logging.getLogger(__name__)
 
 REGISTER_POLL_S = 0.1
 REGISTER_TIMEOUT_S = 60.0
 ATROPOS_START_PAUSE_S = 5
-PER_TURN_LINES = ("env_manager: Status dict", "max_num_workers:")
 
 
 class _AsyncioWithoutStartPause:
@@ -42,23 +40,12 @@ class _AsyncioWithoutStartPause:
         return await asyncio.sleep(0 if delay == ATROPOS_START_PAUSE_S else delay, result)
 
 
-def _not_per_turn(record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith(PER_TURN_LINES)
-
-
 class RunEnv(BaseEnv):
     """BaseEnv for the one environment process of a run."""
 
     @classmethod
     def cli(cls) -> None:
-        logging.basicConfig(
-            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-        for noisy in ("httpx", "httpx2", "httpcore"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-        atropos = logging.getLogger("atroposlib.envs.base")  # its import set DEBUG: a line per rollout
-        atropos.setLevel(logging.INFO)
-        atropos.addFilter(_not_per_turn)
+        env_logging.configure()
         super().cli()
 
     async def _register_env(self) -> dict[str, Any]:

@@ -1,0 +1,91 @@
+"""atroposlib 0.4 as this product runs it: two fixes applied in every environment process.
+
+Users bring Atropos environments written against atroposlib 0.4 and run them unchanged. Two
+things in atroposlib break them here without an error, so `apply()` (called by the environment
+launcher, before the environment's file is imported; site-packages is never edited) fixes them:
+
+1. `tokenize_for_trainer` treats `tokenizer.apply_chat_template(chat)` as a list of ids. Under
+   transformers 5 that call returns a `BatchEncoding` (a dict), so tokens and masks come out wrong
+   (two "tokens": the dict's keys). The function is given a tokenizer whose chat template returns
+   ids, as it did under transformers 4.
+2. `ServerManager` treats any server config that is not a list as a baseline and sends requests to
+   localhost:9004-9007. An environment whose `config_init` returns one `APIServerConfig` or a
+   `ServerBaseline` (as Atropos' gsm8k does) thus ignores the inference server the run's YAML
+   names. The CLI's server resolution is made to return a list: a single config becomes a list
+   of one, and a baseline the YAML overrides becomes the YAML's server over the baseline's values.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+_APPLIED = "_tinker_atropos_compat"
+OPENAI_SECTION = "openai"  # the run YAML's server list (atroposlib's OPENAI_NAMESPACE)
+
+
+class _ChatTemplateIds:
+    """A tokenizer whose `apply_chat_template` returns ids (not a BatchEncoding) when it tokenizes."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    def apply_chat_template(self, conversation: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("tokenize", True):
+            kwargs["return_dict"] = False
+        return self._tokenizer.apply_chat_template(conversation, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+
+def _fix_tokenize_for_trainer() -> None:
+    import atroposlib.utils.tokenize_for_trainer as module
+
+    original = module.tokenize_for_trainer
+    if getattr(original, _APPLIED, False):
+        return
+
+    @functools.wraps(original)
+    def tokenize_for_trainer(tokenizer: Any, chat: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return original(_ChatTemplateIds(tokenizer), chat, *args, **kwargs)  # type: ignore[no-any-return]
+
+    setattr(tokenize_for_trainer, _APPLIED, True)
+    # every module that already bound the name (atroposlib's own helpers) gets the fixed one too
+    for loaded in list(sys.modules.values()):
+        if getattr(loaded, "tokenize_for_trainer", None) is original:
+            loaded.tokenize_for_trainer = tokenize_for_trainer  # type: ignore[attr-defined]
+
+
+def _fix_server_configs() -> None:
+    import atroposlib.envs.base as base
+    from atroposlib.envs.server_handling.server_manager import APIServerConfig, ServerBaseline
+
+    original = base.resolve_openai_configs
+    if getattr(original, _APPLIED, False):
+        return
+
+    @functools.wraps(original)
+    def resolve_openai_configs(
+        default_server_configs: Any,
+        openai_config_dict: dict[str, Any],
+        yaml_config: dict[str, Any],
+        *args: Any,
+        **kw: Any,
+    ) -> Any:
+        configs = original(default_server_configs, openai_config_dict, yaml_config, *args, **kw)
+        if isinstance(configs, APIServerConfig):
+            return [configs]
+        if isinstance(configs, ServerBaseline) and yaml_config.get(OPENAI_SECTION):  # a baseline the YAML overrides
+            return [APIServerConfig(**{**configs.model_dump(), **openai_config_dict})]
+        return configs
+
+    setattr(resolve_openai_configs, _APPLIED, True)
+    base.resolve_openai_configs = resolve_openai_configs
+
+
+def apply() -> None:
+    """Apply both fixes (idempotent); before the environment's file is imported."""
+    _fix_tokenize_for_trainer()
+    _fix_server_configs()
