@@ -224,6 +224,8 @@ class Settings:
     introspect_timeout_s: float = 60.0
     status_min_interval_s: float = 1800.0  # between two rl_check_status of one active run
     stop_runs_on_exit: bool = False
+    # A run whose environment raises and scores no group for this long fails with its exception.
+    env_error_timeout_s: float = 120.0
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
 
     @property
@@ -271,6 +273,7 @@ class Settings:
             introspect_timeout_s=_seconds(env, "RL_MCP_INTROSPECT_TIMEOUT", 60.0),
             status_min_interval_s=_seconds(env, "RL_MCP_STATUS_MIN_INTERVAL", 1800.0),
             stop_runs_on_exit=stop_runs_on_exit,
+            env_error_timeout_s=_seconds(env, "RL_MCP_ENV_ERROR_TIMEOUT", 120.0),
             environ=env,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from rl_mcp.runs.metrics import (
     wandb_url_from_log,
 )
 from rl_mcp.runs.store import RunRecord
+from rl_mcp.settings import Settings
 from tinker_atropos.run_files import JsonlReader, read_result
 
 
@@ -171,16 +173,17 @@ def test_status_explains_a_run_whose_environment_drops_every_group(tmp_path: Pat
         running_at=now - 80,
     )
     cache = MetricsCache()
-    assert "Training is under way" in views.status(rec, {}, cache, min_interval_s=0).next_step
+    server_settings = dataclasses.replace(Settings.from_env(profile="local"), status_min_interval_s=0)
+    assert "Training is under way" in views.status(rec, {}, cache, server_settings).next_step
     with env_log.open("a") as f:
         f.write("WARNING Scores are the same in a group, skipping...\n")
-    hint = views.status(rec, {}, cache, min_interval_s=0).next_step
+    hint = views.status(rec, {}, cache, server_settings).next_step
     assert "all scored the same" in hint and "rl_test_inference" in hint
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": now, "reward_mean": 0.5}) + "\n")
-    assert "Training is under way" in views.status(rec, {}, cache, min_interval_s=0).next_step
+    assert "Training is under way" in views.status(rec, {}, cache, server_settings).next_step
     # an environment that sends its equal-score groups: the trainer's share says the same
     with (tmp_path / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 2, "time": now, "no_signal_share": 0.75, "distinct_reply_share": 0.4}) + "\n")
-    status = views.status(rec, {}, cache, min_interval_s=0)
+    status = views.status(rec, {}, cache, server_settings)
     assert "75% of the groups gave no learning signal" in status.next_step
     assert status.latest is not None and status.latest.no_signal_share == 0.75

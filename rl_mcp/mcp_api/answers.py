@@ -201,6 +201,17 @@ class LatestMetrics(BaseModel):
     )
 
 
+class RolloutError(BaseModel):
+    """The environment's latest exception in a rollout (its collect_trajectories)."""
+
+    type: str = Field(description="The exception's type, e.g. KeyError")
+    message: str
+    where: str = Field(description="file:line in function, the innermost frame of the environment's own code")
+    at: str = Field(description="When it was raised (UTC, ISO 8601)")
+    errors: int = Field(description="Rollouts that raised so far")
+    groups_scored: int = Field(description="Groups the environment scored so far")
+
+
 class RunStatus(BaseModel):
     run_id: str
     environment: str | None = Field(default=None, description="The environment the run trains")
@@ -216,6 +227,9 @@ class RunStatus(BaseModel):
     eta_seconds: float | None = None
     latest: LatestMetrics | None = None
     processes: list[RunProcess] = Field(default_factory=list)
+    environment_error: RolloutError | None = Field(
+        default=None, description="The environment's latest exception in a rollout, if any rollout raised"
+    )
     logs: dict[str, list[str]] = Field(default_factory=dict, description="Last lines of each process's log")
     wandb_url: str | None = None
     wandb_project: str | None = Field(default=None, description="The run's W&B project (as in Hermes' RL tool)")

@@ -92,9 +92,7 @@ def register_run_resources(server: MCPServer, app: AppContext, cache: MetricsCac
     )
     def run_resource(run_id: str) -> str:
         rec = record(run_id)
-        view = run_views.status(
-            rec, app.runs.children(run_id), cache, min_interval_s=app.settings.status_min_interval_s
-        )
+        view = run_views.status(rec, app.runs.children(run_id), cache, app.settings)
         return view.model_dump_json(indent=1)
 
     @server.resource(

@@ -144,7 +144,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         if rec.active and last is not None and now - last < interval:
             return with_run_links(run_views.rate_limited(rec, interval - (now - last)), run_id)
         checks.last[run_id] = now
-        return with_run_links(run_views.status(rec, app.runs.children(run_id), cache, min_interval_s=interval), run_id)
+        return with_run_links(run_views.status(rec, app.runs.children(run_id), cache, app.settings), run_id)
 
     @server.tool(
         name="rl_stop_training",

@@ -15,6 +15,7 @@ from rl_mcp.mcp_api.answers import (
     HistoryPoint,
     LatestMetrics,
     Lineage,
+    RolloutError,
     RunProcess,
     RunResults,
     RunStarted,
@@ -23,6 +24,7 @@ from rl_mcp.mcp_api.answers import (
     TrainingStateView,
 )
 from rl_mcp.processes import Child
+from rl_mcp.runs.env_health import EnvError, latest_error
 from rl_mcp.runs.metrics import (
     MetricsCache,
     downsample,
@@ -32,6 +34,7 @@ from rl_mcp.runs.metrics import (
     wandb_url_from_log,
 )
 from rl_mcp.runs.store import RunRecord
+from rl_mcp.settings import Settings
 from tinker_atropos.run_files import ProcessName, read_checkpoints, read_result, read_training_states
 
 STATUS_LOG_LINES = 8
@@ -140,12 +143,16 @@ def _step(metrics: list[dict[str, Any]]) -> int:
     return int(metrics[-1].get("step", len(metrics))) if metrics else 0
 
 
-def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, *, min_interval_s: float) -> RunStatus:
+def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, settings: Settings) -> RunStatus:
+    min_interval_s = settings.status_min_interval_s
     metrics, evals = cache.metrics(rec), cache.evals(rec)
     result = read_result(Path(rec.run_dir)) or {}
     end = rec.ended_at or time.time()
     running_s = round(end - rec.running_at, 1) if rec.running_at else None
-    if rec.active and not metrics and _env_dropping_equal_groups(rec):
+    env_error = latest_error(rec.files.env_health)
+    if rec.active and env_error is not None and env_error.at > (env_error.last_group_at or 0.0):
+        hint = descriptions.next_status_env_raising(env_error.line, env_error.errors, settings.env_error_timeout_s)
+    elif rec.active and not metrics and _env_dropping_equal_groups(rec):
         hint = descriptions.next_status_no_signal()
     elif rec.active and _mostly_no_signal(metrics):
         hint = descriptions.next_status_little_signal(rec.run_id, metrics[-1]["no_signal_share"])
@@ -171,9 +178,23 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, *, m
         eta_seconds=eta_seconds(metrics, rec.total_steps) if rec.active else None,
         latest=_latest(metrics, evals),
         processes=processes_view(rec, children),
+        environment_error=_env_error_view(env_error),
         logs={name: tail_lines(rec.log_path(name), STATUS_LOG_LINES) for name in rec.processes},
         wandb_url=result.get("wandb_url") or wandb_url_from_log(rec.log_path(ProcessName.TRAINER)),
         next_step=hint,
+    )
+
+
+def _env_error_view(error: EnvError | None) -> RolloutError | None:
+    if error is None:
+        return None
+    return RolloutError(
+        type=error.type,
+        message=error.message,
+        where=error.where,
+        at=_iso(error.at) or "",
+        errors=error.errors,
+        groups_scored=error.groups,
     )
 
 

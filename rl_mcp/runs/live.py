@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -107,3 +107,11 @@ def read_run_identity(config_path: Path, fallback: str) -> tuple[str, int]:
     run_name = str(tinker.get("run_name") or env.get("wandb_name") or fallback)
     total_steps = int(tinker.get("total_steps") or env.get("total_steps") or 0)
     return run_name, total_steps
+
+
+Progress = Callable[[float, float, str], Awaitable[None]]
+"""A start's progress report: (done, total, message)."""
+
+
+async def no_progress(progress: float, total: float, message: str) -> None:
+    return None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -23,7 +22,8 @@ from rl_mcp import processes
 from rl_mcp.logs import tail_lines
 from rl_mcp.processes import Child, StageError
 from rl_mcp.runs import stages
-from rl_mcp.runs.live import Live, RunEvents, RunPlan, read_run_identity
+from rl_mcp.runs.env_health import stalled
+from rl_mcp.runs.live import Live, Progress, RunEvents, RunPlan, no_progress, read_run_identity
 from rl_mcp.runs.outcomes import ADOPTED_EXIT, settle_exit
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.runs.preflight import RunError, preflight
@@ -39,8 +39,6 @@ STOP_ORDER = (ProcessName.ENV, ProcessName.TRAINER, ProcessName.API)
 FAILURE_TAIL_LINES = 20
 SUPERVISE_INTERVAL_S = 0.5  # a child's exit is noticed within this (the contract says 2 s)
 START_PROGRESS = {Stage.TRAINER: 4.0, Stage.ENV: 5.0}
-
-Progress = Callable[[float, float, str], Awaitable[None]]
 
 __all__ = ["RunError", "RunEvents", "RunManager", "RunPlan", "StageTimeouts"]
 
@@ -112,7 +110,7 @@ class RunManager:
         """
         if self._tg is None:
             raise RuntimeError("RunManager.attach() was not called")
-        report = progress or _no_progress
+        report = progress or no_progress
         total = 6.0 if wait else 3.0
         self.preflight(plan)
         await report(1, total, "pre-flight passed")
@@ -213,7 +211,8 @@ class RunManager:
         live.touch()
 
     def _spawn(self, live: Live, name: ProcessName, argv: list[str]) -> Child:
-        rec, env = live.rec, stages.child_env(self.settings, name)
+        rec = live.rec
+        env = stages.child_env(self.settings, rec, name)
         child = processes.spawn(name, argv, log_path=rec.log_path(name), env=env, cwd=Path(rec.run_dir))
         live.children[name] = child
         rec.processes[name] = ProcessRecord(
@@ -242,6 +241,8 @@ class RunManager:
                 await self._on_exit(live, name, code)
                 if not rec.active:
                     return
+            if why := stalled(rec.files.env_health, rec.running_at, self.settings.env_error_timeout_s):
+                return await self._finish(live, RunStatus.FAILED, why, tail_of=ProcessName.ENV)
             await anyio.sleep(SUPERVISE_INTERVAL_S)
 
     async def _on_exit(self, live: Live, name: ProcessName, code: int) -> None:
@@ -394,7 +395,3 @@ class RunManager:
     def _save(self, rec: RunRecord) -> None:
         self.store.save(rec)
         self.events.run_changed(rec)
-
-
-async def _no_progress(progress: float, total: float, message: str) -> None:
-    return None

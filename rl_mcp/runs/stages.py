@@ -21,7 +21,7 @@ from rl_mcp.processes import Child, StageError, health_ok
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.runs.vocab import Stage
 from rl_mcp.settings import Settings, without_secrets
-from tinker_atropos.run_files import MODEL_BUILD, ProcessName
+from tinker_atropos.run_files import ENV_HEALTH_VAR, MODEL_BUILD, ProcessName
 
 Ready = Callable[[], Awaitable[bool]]
 # What starts when a stage's turn comes: everything with run-api. The trainer's imports and model
@@ -38,10 +38,13 @@ CHILD_SECRETS = {
 }
 
 
-def child_env(settings: Settings, name: ProcessName) -> dict[str, str]:
-    """The environment of one process of a run: the server's, less the secrets it has no use for."""
-    allow = (*CHILD_SECRETS[name], *(settings.env_process_vars if name == ProcessName.ENV else ()))
-    return {**without_secrets(settings.environ, allow=allow), "PYTHONUNBUFFERED": "1"}
+def child_env(settings: Settings, rec: RunRecord, name: ProcessName) -> dict[str, str]:
+    """The environment of one process of a run: the server's, less the secrets it has no use for; the
+    environment's also says where to keep its rollouts' health (env_health.json)."""
+    if name != ProcessName.ENV:
+        return {**without_secrets(settings.environ, allow=CHILD_SECRETS[name]), "PYTHONUNBUFFERED": "1"}
+    env = without_secrets(settings.environ, allow=(*CHILD_SECRETS[name], *settings.env_process_vars))
+    return {**env, "PYTHONUNBUFFERED": "1", ENV_HEALTH_VAR: str(rec.files.env_health)}
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ def run_models_to_build(rec: RunRecord) -> list[str]:
 
 async def build_run_models(settings: Settings, rec: RunRecord, timeout_s: float) -> None:
     """Stage `model`: build the offline models the run's config names; StageError when one fails."""
-    env, log = child_env(settings, ProcessName.API), rec.log_path(MODEL_BUILD)  # a build needs no secret
+    env, log = child_env(settings, rec, ProcessName.API), rec.log_path(MODEL_BUILD)  # a build needs no secret
     try:
         await build_models(_config_of(rec), python=settings.python, env=env, log=log, timeout_s=timeout_s)
     except ModelBuildError as exc:

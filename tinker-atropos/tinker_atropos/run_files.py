@@ -31,6 +31,7 @@ class ProcessName(StrEnum):
     """The environment's `serve`: rollouts, rewards, evaluations."""
 
 
+ENV_HEALTH_VAR = "TINKER_ATROPOS_ENV_HEALTH"  # where an environment process keeps env_health.json
 MODEL_BUILD = "model"  # the offline model build before a run's processes start: logs/model.log
 
 
@@ -122,6 +123,11 @@ class RunFiles:
     def first_batch(self) -> Path:
         """The first batch the trainer took, as it took it (tokens, masks, scores): what it trains on."""
         return self.run_dir / "first_batch.json"
+
+    @property
+    def env_health(self) -> Path:
+        """The environment's rollouts: groups scored, exceptions, the latest one (tinker_atropos.env_health)."""
+        return self.run_dir / "env_health.json"
 
     @property
     def evals(self) -> Path:

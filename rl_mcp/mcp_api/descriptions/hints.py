@@ -29,6 +29,15 @@ def next_after_start(run_id: str, active: bool) -> str:
     )
 
 
+def next_status_env_raising(line: str, errors: int, timeout_s: float) -> str:
+    return (
+        f"The environment's rollouts raise ({errors} so far; the latest: {line}). A rollout that raises "
+        "is retried on the next item and scores nothing; if no group is scored for "
+        f"{timeout_s:.0f} s the run fails with this error. Fix the environment (see environment_error "
+        "and logs/env.log) and check it with rl_test_inference."
+    )
+
+
 def next_status_no_signal() -> str:
     return (
         "No step yet, and the environment is dropping groups whose completions all scored the same "
