@@ -1,5 +1,5 @@
 """A user's own Atropos environments run unchanged: four files in the shapes upstream ones take
-(tests/byo_envs/atropos/), each configured, tested against inference and trained for 2 steps
+(examples/atropos_envs/), each configured, tested against inference and trained for 2 steps
 through the MCP tools on the local backend; the first batch the trainer took decodes back to the
 conversation, with only the assistant's tokens trained. Plus the two atroposlib fixes alone."""
 
@@ -24,7 +24,7 @@ from rl_mcp.settings import Settings
 from tinker_atropos.models import ensure_model
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-ENV_DIR = Path(__file__).resolve().parent / "byo_envs" / "atropos"
+ENV_DIR = Path(__file__).resolve().parents[1] / "examples" / "atropos_envs"
 SMALL = {"total_steps": 2, "group_size": 4, "batch_size": 8}
 # environment -> one of its own config fields that rl_get_current_config must show
 OWN_FIELD = {"echo_word": "target_letter", "count_on": "start", "walk_steps": "turns", "capitals_qa": "dataset_name"}
