@@ -45,10 +45,10 @@ def main() -> None:
     seen["tools"] = ours
     assert len(ours) == 10, ours
 
-    # --- the local profile: ${TINKER_API_KEY} left literal must not switch to Tinker ----------
+    # --- the keyless default (SmolLM2): ${TINKER_API_KEY} left literal must not switch to Tinker
     config = ok("mcp__rl__rl_select_environment", {"name": "letter_repeat"})["config"]
     seen["profile"] = config["profile"]["name"]
-    assert seen["profile"] == "local", config["profile"]
+    assert seen["profile"] == "smollm2", config["profile"]  # the keyless default
     for field, value in {"total_steps": STEPS, "group_size": 4, "batch_size": 8}.items():
         ok("mcp__rl__rl_edit_config", {"field": field, "value": value})
 

@@ -42,7 +42,7 @@ def test_an_unexpanded_placeholder_is_unset_warned_once_and_in_doctor(caplog, rl
     with caplog.at_level(logging.WARNING, logger="rl_mcp"):
         first = Settings.from_env(env)
         Settings.from_env(env)
-    assert first.profile.name == "local"  # the literal was not taken for a Tinker key
+    assert first.profile.name == "smollm2"  # the literal was not taken for a Tinker key
     assert "TINKER_API_KEY" not in first.environ and "WANDB_API_KEY" not in first.environ
     assert first.environ["OPENROUTER_API_KEY"] == "${OPENROUTER_API_KEY}x"
     warnings = [r.getMessage() for r in caplog.records if "placeholder" in r.getMessage()]
