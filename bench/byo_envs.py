@@ -11,7 +11,6 @@ backend, profile smollm2, no keys, no network.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -19,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from learning import overrides
 from mcp import Client
+
+from tinker_atropos.run_files import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_DIRS = [ROOT / "examples" / "atropos_envs", ROOT / "examples" / "hermes_port"]
@@ -50,7 +52,7 @@ async def run_one(client: Client, env_name: str, steps: int, edits: dict[str, An
     wall = time.monotonic() - started
     if status["status"] != "completed":
         raise RuntimeError(f"{env_name}: run {status['status']}: {status.get('error')}")
-    metrics = [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_jsonl(Path(run["run_dir"]) / "metrics.jsonl")
     return {
         "environment": env_name,
         "rewards": [m.get("reward_mean") for m in metrics],
@@ -90,7 +92,7 @@ if __name__ == "__main__":
     parser.add_argument("--env", action="append", help=f"environment name (default: {', '.join(DEFAULT_ENVS)})")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON", help="an rl_edit_config edit")
     args = parser.parse_args()
-    edits = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
+    edits = overrides(args.set)
     rows = anyio.run(main, args.env or DEFAULT_ENVS, args.steps, edits)
     print(f"{'environment':<24} {'first reward':>12} {'last reward':>12} {'s/step':>8} {'wall s':>8}")
     for row in rows:
