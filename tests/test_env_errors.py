@@ -82,3 +82,14 @@ async def test_an_environment_that_raises_for_some_items_goes_on(settings: Setti
     seen = status["environment_error"]
     assert seen["type"] == "ValueError" and seen["message"].endswith("has no answer")
     assert seen["groups_scored"] >= 2 and seen["where"].startswith("sometimes_raises.py:")
+
+
+async def test_rl_test_inference_stops_an_environment_that_only_raises(settings: Settings) -> None:
+    """atroposlib would retry until the call's timeout; the test ends once nothing but exceptions come."""
+    async with open_app(settings) as app, Client(build_server(app)) as client:
+        await call(client, "rl_select_environment", name="always_raises")
+        started = time.monotonic()
+        answer = await call(client, "rl_test_inference", num_steps=1, group_size=4, timeout_s=240)
+    (model,) = answer["results"]
+    assert model["status"] == "failed" and time.monotonic() - started < 120
+    assert "KeyError: 'answer' (at always_raises.py:" in model["error"], model["error"]

@@ -23,13 +23,15 @@ from rl_mcp.inference.target import InferenceRequest, Target, child_env, model_s
 from rl_mcp.logs import last_error_line, tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models
 from rl_mcp.processes import StageError, health_ok, supervised
+from rl_mcp.runs.env_health import stalled
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.session.run_config import write_run_config
-from tinker_atropos.run_files import InferenceTestFiles
+from tinker_atropos.run_files import ENV_HEALTH_VAR, InferenceTestFiles
 
 _PROGRESS = re.compile(r"Successfully processed group (\d+)/(\d+)")
 LOG_TAIL_LINES = 25
 MAX_PARALLEL = 3
+RAISING_STOP_S = 20.0  # an environment that raises and scores nothing for this long is stopped
 
 ProgressFn = Callable[[float, float, str], Awaitable[None]]
 
@@ -197,14 +199,17 @@ async def _run_process(
         "--env.group_size",
         str(req.group_size),
     ]
-    offset = 0
+    offset, started, raising = 0, time.time(), None
+    env = {**env, ENV_HEALTH_VAR: str(files.env_health)}
     async with supervised(
         "environment process", argv, log_path=out.log, env=env, cwd=files.folder, stop_grace_s=3.0
     ) as child:
         while child.running and time.monotonic() < deadline:
             offset = await _watch_log(out.log, offset, model, tracker)
+            if raising := stalled(files.env_health, started, RAISING_STOP_S):
+                break  # every rollout raises: say so now rather than at the call's timeout
             await anyio.sleep(0.25)
-        timed_out = child.running
+        timed_out = child.running and raising is None
     code = child.poll()
     await _watch_log(out.log, offset, model, tracker)
     groups = read_groups(files.groups)
@@ -215,7 +220,9 @@ async def _run_process(
         out.status = "ok"
         return
     out.log_tail = tail_lines(out.log, LOG_TAIL_LINES)
-    if timed_out:
+    if raising is not None:
+        out.error = raising
+    elif timed_out:
         out.status = "timeout"
         out.error = (
             f"no result within the call's {req.timeout_s:.0f} s limit: {len(groups)} of {req.num_steps} groups scored "

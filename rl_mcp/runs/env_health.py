@@ -58,5 +58,5 @@ def stalled(path: Path, running_since: float | None, timeout_s: float, now: floa
     return (
         f"the environment scored no group for {timeout_s:.0f} s while its rollouts raised "
         f"({error.errors} exceptions, {error.groups} groups scored in all); the latest: {error.line}. "
-        "Fix the environment, check it with rl_test_inference, and start again"
+        "Fix the environment and try again"
     )

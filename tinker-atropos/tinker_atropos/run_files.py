@@ -194,6 +194,10 @@ class InferenceTestFiles:
     def server_log(self) -> Path:
         return self.folder / "server.log"
 
+    @property
+    def env_health(self) -> Path:
+        return self.folder / "env_health.json"
+
 
 # --- writing -----------------------------------------------------------------------------------
 
