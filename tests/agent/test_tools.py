@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tinker_atropos.agent.sandbox import SandboxConfig, open_sandbox
+from tinker_atropos.agent import task_sandboxes
+from tinker_atropos.agent.sandbox import SandboxConfig
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, TOOLSETS, ToolContext, select_tools
 
 pytestmark = pytest.mark.anyio
@@ -17,8 +18,16 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
-    async with open_sandbox(SandboxConfig(root=tmp_path, timeout_s=10, max_output_chars=4000)) as sb:
-        yield ToolContext(sb)
+    task_sandboxes.configure(SandboxConfig(root=tmp_path, timeout_s=10, max_output_chars=4000), 128)
+    async with task_sandboxes.task_sandbox("test-tools"):
+        yield ToolContext("test-tools")
+
+
+def wd(ctx: ToolContext) -> Path:
+    """The rollout directory of `ctx`'s sandbox (a host path: the local backend)."""
+    sandbox = task_sandboxes.find(ctx.task_id)
+    assert sandbox is not None
+    return Path(sandbox.workdir)
 
 
 async def call(ctx: ToolContext, name: str, **args) -> tuple[dict, bool]:
@@ -99,7 +108,7 @@ async def test_terminal(ctx: ToolContext) -> None:
     }
     await call(ctx, "terminal", command="mkdir sub")
     out, _ = await call(ctx, "terminal", command="pwd", workdir="sub")
-    assert out["output"] == str(ctx.sandbox.workdir / "sub")
+    assert out["output"] == str(wd(ctx) / "sub")
     out, error = await call(ctx, "terminal", command="sleep 1", background=True)
     assert error and "foreground" in out["error"]
     out, error = await call(ctx, "terminal", command="true", timeout=601)
@@ -110,7 +119,7 @@ async def test_terminal(ctx: ToolContext) -> None:
 
 async def test_write_then_read(ctx: ToolContext) -> None:
     out, error = await call(ctx, "write_file", path="new/a.txt", content="alpha\nbeta\ngamma beta\n")
-    resolved = str(ctx.sandbox.workdir / "new" / "a.txt")
+    resolved = str(wd(ctx) / "new" / "a.txt")
     assert not error and out == {
         "bytes_written": 22,
         "dirs_created": True,
@@ -129,10 +138,10 @@ async def test_write_then_read(ctx: ToolContext) -> None:
     assert out["content"] == "2|beta" and out["truncated"] and "offset=3" in out["hint"]
     out, error = await call(ctx, "read_file", path="nope.txt")
     assert error and out["error"] == "File not found: nope.txt"
-    (ctx.sandbox.workdir / "bin").write_bytes(b"\x00\x01")
+    (wd(ctx) / "bin").write_bytes(b"\x00\x01")
     out, error = await call(ctx, "read_file", path="bin")
     assert error and out["is_binary"]
-    (ctx.sandbox.workdir / "long.txt").write_text(("x" * 100 + "\n") * 200)
+    (wd(ctx) / "long.txt").write_text(("x" * 100 + "\n") * 200)
     out, _ = await call(ctx, "read_file", path="long.txt")
     assert out["truncated"] and out["next_offset"] > 1 and len(out["content"]) < 4000
 
@@ -161,20 +170,18 @@ async def test_patch_replace_and_v4a(ctx: ToolContext) -> None:
         new_string="B",
         replace_all=True,
     )
-    assert not error and (ctx.sandbox.workdir / "a.txt").read_text() == "ALPHA\nB\ngamma B\n"
+    assert not error and (wd(ctx) / "a.txt").read_text() == "ALPHA\nB\ngamma B\n"
     v4a = "*** Begin Patch\n*** Update File: a.txt\n@@\n ALPHA\n-B\n+BETA\n*** Add File: n.txt\n+hello\n*** End Patch"
     out, error = await call(ctx, "patch", mode="patch", patch=v4a)
-    assert not error and out["files_created"] == [str(ctx.sandbox.workdir / "n.txt")]
-    assert (ctx.sandbox.workdir / "a.txt").read_text() == "ALPHA\nBETA\ngamma B\n" and (
-        ctx.sandbox.workdir / "n.txt"
-    ).read_text() == "hello\n"
+    assert not error and out["files_created"] == [str(wd(ctx) / "n.txt")]
+    assert (wd(ctx) / "a.txt").read_text() == "ALPHA\nBETA\ngamma B\n" and (wd(ctx) / "n.txt").read_text() == "hello\n"
     out, error = await call(
         ctx,
         "patch",
         mode="patch",
         patch="*** Begin Patch\n*** Delete File: n.txt\n*** End Patch",
     )
-    assert not error and not (ctx.sandbox.workdir / "n.txt").is_file()
+    assert not error and not (wd(ctx) / "n.txt").is_file()
     out, error = await call(ctx, "patch", mode="replace", path="a.txt")
     assert error and "old_string, new_string" in out["error"]
 
@@ -200,14 +207,14 @@ async def test_search_files(ctx: ToolContext) -> None:
     assert len(out["matches"]) == 1 and out["truncated"]
     out, error = await call(ctx, "search_files", pattern="(")
     assert error and "grep" in out["error"]
-    assert (ctx.terminal("pwd"))["output"] == str(ctx.sandbox.workdir)  # cwd untouched
+    assert (ctx.terminal("pwd"))["output"] == str(wd(ctx))  # cwd untouched
 
 
 async def test_file_tools_cannot_escape(ctx: ToolContext, tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")
-    (ctx.sandbox.workdir / "link").symlink_to(secret)
-    (ctx.sandbox.workdir / "dirlink").symlink_to(tmp_path)
+    (wd(ctx) / "link").symlink_to(secret)
+    (wd(ctx) / "dirlink").symlink_to(tmp_path)
     for name, args in [
         ("read_file", {"path": "../../secret.txt"}),
         ("read_file", {"path": str(secret)}),
@@ -243,8 +250,9 @@ async def test_bad_calls_are_results_not_exceptions(ctx: ToolContext) -> None:
 
 
 async def test_context_limits_offered_tools(tmp_path: Path) -> None:
-    async with open_sandbox(SandboxConfig(root=tmp_path)) as sb:
-        ctx = ToolContext(sb, select_tools(["file"], None))
+    task_sandboxes.configure(SandboxConfig(root=tmp_path), 128)
+    async with task_sandboxes.task_sandbox("limited"):
+        ctx = ToolContext("limited", select_tools(["file"], None))
         assert [s["function"]["name"] for s in ctx.schemas] == [
             "read_file",
             "write_file",

@@ -27,8 +27,15 @@ from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from atroposlib.type_definitions import Item
 from pydantic import Field
 
+from tinker_atropos.agent import task_sandboxes
 from tinker_atropos.agent.loop import AgentResult, HermesAgentLoop, tool_error
-from tinker_atropos.agent.sandbox import SandboxConfig, open_sandbox
+from tinker_atropos.agent.result_budget import (
+    DEFAULT_PREVIEW_SIZE_CHARS,
+    DEFAULT_RESULT_SIZE_CHARS,
+    DEFAULT_TURN_BUDGET_CHARS,
+    BudgetConfig,
+)
+from tinker_atropos.agent.sandbox import SandboxConfig
 from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext, ToolResult, select_tools
 from tinker_atropos.agent.trajectory import format_trajectory
@@ -90,6 +97,31 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=True,
         description="Run evaluate() on the base model (eval.jsonl step 0) before the first rollout of a fresh run.",
     )
+    default_result_size_chars: int = Field(
+        default=DEFAULT_RESULT_SIZE_CHARS,
+        ge=1,
+        description="A tool result longer than this (chars) is saved in the sandbox and replaced by a preview.",
+    )
+    turn_budget_chars: int = Field(
+        default=DEFAULT_TURN_BUDGET_CHARS,
+        ge=1,
+        description="All tool results of one turn together (chars); over it, the largest are saved first.",
+    )
+    preview_size_chars: int = Field(
+        default=DEFAULT_PREVIEW_SIZE_CHARS, ge=0, description="Chars of a saved tool result shown inline."
+    )
+    tool_result_overrides: dict[str, int] | None = Field(
+        default=None, description="Per-tool thresholds (chars), e.g. {'terminal': 10000}; read_file is never saved."
+    )
+
+    def build_budget_config(self) -> BudgetConfig:
+        """Hermes' tool-result budget from these fields (`HermesAgentLoop(budget_config=...)`)."""
+        return BudgetConfig(
+            default_result_size=self.default_result_size_chars,
+            turn_budget=self.turn_budget_chars,
+            preview_size=self.preview_size_chars,
+            tool_overrides=dict(self.tool_result_overrides or {}),
+        )
 
 
 class HermesAgentBaseEnv(RunEnv):
@@ -97,6 +129,7 @@ class HermesAgentBaseEnv(RunEnv):
 
     name: str | None = "hermes-agent"
     env_config_cls = HermesAgentEnvConfig
+    _format_trajectory_for_display = staticmethod(format_trajectory)  # Hermes' name for it
 
     def __init__(
         self, config: HermesAgentEnvConfig, server_configs: Any, slurm: bool = False, testing: bool = False
@@ -109,7 +142,7 @@ class HermesAgentBaseEnv(RunEnv):
         self.sandbox_config = SandboxConfig(
             backend=config.terminal_backend, timeout_s=config.terminal_timeout, lifetime_s=config.terminal_lifetime
         )
-        self._tool_slots = asyncio.Semaphore(config.tool_pool_size)
+        task_sandboxes.configure(self.sandbox_config, config.tool_pool_size)
         self._current_group_tools: tuple[list[dict[str, Any]], set[str]] | None = None
         self._tool_error_buffer: list[dict[str, Any]] = []
         self._agent_stats: list[tuple[int, int, int]] = []  # (turns, tool calls, tool errors)
@@ -129,7 +162,7 @@ class HermesAgentBaseEnv(RunEnv):
         """Put the task's starting files in a rollout's fresh sandbox (default: nothing)."""
 
     async def _guarded_tool(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        async with self._tool_slots:
+        async with task_sandboxes.settings.tool_slots:
             try:
                 return await self.execute_tool(name, arguments, ctx)
             except Exception as exc:
@@ -163,21 +196,23 @@ class HermesAgentBaseEnv(RunEnv):
     ) -> tuple[AgentResult, float]:
         """One conversation in a fresh sandbox, scored while the sandbox is still open."""
         tools, valid = self._current_group_tools or self._resolve_tools_for_group()
-        async with open_sandbox(self.sandbox_config) as sandbox:
-            ctx = ToolContext(sandbox)
+        task_id = uuid.uuid4().hex
+        async with task_sandboxes.task_sandbox(task_id):
+            ctx = ToolContext(task_id)
             await self.prepare_sandbox(item, ctx)
             loop_kwargs = dict(
                 tool_schemas=tools,
                 valid_tool_names=valid,
-                tokenizer=self.tokenizer,
-                tool_handler=lambda name, args: self._guarded_tool(name, args, ctx),
                 max_turns=self.config.max_agent_turns,
-                task_id=uuid.uuid4().hex,
+                task_id=task_id,
                 temperature=self.config.agent_temperature if temperature is None else temperature,
                 max_tokens=self.config.max_turn_tokens,
+                extra_body=self.config.extra_body,
+                budget_config=self.config.build_budget_config(),
+                tool_handler=lambda name, args: self._guarded_tool(name, args, ctx),
+                tokenizer=self.tokenizer,
                 max_context=self.config.max_token_length,
                 tool_call_parser=self.config.tool_call_parser,
-                extra_body=self.config.extra_body,
                 split=split,
             )
             if demonstration is not None:
@@ -238,12 +273,13 @@ class HermesAgentBaseEnv(RunEnv):
             tokens=[s["tokens"] for s in items],
             masks=[s["masks"] for s in items],
             scores=[s["scores"] for s in items],
-            overrides=[s["overrides"] for s in items],
-            messages=[s["messages"] for s in items],
+            overrides=[s.get("overrides") or {} for s in items],
         )
-        if any(s["inference_logprobs"] is not None for s in items):
+        if all(s.get("messages") for s in items):
+            group["messages"] = [s["messages"] for s in items]
+        if any(s.get("inference_logprobs") is not None for s in items):
             # a demonstration has none (empty: the trainer scores just that sequence)
-            group["inference_logprobs"] = [s["inference_logprobs"] or [] for s in items]
+            group["inference_logprobs"] = [s.get("inference_logprobs") or [] for s in items]
         return group, [b for r in results for b in r[1]]
 
     def is_correct(self, item: Item, result: AgentResult, reward: float) -> bool:

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinker_atropos.agent import task_sandboxes
 from tinker_atropos.agent.chat_format import ChatScaffold, openai_tool_calls
+from tinker_atropos.agent.result_budget import DEFAULT_BUDGET, BudgetConfig, apply_budget
 from tinker_atropos.agent.tool_calls import ToolCall, parse_tool_calls
-from tinker_atropos.agent.tools import ToolResult
+from tinker_atropos.agent.tools import ToolContext, ToolResult
 
 logger = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -40,6 +43,7 @@ def _warn_once(message: str, *args: object) -> None:
         logger.warning(message, *args)
 
 
+DEFAULT_MAX_CONTEXT = 4096  # tokens per rollout when neither max_context nor max_tokens is given
 PROMPT_MASK = -100
 PROMPT_LOGPROB = 1.0  # atroposlib's placeholder on masked positions (batches.py ignores it)
 ToolHandler = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
@@ -106,33 +110,57 @@ class HermesAgentLoop:
         server: Any,
         tool_schemas: list[dict[str, Any]],
         valid_tool_names: set[str],
-        tool_handler: ToolHandler,
-        tokenizer: Any,
         max_turns: int = 30,
-        task_id: str = "",
+        task_id: str | None = None,
         temperature: float = 1.0,
         max_tokens: int | None = None,
-        max_context: int = 4096,
-        tool_call_parser: str = "hermes",
         extra_body: dict[str, Any] | None = None,
+        budget_config: BudgetConfig | None = None,
+        *,
+        tool_handler: ToolHandler | None = None,
+        tokenizer: Any = None,
+        max_context: int | None = None,
+        tool_call_parser: str = "hermes",
         split: str = "train",
         demonstration: list[str] | None = None,
     ) -> None:
+        """Hermes' arguments first, in Hermes' order. Then: `tool_handler` (default: the tools of
+        the sandbox of `task_id`, at most `tool_pool_size` at once), `tokenizer` (default: the
+        managed server's), `max_context` (the token limit of the whole rollout; default
+        `max_tokens`, as Hermes environments pass max_token_length there), `tool_call_parser`."""
         self.server = server
         # An environment's expert turns, played instead of sampling (tools and reward stay real).
         self.demonstration = list(demonstration) if demonstration is not None else None
         self.tool_schemas = tool_schemas
         self.valid_tool_names = valid_tool_names
-        self.tool_handler = tool_handler
-        self.scaffold = ChatScaffold(tokenizer, tool_schemas)
+        self.task_id = task_id or uuid.uuid4().hex
+        self.tool_handler = tool_handler or self._sandbox_tool
+        tokenizer = tokenizer if tokenizer is not None else getattr(server, "tokenizer", None)
+        self._scaffold = ChatScaffold(tokenizer, tool_schemas) if tokenizer is not None else None
         self.max_turns = max_turns
-        self.task_id = task_id
         self.temperature = temperature
         self.max_tokens = max_tokens
-        self.max_context = max_context
+        self.max_context = max_context or max_tokens or DEFAULT_MAX_CONTEXT
         self.parser = tool_call_parser
         self.extra_body = extra_body
+        self.budget_config = budget_config or DEFAULT_BUDGET
         self.split = split
+
+    @property
+    def scaffold(self) -> ChatScaffold:
+        if self._scaffold is None:
+            raise ValueError("this loop needs a tokenizer: pass tokenizer= (or a managed server, which has one)")
+        return self._scaffold
+
+    async def _sandbox_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        async with task_sandboxes.settings.tool_slots:
+            try:
+                return await ToolContext(self.task_id).call(name, arguments)
+            except Exception as exc:
+                return tool_error(f"{name}: {type(exc).__name__}: {exc}")
+
+    async def _persist(self, path: str, content: str) -> None:
+        await (await task_sandboxes.get(self.task_id)).write_bytes(path, content.encode())
 
     @property
     def token_phase(self) -> bool:
@@ -147,13 +175,28 @@ class HermesAgentLoop:
                 await self._run_tokens(result)
             else:
                 await self._run_chat(result)
-                result.trace = self._rebuild_trace(result.messages)
+                result.trace = self._rebuild_trace(result.messages) if self._scaffold is not None else None
         except Exception as exc:
             logger.error("agent loop %s failed at turn %d: %s", self.task_id, result.turns_used, exc)
             result.stop_reason = "error"
         if not result.stop_reason:
             result.stop_reason = "max_turns"
+        if self.token_phase and result.trace:
+            result.managed_state = {"nodes": [self._sequence_node(result.trace)]}
         return result
+
+    def _sequence_node(self, trace: TokenTrace) -> Any:
+        """The rollout as atroposlib's managed server states it, where Hermes code reads its
+        tokens (`result.managed_state["nodes"][-1]`)."""
+        from atroposlib.envs.server_handling.managed_server import SequenceNode
+
+        logprobs = trace.logprobs if trace.logprobs is not None else [PROMPT_LOGPROB] * len(trace)
+        return SequenceNode(
+            full_text=self.scaffold.tok.decode(trace.tokens),
+            tokens=list(trace.tokens),
+            masked_tokens=list(trace.masks),
+            logprobs=list(logprobs),
+        )
 
     # --- phase 2: tokens -----------------------------------------------------------------
 
@@ -298,7 +341,7 @@ class HermesAgentLoop:
             out = tool_error(f"malformed tool call: {error}")
             result.tool_errors.append(ToolError(turn, "", "", out.content, ""))
             replies.append({"role": "tool", "tool_call_id": "", "name": "", "content": out.content})
-        return replies
+        return await apply_budget(replies, self.budget_config, self._persist, turn)
 
 
 def tool_error(message: str) -> ToolResult:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from tinker_atropos.agent import confined_fs
 from tinker_atropos.agent.procs import (
     MARKER_ENV,
     CommandResult,
@@ -39,6 +40,7 @@ from tinker_atropos.agent.sandbox_base import (
     SandboxEscape,
     SandboxExpired,
     SandboxUnavailable,
+    shell_path,
 )
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "SandboxEscape",
     "SandboxExpired",
     "SandboxUnavailable",
+    "create_sandbox",
     "open_sandbox",
 ]
 
@@ -89,32 +92,27 @@ class LocalSandbox(Sandbox):
         )
 
     def resolve(self, path: str) -> Path:
-        target = (self.workdir / os.path.expanduser(path)).resolve()
+        target = Path(os.path.realpath(shell_path(path, str(self.workdir), self._shell_cwd())))
         if target != self.workdir and self.workdir not in target.parents:
             raise SandboxEscape(f"path {path!r} resolves outside the sandbox workdir {self.workdir}")
         return target
 
+    def _shell_cwd(self) -> str:
+        """The directory the shell's last command ended in (relative paths start there)."""
+        try:
+            return (self._state / "cwd").read_text().strip() or str(self.workdir)
+        except OSError:
+            return str(self.workdir)
+
     async def read_bytes(self, path: str, limit: int) -> bytes:
         self.check_alive()
         target = self.resolve(path)
-
-        def read() -> bytes:
-            if target.is_dir():
-                raise IsADirectoryError(path)
-            if not target.is_file():  # also refuses FIFOs and devices, which would block
-                raise FileNotFoundError(path)
-            with target.open("rb") as f:
-                return f.read(limit)
-
-        return await asyncio.to_thread(read)
+        return await asyncio.to_thread(confined_fs.read, self.workdir, target, limit, path)
 
     async def write_bytes(self, path: str, data: bytes) -> bool:
         self.check_alive()
         target = self.resolve(path)
-        created = not target.parent.exists()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(target.write_bytes, data)
-        return created
+        return await asyncio.to_thread(confined_fs.write, self.workdir, target, data, path)
 
     async def aclose(self) -> None:
         for pgid in self._pgids:
@@ -163,23 +161,26 @@ def check_backend(name: str) -> None:
     )
 
 
-@asynccontextmanager
-async def open_sandbox(config: SandboxConfig) -> AsyncIterator[Sandbox]:
-    """A fresh sandbox for one rollout; on exit its processes are killed and its files removed."""
+async def create_sandbox(config: SandboxConfig) -> Sandbox:
+    """A fresh sandbox for one rollout; its owner calls `aclose()` (or uses `open_sandbox`)."""
     check_backend(config.backend)
-    sandbox: Sandbox
     if config.backend == "docker":
         from tinker_atropos.agent.docker_sandbox import open_docker
 
-        sandbox = await open_docker(config)
-    else:
-        root = Path(config.root or tempfile.gettempdir())
-        root.mkdir(parents=True, exist_ok=True)
-        sweep_stale(root)
-        ticks = process_start_ticks(os.getpid()) or 0
-        name = f"{PREFIX}{os.getpid()}-{ticks}-{secrets.token_hex(4)}"
-        (root / name).mkdir(mode=0o700)
-        sandbox = LocalSandbox(config, root / name)
+        return await open_docker(config)
+    root = Path(config.root or tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    sweep_stale(root)
+    ticks = process_start_ticks(os.getpid()) or 0
+    name = f"{PREFIX}{os.getpid()}-{ticks}-{secrets.token_hex(4)}"
+    (root / name).mkdir(mode=0o700)
+    return LocalSandbox(config, root / name)
+
+
+@asynccontextmanager
+async def open_sandbox(config: SandboxConfig) -> AsyncIterator[Sandbox]:
+    """A fresh sandbox for one rollout; on exit its processes are killed and its files removed."""
+    sandbox = await create_sandbox(config)
     try:
         yield sandbox
     finally:

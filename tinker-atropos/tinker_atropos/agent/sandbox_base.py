@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 import time
 from abc import ABC, abstractmethod
@@ -20,6 +21,7 @@ BACKEND_NEEDS = {
 PREFIX = "rl-mcp-sandbox-"
 SANDBOX_DIR_RE = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-[0-9a-f]+$")
 SAFE_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+WORKSPACE = "/workspace"  # where Hermes' policies look for their files: the rollout's directory
 
 # Runs every command: restores the cwd and exported variables of the previous command (Hermes'
 # terminal keeps them), runs it as a background job so the shell can act on the SIGTERM it gets
@@ -71,6 +73,18 @@ class SandboxConfig:
         return Limits(self.cpu_time_s, self.memory_bytes, self.file_size_bytes, self.max_processes)
 
 
+def shell_path(path: str, home: str, cwd: str) -> str:
+    """`path` as the rollout's shell would name it before following links: `~` and `/workspace`
+    are its home (the rollout's directory), a relative path starts at its current directory."""
+    if path == "~" or path.startswith("~/"):
+        path = home + path[1:]
+    elif path.startswith("~"):
+        raise SandboxEscape(f"path {path!r} names another user's home, outside the sandbox")
+    elif path == WORKSPACE or path.startswith(WORKSPACE + "/"):
+        path = home + path[len(WORKSPACE) :]
+    return posixpath.join(cwd, path)
+
+
 class Sandbox(ABC):
     """One rollout's machine: a shell (`run`) and confined file access, refused after lifetime."""
 
@@ -97,7 +111,8 @@ class Sandbox(ABC):
 
     @abstractmethod
     def resolve(self, path: str) -> Path | PurePosixPath:
-        """`path` (relative to the workdir, or absolute) as a path inside the sandbox."""
+        """`path` as the sandbox's shell resolves it (`shell_path`, then its symlinks), refused with
+        SandboxEscape where that lands outside the rollout's directory."""
 
     @abstractmethod
     async def read_bytes(self, path: str, limit: int) -> bytes:

@@ -14,12 +14,13 @@ import logging
 import shlex
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import jsonschema
 
-from tinker_atropos.agent import file_tools
-from tinker_atropos.agent.sandbox import Sandbox, SandboxEscape, SandboxExpired
+from tinker_atropos.agent import file_tools, task_sandboxes
+from tinker_atropos.agent.sandbox import Sandbox, SandboxEscape, SandboxExpired, SandboxUnavailable
 from tinker_atropos.agent.tool_schemas import TOOL_SCHEMAS
 
 __all__ = ["TOOLSETS", "TOOL_SCHEMAS", "ToolContext", "ToolResult", "select_tools"]
@@ -33,6 +34,12 @@ TOOLSETS: dict[str, tuple[str, ...]] = {
     "file": ("read_file", "write_file", "patch", "search_files"),
 }
 FOREGROUND_MAX_TIMEOUT = 600  # Hermes rejects longer foreground timeouts
+DOWNLOAD_CAP_BYTES = 1024**3  # the sandbox's own file size limit (RLIMIT_FSIZE default)
+_NO_NETWORK = (
+    "{tool} is not available in rl-mcp's sandboxes (no network, no browser): "
+    "verify with terminal, read_file or search instead"
+)
+T = TypeVar("T")
 
 Handler = Callable[[Sandbox, dict[str, Any], int], Awaitable[dict[str, Any]]]
 
@@ -97,12 +104,13 @@ HANDLERS: dict[str, Handler] = {
 
 
 class ToolContext:
-    """The tools of one rollout, bound to its sandbox. The agent loop awaits `call`; compute_reward
-    gets Hermes' synchronous methods (terminal, read_file, write_file, search, call_tool) on the
-    same sandbox, to check the agent's work where the agent left it."""
+    """The tools of one rollout, found by its task id (Hermes' `ToolContext(task_id)`): the agent
+    loop awaits `call`; reward code gets Hermes' synchronous methods on the same sandbox, to check
+    the agent's work where the agent left it. The sandbox opens on first use if nothing opened it
+    (`task_sandboxes`); `cleanup()` closes it."""
 
-    def __init__(self, sandbox: Sandbox, tools: list[str] | None = None) -> None:
-        self.sandbox = sandbox
+    def __init__(self, task_id: str, tools: list[str] | None = None) -> None:
+        self.task_id = task_id
         self.tools = list(HANDLERS) if tools is None else tools
         unknown = [t for t in self.tools if t not in HANDLERS]
         if unknown:
@@ -115,6 +123,10 @@ class ToolContext:
     def schemas(self) -> list[dict[str, Any]]:
         """The OpenAI `tools=` list for this context's tools."""
         return [TOOL_SCHEMAS[t] for t in self.tools]
+
+    async def sandbox(self) -> Sandbox:
+        """This rollout's sandbox (opened now if nothing has opened it yet)."""
+        return await task_sandboxes.get(self.task_id)
 
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         if name not in self._validators:
@@ -130,10 +142,10 @@ class ToolContext:
                 f"{name}: invalid arguments ({detail}). Parameters: {', '.join(params['properties'])}; "
                 f"required: {', '.join(params.get('required', []))}"
             )
-        max_chars = self.sandbox.config.max_output_chars
         try:
-            result = await HANDLERS[name](self.sandbox, arguments, max_chars)
-        except (SandboxEscape, SandboxExpired) as exc:
+            sandbox = await self.sandbox()
+            result = await HANDLERS[name](sandbox, arguments, sandbox.config.max_output_chars)
+        except (SandboxEscape, SandboxExpired, SandboxUnavailable) as exc:
             return _error(f"{name}: {exc}")
         except OSError as exc:
             return _error(f"{name}: {exc.strerror or exc}")
@@ -156,17 +168,79 @@ class ToolContext:
     def search(self, query: str, path: str = ".") -> dict[str, Any]:
         return _as_dict(self.call_tool("search_files", {"pattern": query, "path": path}))
 
+    def upload_file(self, local_path: str, remote_path: str) -> dict[str, Any]:
+        """Copy a host file into the sandbox (any bytes): {"exit_code", "output"}."""
+        local = Path(local_path)
+        if not local.is_file():
+            return {"exit_code": -1, "output": f"Local file not found: {local_path}"}
+        return self._sandboxed(
+            lambda sb: sb.write_bytes(remote_path, local.read_bytes()), {"exit_code": 0, "output": ""}
+        )
+
+    def upload_dir(self, local_dir: str, remote_dir: str) -> list[dict[str, Any]]:
+        local = Path(local_dir)
+        if not local.is_dir():
+            return [{"exit_code": -1, "output": f"Local directory not found: {local_dir}"}]
+        return [
+            self.upload_file(str(f), f"{remote_dir}/{f.relative_to(local)}")
+            for f in sorted(local.rglob("*"))
+            if f.is_file()
+        ]
+
+    def download_file(self, remote_path: str, local_path: str) -> dict[str, Any]:
+        """Copy a sandbox file to the host: {"success", "bytes"} or {"success": False, "error"}."""
+
+        async def fetch(sb: Sandbox) -> dict[str, Any]:
+            data = await sb.read_bytes(remote_path, DOWNLOAD_CAP_BYTES)
+            Path(local_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(local_path).write_bytes(data)
+            return {"success": True, "bytes": len(data)}
+
+        return self._sandboxed(fetch, None)
+
+    def download_dir(self, remote_dir: str, local_dir: str) -> list[dict[str, Any]]:
+        listing = self.terminal(f"cd {shlex.quote(remote_dir)} && find . -type f", timeout=30)
+        if listing.get("exit_code") != 0 or not listing.get("output", "").strip():
+            return [{"success": False, "error": f"Remote directory is empty or missing: {remote_dir}"}]
+        rows = [ln.strip().removeprefix("./") for ln in listing["output"].splitlines() if ln.strip()]
+        return [self.download_file(f"{remote_dir}/{rel}", str(Path(local_dir) / rel)) for rel in rows]
+
+    def web_search(self, query: str) -> dict[str, Any]:
+        return {"error": _NO_NETWORK.format(tool="web_search")}
+
+    def web_extract(self, urls: list[str]) -> dict[str, Any]:
+        return {"error": _NO_NETWORK.format(tool="web_extract")}
+
+    def browser_navigate(self, url: str) -> dict[str, Any]:
+        return {"error": _NO_NETWORK.format(tool="browser_navigate")}
+
+    def browser_snapshot(self) -> dict[str, Any]:
+        return {"error": _NO_NETWORK.format(tool="browser_snapshot")}
+
     def call_tool(self, tool_name: str, arguments: dict[str, Any]) -> str:
         """Any tool by name, whatever the policy was offered; the raw JSON string it returns."""
-        return _blocking(
-            ToolContext(self.sandbox, [tool_name] if tool_name in HANDLERS else []).call(tool_name, arguments)
-        ).content
+        known = [tool_name] if tool_name in HANDLERS else []
+        return _blocking(ToolContext(self.task_id, known).call(tool_name, arguments)).content
 
     def cleanup(self) -> None:
-        """Hermes' hook; the base class closes the rollout's sandbox after compute_reward."""
+        """Kill the rollout's processes and remove its sandbox (the base env also does it after
+        compute_reward; a second call does nothing)."""
+        _blocking(task_sandboxes.close(self.task_id))
+
+    def _sandboxed(self, act: Callable[[Sandbox], Awaitable[Any]], done: dict[str, Any] | None) -> dict[str, Any]:
+        """Run `act` on the sandbox from reward code; `done` (else act's own value) on success."""
+
+        async def run() -> Any:
+            value = await act(await self.sandbox())
+            return value if done is None else done
+
+        try:
+            return _blocking(run())
+        except (SandboxEscape, SandboxExpired, SandboxUnavailable, OSError) as exc:
+            return {"success": False, "exit_code": -1, "error": str(exc), "output": str(exc)}
 
 
-def _blocking(coro: Coroutine[Any, Any, ToolResult]) -> ToolResult:
+def _blocking(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro` to its end from synchronous code, as Hermes' ToolContext does: on this thread
     when no event loop runs here, else on a helper thread with a loop of its own (the sandbox
     runs one subprocess per command, so it is bound to no loop)."""

@@ -116,7 +116,7 @@ class TerminalFilesEnv(HermesAgentBaseEnv):
 
     async def prepare_sandbox(self, item: ShellTask, ctx: ToolContext) -> None:
         for path, content in item.files.items():
-            await ctx.sandbox.write_bytes(path, content.encode())
+            await (await ctx.sandbox()).write_bytes(path, content.encode())
 
     async def compute_reward(self, item: ShellTask, result: AgentResult, ctx: ToolContext) -> float:
         out = ctx.terminal(item.check, timeout=60)
