@@ -104,7 +104,7 @@ def test_no_silent_local_fallback_on_a_remote_profile() -> None:
 async def test_timeout_s_bounds_the_whole_call(monkeypatch, tmp_path: Path) -> None:
     deadlines: list[float] = []
 
-    async def fake_model(req, target, model, environ, python, ports, tracker, deadline):  # type: ignore[no-untyped-def]
+    async def fake_model(req, target, model, env, environ, python, ports, tracker, deadline):  # type: ignore[no-untyped-def]
         deadlines.append(deadline)
         await anyio.sleep(0.05)
         return runner.ModelOutcome(model=model, status="ok", seconds=0.05, output_dir=tmp_path, log=tmp_path / "x")

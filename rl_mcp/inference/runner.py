@@ -23,7 +23,7 @@ from rl_mcp.inference.target import InferenceRequest, Target, child_env, model_s
 from rl_mcp.logs import last_error_line, tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models
 from rl_mcp.processes import StageError, health_ok, supervised
-from rl_mcp.runs.env_health import stalled
+from rl_mcp.runs.env_health import latest_error, stalled
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.session.run_config import write_run_config
 from tinker_atropos.run_files import ENV_HEALTH_VAR, InferenceTestFiles
@@ -233,8 +233,9 @@ async def _run_process(
             "the environment exited without writing a scored group: it ran out of items, or "
             "atroposlib skipped its groups as invalid (see the log tail)"
         )
-    else:
-        why = last_error_line(out.log_tail) or "see the log tail"
+    else:  # the environment's own record of its latest exception says where it was raised
+        latest = latest_error(files.env_health)
+        why = latest.line if latest else last_error_line(out.log_tail) or "see the log tail"
         out.error = f"the environment process exited with code {code}: {why}"
 
 
