@@ -83,3 +83,14 @@ _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
 def last_error_line(lines: Sequence[str]) -> str | None:
     """The last `SomeError: message` line of a traceback, if the lines have one."""
     return next((line.strip() for line in reversed(lines) if _ERROR_LINE.match(line.strip())), None)
+
+
+def marked_lines(path: Path, mark: str, *, max_bytes: int = MAX_TAIL_BYTES) -> list[str]:
+    """The distinct texts after `mark` in the lines of `path` (its first `max_bytes`), in order."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(max_bytes).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return []
+    found = (line.split(mark, 1)[1].strip() for line in head.splitlines() if mark in line)
+    return list(dict.fromkeys(found))

@@ -12,6 +12,8 @@ import pytest
 from mcp import Client
 from test_runs_mcp import call, environ, serving, wait_status
 
+from tinker_atropos.agent.sandboxes.bwrap import probe
+
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 # tiny-chat spends a token per character: room for the calculator's tool prompt and two short turns.
@@ -55,6 +57,8 @@ async def test_agent_environment_is_tested_and_trained_through_the_tools(rl_home
         assert model["tool_calls_per_rollout"] is not None and model["tool_errors"] is not None
         assert model["sample_trajectory"].startswith("[") and "[USER]" in model["sample_trajectory"]
         assert "calculator" in model["sample_trajectory"] or "What is" in model["sample_trajectory"]
+        if probe() is None:  # bwrap runs here: the tools are sandboxed and nothing is to be said
+            assert model["warnings"] == []
 
         started = await call(client, "rl_start_training", wait=True)
         assert started["status"] == "running", started
@@ -71,3 +75,19 @@ async def test_agent_environment_is_tested_and_trained_through_the_tools(rl_home
     # the base model's eval before the first rollout: accuracy and the share that called a tool
     before = json.loads((Path(started["run_dir"]) / "eval.jsonl").read_text().splitlines()[0])
     assert before["step"] == 0 and before["num_items"] == 2 and 0.0 <= before["eval_tool_call_share"] <= 1.0
+
+
+async def test_tools_unsandboxed_for_want_of_bwrap_say_so_in_the_answer(rl_home: Path) -> None:
+    """terminal_backend auto falls back to local where bwrap cannot run (here: a bwrap that fails),
+    and rl_test_inference's answer says so, with what is missing and how to enable it."""
+    async with serving(environ(rl_home, RL_MCP_BWRAP="/bin/false")) as (_, server), Client(server) as client:
+        await call(client, "rl_select_environment", name="tool_calculator")
+        for field, value in AGENT_EDITS.items():
+            await call(client, "rl_edit_config", field=field, value=value)
+        tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=600)
+    model = tested["results"][0]
+    assert model["status"] == "ok", (model["error"], model["log_tail"])
+    assert len(model["warnings"]) == 1, model["warnings"]
+    warning = model["warnings"][0]
+    assert "terminal_backend auto: using local, which does NOT isolate" in warning
+    assert "bwrap failed here (exit 1)" in warning and "kernel.unprivileged_userns_clone=1" in warning

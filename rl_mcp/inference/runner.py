@@ -20,13 +20,13 @@ import httpx
 
 from rl_mcp.inference.scores import ScoreSummary, read_groups, summarize
 from rl_mcp.inference.target import InferenceRequest, Target, child_env, model_slug, process_config
-from rl_mcp.logs import last_error_line, tail_lines
+from rl_mcp.logs import last_error_line, marked_lines, tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models
 from rl_mcp.processes import StageError, health_ok, supervised
 from rl_mcp.runs.env_health import latest_error, stalled
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.session.run_config import write_run_config
-from tinker_atropos.run_files import ENV_HEALTH_VAR, InferenceTestFiles
+from tinker_atropos.run_files import ENV_HEALTH_VAR, WARNING_MARK, InferenceTestFiles
 
 _PROGRESS = re.compile(r"Successfully processed group (\d+)/(\d+)")
 LOG_TAIL_LINES = 25
@@ -49,6 +49,7 @@ class ModelOutcome:
     scores: ScoreSummary | None = None
     error: str | None = None
     log_tail: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 class _Progress:
@@ -212,6 +213,7 @@ async def _run_process(
         timed_out = child.running and raising is None
     code = child.poll()
     await _watch_log(out.log, offset, model, tracker)
+    out.warnings = marked_lines(out.log, WARNING_MARK)
     groups = read_groups(files.groups)
     out.jsonl = files.groups if files.groups.exists() else None
     out.html = files.groups_html if files.groups_html.exists() else None

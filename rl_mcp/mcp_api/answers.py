@@ -326,6 +326,10 @@ class ModelInferenceResult(BaseModel):
     output_jsonl: str | None = Field(description="The scored groups atroposlib wrote")
     output_html: str | None = Field(description="The same groups rendered for reading")
     log: str = Field(description="The environment process's log")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the environment process warned a user must know, e.g. that its tools ran unsandboxed and why",
+    )
     server_log: str | None = Field(description="The local inference server's log (local target only)")
     config: str = Field(description="The YAML the process ran with (never holds a key)")
     error: str | None

@@ -64,6 +64,7 @@ def _model_result(o: ModelOutcome) -> ModelInferenceResult:
         output_jsonl=str(o.jsonl) if o.jsonl else None,
         output_html=str(o.html) if o.html else None,
         log=str(o.log),
+        warnings=o.warnings,
         server_log=str(o.server_log) if o.server_log else None,
         config=str(InferenceTestFiles(o.output_dir).config),
         error=o.error,

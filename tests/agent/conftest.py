@@ -44,3 +44,26 @@ def scripted(scripted_server) -> Iterator[tuple[str, ScriptedSampler]]:
     url, sampler = scripted_server
     sampler.prompts.clear()
     yield url, sampler
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The escape suite's table: each attack on each backend, expected and observed."""
+    from escape_attacks import RESULTS
+
+    if not RESULTS:
+        return
+    write = terminalreporter.write_line
+    write("")
+    write(f"{'backend':<8} {'expected':<9} {'observed':<14} attack")
+    for backend, attack, want, got in sorted(RESULTS, key=lambda r: (r[0], r[1])):
+        write(f"{backend:<8} {want:<9} {got:<14} {attack}")
+    for backend in sorted({r[0] for r in RESULTS}):
+        rows = [r for r in RESULTS if r[0] == backend]
+        tried = [r for r in rows if r[3] in ("blocked", "escapes")]
+        blocked = sum(r[3] == "blocked" for r in tried)
+        known = [r[1] for r in tried if r[3] == "escapes" and r[2] == "escapes"]
+        write(
+            f"{backend}: {len(tried)} attacks tried, {blocked} blocked, {len(tried) - blocked} got out"
+            + (f" (all known for {backend}: {len(known)})" if known and len(known) == len(tried) - blocked else "")
+            + (f"; {len(rows) - len(tried)} not run" if len(rows) > len(tried) else "")
+        )

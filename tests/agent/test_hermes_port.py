@@ -107,7 +107,7 @@ async def test_a_hermes_env_ported_by_its_imports_trains_and_evaluates(ported, s
 async def test_a_result_over_budget_is_saved_where_the_policy_can_read_it(scripted, tiny_path, tmp_path) -> None:
     from tinker_atropos.agent.loop import HermesAgentLoop
     from tinker_atropos.agent.result_budget import BudgetConfig
-    from tinker_atropos.agent.sandbox import SandboxConfig
+    from tinker_atropos.agent.sandboxes import SandboxConfig
     from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext
 
     url, sampler = scripted

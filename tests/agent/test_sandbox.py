@@ -15,7 +15,7 @@ import anyio
 import psutil
 import pytest
 
-from tinker_atropos.agent.sandbox import (
+from tinker_atropos.agent.sandboxes import (
     SandboxConfig,
     SandboxEscape,
     SandboxExpired,
@@ -150,7 +150,7 @@ OWNER = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from tinker_atropos.agent.sandbox import SandboxConfig, open_sandbox
+    from tinker_atropos.agent.sandboxes import SandboxConfig, open_sandbox
 
     async def main():
         async with open_sandbox(SandboxConfig(root=Path(sys.argv[1]), timeout_s=600)) as sb:
@@ -208,7 +208,7 @@ async def test_unsupported_backends_say_what_they_need(tmp_path: Path, backend: 
     with pytest.raises(SandboxUnavailable) as info:
         async with open_sandbox(cfg(tmp_path, backend=backend)):
             pass
-    assert needs in str(info.value) and "local, docker" in str(info.value)
+    assert needs in str(info.value) and "auto, local, bwrap, docker" in str(info.value)
 
 
 async def test_unknown_backend_lists_all(tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from tinker_atropos.agent import task_sandboxes
-from tinker_atropos.agent.sandbox import SandboxConfig
+from tinker_atropos.agent.sandboxes import SandboxConfig
+from tinker_atropos.agent.sandboxes.bwrap import probe
 from tinker_atropos.agent.tools import ToolContext
 
 pytestmark = pytest.mark.anyio
@@ -39,21 +40,22 @@ ESCAPES = {
     "symlink made inside": ("ln -s {secret} out.txt && ln -s {host} outdir", "{link}"),
     "another user's home": ("true", "~root/.bashrc"),
     "workspace dotdot": ("true", "/workspace/../../../../../..{secret}"),
-    "shell cwd outside": ("cd {host}", "secret.txt"),
+    "shell cwd outside": ("cd {host} || cd /usr", "secret.txt"),
 }
 
 
-@pytest.fixture
-async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
-    task_sandboxes.configure(SandboxConfig(root=tmp_path / "sandboxes", timeout_s=10), 128)
+@pytest.fixture(params=["local", "bwrap"])
+async def ctx(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ToolContext]:
+    if request.param == "bwrap" and (missing := probe()) is not None:
+        pytest.skip(f"bwrap cannot run here: {missing}")
+    task_sandboxes.configure(SandboxConfig(backend=request.param, root=tmp_path / "sandboxes", timeout_s=10), 128)
     async with task_sandboxes.task_sandbox("paths"):
         yield ToolContext("paths")
 
 
 def _work(ctx: ToolContext) -> str:
-    sandbox = task_sandboxes.find(ctx.task_id)
-    assert sandbox is not None
-    return str(sandbox.workdir)
+    """The rollout directory as the sandbox's shell names it (bwrap: /workspace)."""
+    return _shell(ctx, "pwd")
 
 
 async def _call(ctx: ToolContext, name: str, **args: object) -> tuple[dict, bool]:
@@ -103,7 +105,7 @@ async def test_file_tools_cannot_reach_past_the_rollout_directory(
     secret.write_text(SECRET + "\n")
     link = "outdir/new.txt" if tool == "write_file" else "out.txt"
     setup, path = (s.format(secret=secret, host=host, link=link) for s in ESCAPES[kind])
-    _shell(ctx, setup)
+    ctx.terminal(setup)  # bwrap's shell may not see the host's paths at all: what matters is the tool
     if tool == "read_file":
         out, error = await _call(ctx, tool, path=path)
     elif tool == "write_file":
@@ -122,10 +124,11 @@ async def test_a_symlink_swapped_in_after_resolving_is_not_followed(ctx: ToolCon
     """The path is checked, then opened component by component without following links: a
     directory replaced by a link in between (a background process of the policy's) stops the
     write instead of sending it outside."""
-    from tinker_atropos.agent import confined_fs
-    from tinker_atropos.agent.sandbox import SandboxEscape
+    from tinker_atropos.agent.sandboxes import SandboxEscape, confined_fs
 
-    work = Path(_work(ctx))
+    sandbox = task_sandboxes.find(ctx.task_id)
+    assert sandbox is not None
+    work = Path(sandbox.workdir)
     (work / "d").mkdir()
     target = (work / "d" / "x.txt").resolve()  # resolved while d was a directory
     (work / "d").rmdir()

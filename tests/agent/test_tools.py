@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tinker_atropos.agent import task_sandboxes
-from tinker_atropos.agent.sandbox import SandboxConfig
+from tinker_atropos.agent.sandboxes import SandboxConfig
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, TOOLSETS, ToolContext, select_tools
 
 pytestmark = pytest.mark.anyio

@@ -32,6 +32,9 @@ class ProcessName(StrEnum):
 
 
 ENV_HEALTH_VAR = "TINKER_ATROPOS_ENV_HEALTH"  # where an environment process keeps env_health.json
+# An environment-process log line a user must read (e.g. its tools run unsandboxed): rl_test_inference
+# answers with every line that carries it
+WARNING_MARK = "[rl-mcp warning]"
 MODEL_BUILD = "model"  # the offline model build before a run's processes start: logs/model.log
 
 

@@ -35,7 +35,7 @@ from tinker_atropos.agent.result_budget import (
     DEFAULT_TURN_BUDGET_CHARS,
     BudgetConfig,
 )
-from tinker_atropos.agent.sandbox import SandboxConfig
+from tinker_atropos.agent.sandboxes import SandboxConfig, resolve_backend
 from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext, ToolResult, select_tools
 from tinker_atropos.agent.trajectory import format_trajectory
@@ -63,7 +63,18 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=None, description="System prompt for the agent (tools are offered separately)."
     )
     agent_temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature for agent rollouts.")
-    terminal_backend: str = Field(default="local", description="Sandbox backend for tool calls: 'local' or 'docker'.")
+    terminal_backend: str = Field(
+        default="auto",
+        description="Sandbox backend for tool calls: 'auto' (bwrap where it runs, else local with a warning), "
+        "'bwrap', 'local' (no isolation) or 'docker'.",
+    )
+    terminal_read_only_paths: list[str] = Field(
+        default_factory=list,
+        description="bwrap: host paths the policy's commands may read, beyond the system directories.",
+    )
+    terminal_network: bool = Field(
+        default=False, description="bwrap: give the policy's commands the host's network (else none)."
+    )
     terminal_timeout: int = Field(
         default=120, ge=1, description="Per-command timeout in seconds for terminal tool calls."
     )
@@ -139,8 +150,13 @@ class HermesAgentBaseEnv(RunEnv):
         parse_tool_calls("", config.tool_call_parser)  # an unknown parser fails here, listing the known
         if config.distribution:
             raise ValueError("distribution is not supported here: list toolsets in enabled_toolsets")
+        resolve_backend(config.terminal_backend)  # an unknown one fails now; auto's fallback is logged now
         self.sandbox_config = SandboxConfig(
-            backend=config.terminal_backend, timeout_s=config.terminal_timeout, lifetime_s=config.terminal_lifetime
+            backend=config.terminal_backend,
+            timeout_s=config.terminal_timeout,
+            lifetime_s=config.terminal_lifetime,
+            ro_paths=tuple(config.terminal_read_only_paths),
+            network=config.terminal_network,
         )
         task_sandboxes.configure(self.sandbox_config, config.tool_pool_size)
         self._current_group_tools: tuple[list[dict[str, Any]], set[str]] | None = None

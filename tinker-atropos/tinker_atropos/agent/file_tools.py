@@ -12,7 +12,7 @@ import re
 import shlex
 from typing import Any
 
-from tinker_atropos.agent.sandbox import Sandbox
+from tinker_atropos.agent.sandboxes import Sandbox
 
 READ_CAP_BYTES = 8 * 1024 * 1024  # larger files are read up to here
 MAX_LINE_CHARS = 2000  # Hermes' per-line cap in read_file
@@ -60,7 +60,7 @@ async def read_file(sb: Sandbox, args: dict[str, Any], max_chars: int) -> dict[s
 async def write_file(sb: Sandbox, args: dict[str, Any], max_chars: int) -> dict[str, Any]:
     data = args["content"].encode()
     created = await sb.write_bytes(args["path"], data)
-    resolved = str(sb.resolve(args["path"]))
+    resolved = sb.shell_name(args["path"])
     return {
         "bytes_written": len(data),
         "dirs_created": created,
@@ -107,7 +107,7 @@ async def patch(sb: Sandbox, args: dict[str, Any], max_chars: int) -> dict[str, 
         }
     updated = text.replace(old, new, -1 if args.get("replace_all", False) else 1)
     await sb.write_bytes(path, updated.encode())
-    resolved = str(sb.resolve(path))
+    resolved = sb.shell_name(path)
     result = {
         "success": True,
         "diff": _diff(resolved, text, updated),
@@ -140,7 +140,7 @@ async def _apply_v4a(sb: Sandbox, text: str) -> dict[str, Any]:
         },
     )
     for kind, path, body in ops:
-        resolved = str(sb.resolve(path))
+        resolved = sb.shell_name(path)
         if kind == "Delete":
             await sb.run(f"rm -f -- {shlex.quote(resolved)}")
             result["files_deleted"].append(resolved)
@@ -204,7 +204,7 @@ async def search_files(sb: Sandbox, args: dict[str, Any], max_chars: int) -> dic
     pattern, path = args["pattern"], args.get("path", ".")
     offset, limit = args.get("offset", 0), args.get("limit", 50)
     resolved = sb.resolve(path)
-    where = f"cd {shlex.quote(str(sb.workdir))} && "
+    where = f"cd {shlex.quote(sb.shell_home)} && "
     rel = shlex.quote(str(resolved.relative_to(sb.workdir)) if resolved != sb.workdir else ".")
     target = {"grep": "content", "find": "files"}.get(args.get("target", "content"), args.get("target"))
     if target == "files":

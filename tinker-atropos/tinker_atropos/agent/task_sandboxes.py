@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from tinker_atropos.agent.sandbox import Sandbox, SandboxConfig, create_sandbox
+from tinker_atropos.agent.sandboxes import Sandbox, SandboxConfig, create_sandbox
 
 _lock = threading.Lock()  # reward code reaches the registry from helper threads
 _sandboxes: dict[str, Sandbox] = {}

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import jsonschema
 
 from tinker_atropos.agent import file_tools, task_sandboxes
-from tinker_atropos.agent.sandbox import Sandbox, SandboxEscape, SandboxExpired, SandboxUnavailable
+from tinker_atropos.agent.sandboxes import Sandbox, SandboxEscape, SandboxExpired, SandboxUnavailable
 from tinker_atropos.agent.tool_schemas import TOOL_SCHEMAS
 
 __all__ = ["TOOLSETS", "TOOL_SCHEMAS", "ToolContext", "ToolResult", "select_tools"]
@@ -78,7 +78,7 @@ async def _terminal(sb: Sandbox, args: dict[str, Any], max_chars: int) -> dict[s
         }
     command = args["command"]
     if args.get("workdir"):
-        command = f"cd {shlex.quote(str(sb.resolve(args['workdir'])))} && {command}"
+        command = f"cd {shlex.quote(sb.shell_name(args['workdir']))} && {command}"
     result = await sb.run(command, timeout)
     output, exit_code = result.output, result.exit_code
     if result.timed_out:

@@ -9,9 +9,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tinker_atropos.agent.procs import CommandResult, Limits
+from tinker_atropos.agent.sandboxes.procs import CommandResult, Limits
 
-WORKING_BACKENDS = ("local", "docker")
+WORKING_BACKENDS = ("local", "bwrap", "docker")
+AUTO = "auto"  # bwrap where its probe succeeds, else local with a warning
 BACKEND_NEEDS = {
     "modal": "the `modal` package and a Modal token (MODAL_TOKEN_ID / MODAL_TOKEN_SECRET)",
     "daytona": "the `daytona` SDK and a DAYTONA_API_KEY",
@@ -65,7 +66,10 @@ class SandboxConfig:
     memory_bytes: int | None = 4 * 1024**3  # RLIMIT_AS per process (docker: --memory)
     file_size_bytes: int | None = 1024**3  # RLIMIT_FSIZE
     max_processes: int | None = 4096  # RLIMIT_NPROC counts the user's processes (docker: --pids-limit)
+    max_disk_bytes: int | None = 2 * 1024**3  # the rollout directory's size; over it, the command is killed
     root: Path | None = None  # parent of local sandbox dirs; None = the system temp dir
+    ro_paths: tuple[str, ...] = ()  # bwrap: host paths the policy may read, beyond the system's
+    network: bool = False  # bwrap: the host's network (else loopback of its own only)
     docker_image: str = "nikolaik/python-nodejs:python3.11-nodejs20"  # Hermes' default image
 
     @property
@@ -80,15 +84,17 @@ def shell_path(path: str, home: str, cwd: str) -> str:
         path = home + path[1:]
     elif path.startswith("~"):
         raise SandboxEscape(f"path {path!r} names another user's home, outside the sandbox")
-    elif path == WORKSPACE or path.startswith(WORKSPACE + "/"):
-        path = home + path[len(WORKSPACE) :]
-    return posixpath.join(cwd, path)
+    joined = posixpath.join(cwd, path)  # a cwd under /workspace too (the bwrap shell's own name)
+    if joined == WORKSPACE or joined.startswith(WORKSPACE + "/"):
+        joined = home + joined[len(WORKSPACE) :]
+    return joined
 
 
 class Sandbox(ABC):
     """One rollout's machine: a shell (`run`) and confined file access, refused after lifetime."""
 
-    workdir: Path | PurePosixPath
+    workdir: Path | PurePosixPath  # the rollout's directory, as this process reaches it
+    shell_home: str  # the same directory as the sandbox's shell names it (bwrap, docker: /workspace)
 
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
@@ -108,6 +114,11 @@ class Sandbox(ABC):
 
     @abstractmethod
     async def _run(self, command: str, timeout_s: float) -> CommandResult: ...
+
+    def shell_name(self, path: str) -> str:
+        """`path` resolved (see `resolve`), as the sandbox's shell names it."""
+        rel = PurePosixPath(self.resolve(path)).relative_to(PurePosixPath(self.workdir))
+        return posixpath.normpath(posixpath.join(self.shell_home, str(rel)))
 
     @abstractmethod
     def resolve(self, path: str) -> Path | PurePosixPath:

