@@ -25,7 +25,7 @@ from tinker_atropos.run_files import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_DIRS = [ROOT / "examples" / "atropos_envs", ROOT / "examples" / "hermes_port"]
-DEFAULT_ENVS = ["walk_steps", "arithmetic"]  # a multi-turn Atropos-style environment, and a bundled one
+DEFAULT_ENVS = ["walk_steps", "terminal_hello", "arithmetic"]  # multi-turn Atropos-style, a Hermes port, bundled
 SMALL = {"group_size": 4, "batch_size": 8}
 
 

@@ -9,6 +9,7 @@ refused, and the host's sentinel file is neither read nor changed."""
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -78,6 +79,8 @@ async def test_file_tools_and_the_shell_name_the_same_file(ctx: ToolContext, too
         out, error = await _call(ctx, tool, path=tool_path, content="alpha beta\n")
         assert not error, out
         assert _shell(ctx, f"cat {shell_path}") == "alpha beta"
+        if os.geteuid() == 0 and _work(ctx) == "/workspace":  # bwrap: written inside, by its user
+            assert _shell(ctx, f"stat -c %u {shell_path}") == "65534"
         return
     _shell(ctx, f"printf 'alpha beta\\n' > {shell_path}")
     if tool == "read_file":

@@ -6,6 +6,7 @@ import posixpath
 import re
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -38,6 +39,30 @@ __rl_state="$RL_MCP_STATE"
 } &
 wait $!
 """
+
+
+# File I/O run inside a sandbox (bwrap, docker): the sandbox's own view of the files is all it can reach
+READ_SCRIPT = 'if [ -d "$1" ]; then exit 21; fi; [ -f "$1" ] || exit 2; head -c "$2" -- "$1"'
+WRITE_SCRIPT = 'd=$(dirname "$1"); c=0; [ -d "$d" ] || { mkdir -p "$d" && c=1; }; cat > "$1" && exit $((10 + c))'
+Exec = Callable[..., Awaitable[tuple[int, bytes]]]  # (script, *args, stdin=bytes | None) -> (code, output)
+
+
+async def read_inside(run: Exec, target: str, limit: int, shown: str) -> bytes:
+    """At most `limit` bytes of `target`, read by READ_SCRIPT inside the sandbox."""
+    code, out = await run(READ_SCRIPT, target, str(limit))
+    if code == 21:
+        raise IsADirectoryError(shown)
+    if code != 0:
+        raise FileNotFoundError(shown)
+    return out
+
+
+async def write_inside(run: Exec, target: str, data: bytes, shown: str) -> bool:
+    """Write `target` with WRITE_SCRIPT inside the sandbox; True when directories were created."""
+    code, out = await run(WRITE_SCRIPT, target, stdin=data)
+    if code not in (10, 11):
+        raise OSError(f"cannot write {shown}: {out.decode('utf-8', 'replace').strip()}")
+    return code == 11
 
 
 class SandboxUnavailable(RuntimeError):

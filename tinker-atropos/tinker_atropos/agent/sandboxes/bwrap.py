@@ -8,8 +8,7 @@ loopback of its own) unless the environment asks for it; its own PID namespace, 
 starts outlives the command (`--die-with-parent`); no host HOME, a scrubbed environment, the local
 backend's rlimits, output cap and disk cap; no new privileges. Where rl-mcp runs as root, bwrap
 mounts as root and the command itself runs as `nobody` without capabilities (util-linux's
-`setpriv`). The file tools act on the same directory from outside (`LocalSandbox`), opening paths
-without following links.
+`setpriv`). The file tools' reads and writes run in such a container too.
 """
 
 from __future__ import annotations
@@ -21,8 +20,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tinker_atropos.agent.sandboxes.base import WORKSPACE, SandboxConfig, SandboxUnavailable
+from tinker_atropos.agent.sandboxes.base import (
+    WORKSPACE,
+    SandboxConfig,
+    SandboxUnavailable,
+    read_inside,
+    write_inside,
+)
 from tinker_atropos.agent.sandboxes.local import LocalSandbox
+from tinker_atropos.agent.sandboxes.procs import exec_bytes
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 PYTHON_HOME = Path(sys.base_prefix)  # read-only inside: the Python installation, not a venv's packages
@@ -94,6 +100,21 @@ class BwrapSandbox(LocalSandbox):
 
     def _argv(self, command: str) -> list[str]:
         return [self._binary, *self._mounts(), *as_nobody(), *super()._argv(command)]
+
+    # The file tools act through the sandbox, not on the host: after `resolve` refused whatever
+    # lands outside the rollout's directory, the read or write itself runs in a container that
+    # holds nothing of the host's but read-only system directories.
+    async def read_bytes(self, path: str, limit: int) -> bytes:
+        self.check_alive()
+        return await read_inside(self._inside, self.shell_name(path), limit, path)
+
+    async def write_bytes(self, path: str, data: bytes) -> bool:
+        self.check_alive()
+        return await write_inside(self._inside, self.shell_name(path), data, path)
+
+    async def _inside(self, script: str, *args: str, stdin: bytes | None = None) -> tuple[int, bytes]:
+        argv = [self._binary, *self._mounts(), *as_nobody(), "sh", "-c", script, "sh", *args]
+        return await exec_bytes(argv, stdin, self.config.timeout_s, env=self.env, preexec=self._preexec)
 
     def _mounts(self) -> list[str]:
         args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]

@@ -47,23 +47,12 @@ def write(root: Path, target: Path, data: bytes, shown: str) -> bool:
     finally:
         os.close(parent)
     with os.fdopen(fd, "wb") as f:
-        if owner := _sandbox_user(root):
-            os.fchown(fd, *owner)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise IsADirectoryError(shown) if stat.S_ISDIR(os.fstat(fd).st_mode) else FileNotFoundError(shown)
         os.set_blocking(fd, True)
         os.ftruncate(fd, 0)
         f.write(data)
     return bool(created)
-
-
-def _sandbox_user(root: Path) -> tuple[int, int] | None:
-    """(uid, gid) that what the file tools create must belong to: as root, for a sandbox whose
-    commands run as another user (bwrap: nobody), so the policy's shell can change it too."""
-    if os.geteuid() != 0:
-        return None
-    owner = os.stat(root)
-    return (owner.st_uid, owner.st_gid) if owner.st_uid != 0 else None
 
 
 def _open_parent(root: Path, target: Path, shown: str, create: bool, created: list[bool] | None = None) -> int:
@@ -73,8 +62,6 @@ def _open_parent(root: Path, target: Path, shown: str, create: bool, created: li
             if create:
                 try:
                     os.mkdir(part, 0o755, dir_fd=fd)
-                    if owner := _sandbox_user(root):
-                        os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
                     if created is not None:
                         created.append(True)
                 except FileExistsError:

@@ -21,7 +21,9 @@ from tinker_atropos.agent.sandboxes.base import (
     Sandbox,
     SandboxConfig,
     SandboxUnavailable,
+    read_inside,
     shell_path,
+    write_inside,
 )
 from tinker_atropos.agent.sandboxes.procs import (
     MARKER_ENV,
@@ -130,25 +132,10 @@ class DockerSandbox(Sandbox):
         return await exec_bytes([*argv, "sh", "-c", script, "sh", *args], stdin, self.config.timeout_s)
 
     async def read_bytes(self, path: str, limit: int) -> bytes:
-        target = str(self.resolve(path))
-        code, out = await self._exec(
-            'if [ -d "$1" ]; then exit 21; fi; [ -f "$1" ] || exit 2; head -c "$2" -- "$1"',
-            target,
-            str(limit),
-        )
-        if code == 21:
-            raise IsADirectoryError(path)
-        if code != 0:
-            raise FileNotFoundError(path)
-        return out
+        return await read_inside(self._exec, str(self.resolve(path)), limit, path)
 
     async def write_bytes(self, path: str, data: bytes) -> bool:
-        target = str(self.resolve(path))
-        script = 'd=$(dirname "$1"); c=0; [ -d "$d" ] || { mkdir -p "$d" && c=1; }; cat > "$1" && exit $((10 + c))'
-        code, out = await self._exec(script, target, stdin=data)
-        if code not in (10, 11):
-            raise OSError(f"cannot write {path}: {out.decode('utf-8', 'replace').strip()}")
-        return code == 11
+        return await write_inside(self._exec, str(self.resolve(path)), data, path)
 
     async def aclose(self) -> None:
         await exec_bytes(["docker", "rm", "-f", self.container], None, _CONTROL_TIMEOUT_S)

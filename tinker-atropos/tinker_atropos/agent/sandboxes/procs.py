@@ -190,14 +190,25 @@ async def _exited(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:
     return True
 
 
-async def exec_bytes(argv: list[str], stdin: bytes | None, timeout_s: float) -> tuple[int, bytes]:
-    """Run a short helper (docker cp/exec, probes): exit code and merged output, or -1 on timeout."""
+async def exec_bytes(
+    argv: list[str],
+    stdin: bytes | None,
+    timeout_s: float,
+    *,
+    env: dict[str, str] | None = None,
+    preexec: Callable[[], None] | None = None,
+) -> tuple[int, bytes]:
+    """Run a short helper (docker exec, a sandbox's file I/O, probes): exit code and merged output,
+    or -1 on timeout."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
+        env=env,
+        preexec_fn=preexec,
+        cwd="/",
     )
     try:
         out, _ = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
