@@ -1,4 +1,4 @@
-"""`rl-mcp serve | doctor | demo`: the command line.
+"""`rl-mcp serve | doctor | demo | export`: the command line.
 
 stdout belongs to the MCP protocol on stdio, so every log line goes to stderr or `--log-file`.
 """
@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     sub.add_parser("doctor", help="show what is available: python, packages, keys (names only), profile")
     sub.add_parser("demo", help="the whole agent workflow on the local backend", add_help=False)
+    from rl_mcp.export_cli import add_parser as add_export
+
+    add_export(sub)
     return parser
 
 
@@ -92,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rl_mcp.doctor import main as doctor_main
 
         return doctor_main()
+    if args.command == "export":
+        from rl_mcp.export_cli import run as export_run
+
+        return export_run(args)
     return serve(args)
 
 

@@ -32,7 +32,7 @@ class SettingsError(UserError):
 
 
 # Secrets the server may hold. Child processes get them only by name, where their job needs one.
-SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP_AUTH_TOKEN")
+SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP_AUTH_TOKEN", "HF_TOKEN")
 
 
 # A value that is exactly an unexpanded `${NAME}` (or Cursor-style `${env:NAME}`): what an MCP client

@@ -25,17 +25,20 @@ LAYERS = [
             "rl_mcp.runs",
             "rl_mcp.inference",
             "rl_mcp.children",
+            "rl_mcp.export",
         ),
     ),
     ("app wiring", ("rl_mcp.app",)),
     ("MCP adapters", ("rl_mcp.mcp_api",)),
-    ("cli", ("rl_mcp.cli", "rl_mcp.demo", "rl_mcp.doctor", "rl_mcp.__main__")),
+    ("cli", ("rl_mcp.cli", "rl_mcp.demo", "rl_mcp.doctor", "rl_mcp.export_cli", "rl_mcp.__main__")),
 ]
 # What the server process may import of the trainer's package: stdlib-only modules.
 SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos",
     "tinker_atropos.agent",
     "tinker_atropos.agent.trajectory",
+    "tinker_atropos.export",
+    "tinker_atropos.export.model_facts",
     "tinker_atropos.models.paths",
     "tinker_atropos.models.smollm2_wheel",
     "tinker_atropos.run_files",

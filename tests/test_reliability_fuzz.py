@@ -36,6 +36,7 @@ TOOLS = {
     "rl_stop_training": ["run_id"],
     "rl_get_results": ["run_id"],
     "rl_list_runs": ["status"],
+    "rl_export_model": ["run_id", "format", "checkpoint", "dtype"],
 }
 REAL_ENVIRONMENTS = {"letter_repeat", "gsm8k_tinker"}
 NASTY = [

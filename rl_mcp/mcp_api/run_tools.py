@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,7 +30,7 @@ from rl_mcp.runs.store import RunRecord
 from rl_mcp.runs.vocab import RunStatus as Status
 from rl_mcp.runs.wandb_lookup import wandb_summary
 from rl_mcp.session.run_config import render_run_config, write_run_config
-from tinker_atropos.run_files import RunFiles
+from tinker_atropos.run_files import RunFiles, atomic_write_text
 
 
 class StatusChecks:
@@ -118,6 +119,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
                 run_dir=run_dir,
                 run_name=run_name,
             )
+            atomic_write_text(RunFiles(run_dir).edits, json.dumps(state.edits, indent=1, default=str))
             return write_run_config(RunFiles(run_dir).config, config)
 
         plan = RunPlan(environment=info.name, env_file=info.file, write_config=write, run_name=state.wandb_name)

@@ -20,6 +20,7 @@ from pydantic import AnyHttpUrl
 from rl_mcp.app import AppContext
 from rl_mcp.mcp_api import descriptions
 from rl_mcp.mcp_api.environment_tools import register_environment_tools
+from rl_mcp.mcp_api.export_tool import register_export_tool
 from rl_mcp.mcp_api.guide import register_guide
 from rl_mcp.mcp_api.inference_tool import register_inference_tool
 from rl_mcp.mcp_api.resources import register_environment_resources, register_run_resources
@@ -64,6 +65,7 @@ def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MC
     register_run_tools(server, app, cache)
     register_run_resources(server, app, cache)
     register_inference_tool(server, app)
+    register_export_tool(server, app)
     register_guide(server, app)
     register_spend_gate(server, app)
     if app.runs_manager is not None:

@@ -123,6 +123,16 @@ class RunFiles:
         return self.run_dir / "metrics.jsonl"
 
     @property
+    def edits(self) -> Path:
+        """The session's edits the run started with: where its config departs from the profile."""
+        return self.run_dir / "edits.json"
+
+    @property
+    def exports_dir(self) -> Path:
+        """rl_export_model's default output: one folder per export."""
+        return self.run_dir / "exports"
+
+    @property
     def first_batch(self) -> Path:
         """The first batch the trainer took, as it took it (tokens, masks, scores): what it trains on."""
         return self.run_dir / "first_batch.json"

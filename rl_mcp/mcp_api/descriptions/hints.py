@@ -88,5 +88,21 @@ def next_after_results(*, missing: bool, active: bool, final_weights: str | None
     if active:
         return "The run is still going: these are partial results. rl_check_status shows progress."
     if final_weights:
-        return f"The final weights are at {final_weights}. Test them with rl_test_inference, or start another run."
+        return (
+            f"The final weights are at {final_weights}. Test them with rl_test_inference(run_id=...), take the "
+            "model out with rl_export_model(run_id=..., format='adapter' | 'merged' | 'gguf'), or start another run."
+        )
     return "No weights were saved. rl_check_status shows why the run ended."
+
+
+def next_after_export(fmt: str, hub_url: str | None) -> str:
+    pushed = f" It is on the Hub at {hub_url}." if hub_url else ""
+    other = {
+        "adapter": "'merged' or 'gguf'",
+        "merged": "'gguf' (Ollama, llama.cpp)",
+        "gguf": "'merged' (transformers)",
+    }[fmt]
+    return (
+        f"Load it with load_command; README.md in the folder is its model card.{pushed} Export format={other} for "
+        "other programs, or hub_repo='you/name' (needs HF_TOKEN) to publish it."
+    )

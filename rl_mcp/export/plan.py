@@ -1,0 +1,148 @@
+"""What an export will do: the run's checkpoint (a step, `final`, or `best` by held-out eval), the
+format and its dtype, the output folder, and the prompts the export is checked on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from rl_mcp.errors import UserError
+from rl_mcp.inference.run_weights import RunCheckpoint, sampler_checkpoints
+from rl_mcp.runs.store import RunRecord
+from tinker_atropos.run_files import CheckpointKind, RunFiles, read_checkpoints, read_jsonl
+
+Format = Literal["adapter", "merged", "gguf"]
+DTYPES: dict[str, tuple[str, ...]] = {
+    "adapter": (),
+    "merged": ("float32", "bfloat16", "float16"),
+    "gguf": ("f16", "q8_0"),
+}
+VERIFY_PROMPTS = 4  # the environment's own prompts the export is checked on
+
+
+class ExportError(UserError):
+    """An export that cannot be done as asked; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    run_id: str
+    environment: str
+    run_dir: Path
+    base_model: str
+    backend: str
+    checkpoint: RunCheckpoint
+    chosen_because: str  # how `checkpoint` was picked: the user's step, final, or best by eval
+    format: Format
+    dtype: str | None
+    out: Path
+    name: str  # the model's name in GGUF metadata and the Modelfile
+    tinker_state: str | None  # a Tinker run: the training state Tinker exports the weights from
+    tinker_base_url: str | None
+
+
+def plan_export(
+    rec: RunRecord, checkpoint: str | int | None, fmt: Format, dtype: str | None, out: Path | None
+) -> ExportPlan:
+    if dtype is not None and dtype not in DTYPES[fmt]:
+        allowed = ", ".join(DTYPES[fmt]) or "none (an adapter is saved as trained)"
+        raise ExportError(f"dtype {dtype!r} does not apply to format {fmt!r}; allowed: {allowed}")
+    tinker = _run_config(rec).get("tinker") or {}
+    saved = [c for c in sampler_checkpoints(rec) if c.path.startswith("tinker://") or Path(c.path).is_dir()]
+    if not saved:
+        raise ExportError(
+            f"run {rec.run_id} has no saved weights (no sampler checkpoint in its folder): wait for its first "
+            "step (rl_check_status), or export another run (rl_list_runs)"
+        )
+    chosen, why = _choose(rec, saved, checkpoint)
+    backend = str(tinker.get("backend") or "local")
+    state = _tinker_state(rec, chosen) if backend == "tinker" else None
+    label = f"{chosen.name}-{fmt}" + (f"-{dtype}" if dtype else "")
+    return ExportPlan(
+        run_id=rec.run_id,
+        environment=rec.environment,
+        run_dir=Path(rec.run_dir),
+        base_model=str(tinker.get("base_model") or ""),
+        backend=backend,
+        checkpoint=chosen,
+        chosen_because=why,
+        format=fmt,
+        dtype=dtype,
+        out=Path(out).expanduser().resolve() if out else RunFiles(Path(rec.run_dir)).exports_dir / label,
+        name=f"{rec.environment}-{rec.run_id.rsplit('-', 1)[-1]}".replace("_", "-"),
+        tinker_state=state,
+        tinker_base_url=tinker.get("tinker_base_url"),
+    )
+
+
+def _choose(rec: RunRecord, saved: list[RunCheckpoint], wanted: str | int | None) -> tuple[RunCheckpoint, str]:
+    steps = [c.step for c in saved if c.step is not None]
+    if isinstance(wanted, int):
+        for c in reversed(saved):
+            if c.step == wanted:
+                return c, f"step {wanted}, as asked"
+        raise ExportError(
+            f"run {rec.run_id} has no checkpoint at step {wanted}; saved steps: {', '.join(map(str, steps)) or 'none'}"
+        )
+    evals = [
+        e for e in read_jsonl(RunFiles(Path(rec.run_dir)).evals) if isinstance(e.get("eval_accuracy"), int | float)
+    ]
+    by_step = {c.step: c for c in saved if c.step}  # step 0 is the base model, not a trained checkpoint
+    scored = [(float(e["eval_accuracy"]), int(e["step"])) for e in evals if e.get("step") in by_step]
+    if wanted == "best" or (wanted is None and scored):
+        if not scored:
+            raise ExportError(
+                f"run {rec.run_id} has no held-out evaluation of a trained checkpoint, so no 'best': "
+                "export checkpoint='final' or a step"
+            )
+        accuracy, step = max(scored)  # ties: the later step
+        why = f"best held-out eval accuracy ({accuracy:.3f} at step {step}; {len(scored)} trained checkpoint(s) scored)"
+        base = next((float(e["eval_accuracy"]) for e in evals if e.get("step") == 0), None)
+        if base is not None and base > accuracy:
+            why += f"; the base model scored {base:.3f} before training: training did not improve it"
+        return by_step[step], why
+    if wanted in (None, "final"):
+        final = next((c for c in reversed(saved) if c.name == "final"), saved[-1])
+        return final, "the final weights" if wanted == "final" else "the final weights (the run has no evaluation)"
+    raise ExportError(f"checkpoint {wanted!r} is not 'best', 'final' or a step number")
+
+
+def _tinker_state(rec: RunRecord, chosen: RunCheckpoint) -> str:
+    """Tinker lets only training states out: the one saved at the chosen step."""
+    states = [e for e in read_checkpoints(Path(rec.run_dir), rec.run_name) if e.get("kind") == CheckpointKind.WEIGHTS]
+    for entry in reversed(states):
+        if chosen.step is None or entry.get("step") == chosen.step or entry.get("name") == chosen.name:
+            return str(entry["path"])
+    have = sorted({int(e["step"]) for e in states if isinstance(e.get("step"), int)})
+    raise ExportError(
+        f"Tinker exports a run's weights from its saved training states, and run {rec.run_id} saved none at "
+        f"{chosen.name}; steps with a state: {', '.join(map(str, have)) or 'none'} (save_state_every sets how often)"
+    )
+
+
+def _run_config(rec: RunRecord) -> dict[str, Any]:
+    try:
+        with open(rec.config_path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ExportError(f"the config of run {rec.run_id} is unreadable ({exc})") from exc
+
+
+def verify_prompts(run_dir: Path) -> list[list[int]]:
+    """Prompt tokens of the environment's own items, from the first batch the trainer took: each
+    group's sequence up to its first trained token."""
+    try:
+        groups = json.loads(RunFiles(run_dir).first_batch.read_text()).get("groups") or []
+    except (OSError, ValueError):
+        return []
+    prompts: list[list[int]] = []
+    for group in groups:
+        tokens, masks = (group.get("tokens") or [[]])[0], (group.get("masks") or [[]])[0]
+        cut = next((i for i, m in enumerate(masks) if m != -100), len(tokens))
+        if 0 < cut and tokens[:cut] not in prompts:
+            prompts.append(tokens[:cut])
+    return prompts[:VERIFY_PROMPTS]

@@ -1,0 +1,56 @@
+"""`rl-mcp export RUN_ID`: rl_export_model from the shell, beside a running server (it only reads
+the run registry), with progress on stderr and the answer as JSON on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import anyio
+
+from rl_mcp.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    export = sub.add_parser("export", help="export a run's trained model (adapter, merged, gguf)")
+    export.add_argument("run_id")
+    export.add_argument("--format", choices=("adapter", "merged", "gguf"), default="merged")
+    export.add_argument("--checkpoint", help="best, final or a step number (default: best where evals exist)")
+    export.add_argument("--dtype", help="merged: float32 | bfloat16 | float16; gguf: f16 | q8_0")
+    export.add_argument("--out", type=Path, help="output folder (default: runs/<id>/exports/...)")
+    export.add_argument("--hub-repo", help="also push the folder to this Hugging Face repo (needs HF_TOKEN)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rl_mcp.export.plan import plan_export
+    from rl_mcp.export.runner import run_export
+    from rl_mcp.runs.store import RunStore
+    from rl_mcp.settings import Settings, SettingsError
+
+    try:
+        settings = Settings.from_env()
+        rec = RunStore(settings.home / "runs.sqlite").get(args.run_id)
+        if rec is None:
+            raise UserError(
+                f"unknown run id {args.run_id!r} in {settings.home} (rl-mcp serve lists runs: rl_list_runs)"
+            )
+        checkpoint: str | int | None = int(args.checkpoint) if (args.checkpoint or "").isdigit() else args.checkpoint
+        plan = plan_export(rec, checkpoint, args.format, args.dtype, args.out)
+
+        async def progress(done: float, total: float, message: str) -> None:
+            print(f"[{100 * done / total:5.1f}%] {message}", file=sys.stderr, flush=True)
+
+        outcome = anyio.run(
+            lambda: run_export(
+                plan, environ=settings.environ, python=settings.python, hub_repo=args.hub_repo, progress=progress
+            )
+        )
+    except (UserError, SettingsError) as exc:
+        print(f"rl-mcp export: {exc}", file=sys.stderr)
+        return 1
+    from rl_mcp.mcp_api.export_tool import export_answer
+
+    print(json.dumps(export_answer(outcome).model_dump(), indent=2))
+    return 0

@@ -1,0 +1,87 @@
+"""rl_export_model: a run's checkpoint out as an adapter, a merged model or a GGUF file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import Field
+
+from rl_mcp.app import AppContext
+from rl_mcp.export.plan import plan_export
+from rl_mcp.export.runner import ExportOutcome, run_export
+from rl_mcp.mcp_api import descriptions
+from rl_mcp.mcp_api.answers import ExportCheck, ExportedFile, ExportResult
+from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.errors import tool_errors
+from rl_mcp.mcp_api.inputs import RunId
+
+
+def register_export_tool(server: MCPServer, app: AppContext) -> None:
+    @server.tool(
+        name="rl_export_model",
+        description=descriptions.RL_EXPORT_MODEL,
+        annotations=tool_annotations("Export a trained model", read_only=False, destructive=False, idempotent=True),
+    )
+    @tool_errors
+    async def rl_export_model(
+        ctx: Context,
+        run_id: RunId,
+        format: Annotated[
+            Literal["adapter", "merged", "gguf"],
+            Field(description="adapter: PEFT LoRA folder; merged: transformers model; gguf: llama.cpp/Ollama file"),
+        ] = "merged",
+        checkpoint: Annotated[
+            Literal["best", "final"] | Annotated[int, Field(strict=True, ge=0)] | None,
+            Field(
+                description="'best' (held-out eval), 'final', or a step; default: best where evals exist, else final"
+            ),
+        ] = None,
+        dtype: Annotated[
+            Literal["float32", "bfloat16", "float16", "f16", "q8_0"] | None,
+            Field(description="merged: float32 (default), bfloat16, float16; gguf: f16 (default) or q8_0"),
+        ] = None,
+        output_dir: Annotated[
+            str | None,
+            Field(max_length=1000, description="Folder to write; default runs/<id>/exports/<checkpoint>-<format>"),
+        ] = None,
+        hub_repo: Annotated[
+            str | None,
+            Field(
+                pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$",
+                description="Also push the folder to this Hugging Face model repo (owner/name); needs HF_TOKEN",
+            ),
+        ] = None,
+    ) -> ExportResult:
+        plan = plan_export(app.runs.get(run_id), checkpoint, format, dtype, Path(output_dir) if output_dir else None)
+        outcome = await run_export(
+            plan,
+            environ=app.settings.environ,
+            python=app.settings.python,
+            hub_repo=hub_repo,
+            progress=ctx.report_progress,
+        )
+        return export_answer(outcome)
+
+
+def export_answer(outcome: ExportOutcome) -> ExportResult:
+    plan = outcome.plan
+    files = [ExportedFile(path=f["path"], bytes=f["bytes"]) for f in outcome.files]
+    v = outcome.verification
+    return ExportResult(
+        run_id=plan.run_id,
+        checkpoint=plan.checkpoint.name,
+        checkpoint_step=plan.checkpoint.step,
+        chosen_because=plan.chosen_because,
+        format=plan.format,
+        dtype=None if plan.format == "adapter" else outcome.dtype,
+        folder=str(plan.out),
+        files=files,
+        total_bytes=sum(f.bytes for f in files),
+        load_command=outcome.load_command,
+        check=ExportCheck(prompts=v["prompts"], matches=v["matches"], required=v["required"]),
+        model_card=str(outcome.card),
+        hub_url=outcome.hub_url,
+        next_step=descriptions.next_after_export(plan.format, outcome.hub_url),
+    )
