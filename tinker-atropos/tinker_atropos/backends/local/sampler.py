@@ -1,8 +1,9 @@
-"""Sampling from a frozen (merged) model: batched over num_samples with one KV cache.
+"""Sampling from a frozen (merged) model, every request in flight in one batch (`batching.py`).
 
-The prompt is prefilled once and its cache repeated per sample; finished samples leave the
-batch so long tails cost only what they use. Logprobs are the model's own (temperature 1),
-which is what importance sampling needs and what the trainer recomputes.
+A request's prompt is prefilled once and its cache repeated per sample; requests that arrive
+while others decode join the batch, finished samples leave it so long tails cost only what they
+use. Logprobs are the model's own (temperature 1), which is what importance sampling needs and
+what the trainer recomputes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import numpy as np
 import torch
 from tinker import types
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from tinker_atropos.backends.local.batching import ContinuousBatcher, Request, Sampled
 
 
 @dataclass(frozen=True)
@@ -68,12 +71,21 @@ class LocalSampler:
         self.max_positions = max_positions
         self.path = path  # the adapter folder it was built from; None for the base model
         self.device = next(model.parameters()).device
-        self._lock = threading.Lock()  # one generation at a time: the cores are the limit anyway
+        self._lock = threading.Lock()  # one forward pass at a time: the cores are the limit anyway
+        self.batcher = ContinuousBatcher(model, tokenizer, self._lock, _filter_logits)
 
     async def sample_async(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
     ) -> types.SampleResponse:
-        return await asyncio.to_thread(self.sample, prompt, num_samples, sampling_params)
+        request = self._request(prompt, num_samples, sampling_params)
+        if request.max_tokens == 0:
+            return _response([_EMPTY] * num_samples)
+        try:
+            results = await asyncio.wrap_future(self.batcher.submit(request))
+        except asyncio.CancelledError:
+            self.batcher.cancel(request)  # the client went away: its samples leave the batch
+            raise
+        return _response(results)
 
     async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]:
         return await asyncio.to_thread(self.compute_logprobs, prompt)
@@ -91,6 +103,13 @@ class LocalSampler:
     def sample(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
     ) -> types.SampleResponse:
+        request = self._request(prompt, num_samples, sampling_params)
+        if request.max_tokens == 0:
+            return _response([_EMPTY] * num_samples)
+        return _response(self.batcher.submit(request).result())
+
+    def _request(self, prompt: types.ModelInput, num_samples: int, params: types.SamplingParams) -> Request:
+        """A checked request: a bad one is refused here, before it could touch the batch."""
         ids = prompt.to_ints()
         if not ids:
             raise ValueError("cannot sample from an empty prompt")
@@ -99,81 +118,29 @@ class LocalSampler:
         room = self.max_positions - len(ids)
         if room <= 0:
             raise ValueError(f"prompt of {len(ids)} tokens fills the context ({self.max_positions})")
-        wanted = sampling_params.max_tokens
+        wanted = params.max_tokens
         max_tokens = room if wanted is None else max(0, min(wanted, room))
-        stop = StopRule.from_params(sampling_params.stop, self.eos_token_ids)
-        with self._lock, torch.inference_mode():
-            tokens, logprobs, lengths, stopped = self._generate(ids, num_samples, max_tokens, sampling_params, stop)
-        sequences = [
-            types.SampledSequence(
-                stop_reason="stop" if stopped[i] else "length",
-                sequence_id=uuid.uuid4().hex,
-                tokens_np=tokens[i, : lengths[i]].astype(np.int32),
-                logprobs_np=logprobs[i, : lengths[i]].astype(np.float32),
-            )
-            for i in range(num_samples)
-        ]
-        return types.SampleResponse(sequences=sequences)
-
-    def _generate(
-        self,
-        ids: list[int],
-        n: int,
-        max_tokens: int,
-        params: types.SamplingParams,
-        stop: StopRule,
-    ) -> tuple[np.ndarray, np.ndarray, list[int], list[bool]]:
+        stop = StopRule.from_params(params.stop, self.eos_token_ids)
         gen = torch.Generator(device=self.device)
         if params.seed is None:
             gen.seed()
         else:
             gen.manual_seed(int(params.seed))
-        stop_ids = torch.tensor(sorted(stop.token_ids), dtype=torch.long, device=self.device)
-        greedy = params.temperature <= 0
+        return Request(ids, num_samples, max_tokens, params, stop.token_ids, stop.strings, gen)
 
-        out = self.model(input_ids=torch.tensor([ids], device=self.device), use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
-        cache.batch_repeat_interleave(n)
-        logits = out.logits[:, -1, :].float().expand(n, -1)
 
-        tokens = torch.zeros(n, max_tokens, dtype=torch.long)
-        logprobs = torch.zeros(n, max_tokens, dtype=torch.float32)
-        lengths = [max_tokens] * n
-        stopped = [False] * n
-        active = torch.arange(n)  # rows of the batch -> sample index
-        for t in range(max_tokens):
-            logp = logits.log_softmax(-1)
-            if greedy:
-                nxt = logits.argmax(-1)
-            else:
-                probs = _filter_logits(logits, params).softmax(-1)
-                nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-            lp = logp.gather(-1, nxt[:, None]).squeeze(-1)
-            tokens[active, t] = nxt.cpu()
-            logprobs[active, t] = lp.cpu()
-            done = torch.isin(nxt, stop_ids).cpu() if len(stop_ids) else torch.zeros(len(active), dtype=torch.bool)
-            if stop.strings:
-                done |= self._string_stops(tokens, active, t, stop.strings)
-            if done.any():
-                for row in done.nonzero().flatten().tolist():
-                    i = int(active[row])
-                    lengths[i], stopped[i] = t + 1, True
-                keep = (~done).nonzero().flatten()
-                if len(keep) == 0:
-                    break
-                active, nxt = active[keep], nxt[keep.to(self.device)]
-                cache.batch_select_indices(keep.to(self.device))
-            if t + 1 == max_tokens:
-                break
-            out = self.model(input_ids=nxt[:, None], past_key_values=cache, use_cache=True)
-            logits = out.logits[:, -1, :].float()
-        return tokens.numpy(), logprobs.numpy(), lengths, stopped
+_EMPTY = Sampled(np.zeros(0, np.int32), np.zeros(0, np.float32), False)
 
-    def _string_stops(
-        self, tokens: torch.Tensor, active: torch.Tensor, t: int, strings: tuple[str, ...]
-    ) -> torch.Tensor:
-        """Whether each active row's text now contains a stop string (checked on a short tail)."""
-        window = max(len(s) for s in strings) + 4
-        tails = tokens[active, max(0, t + 1 - window) : t + 1].tolist()
-        texts = self.tokenizer.batch_decode(tails)
-        return torch.tensor([any(s in text for s in strings) for text in texts], dtype=torch.bool)
+
+def _response(results: list[Sampled]) -> types.SampleResponse:
+    return types.SampleResponse(
+        sequences=[
+            types.SampledSequence(
+                stop_reason="stop" if r.stopped else "length",
+                sequence_id=uuid.uuid4().hex,
+                tokens_np=r.tokens,
+                logprobs_np=r.logprobs,
+            )
+            for r in results
+        ]
+    )

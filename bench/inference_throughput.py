@@ -1,0 +1,147 @@
+"""The local inference server under concurrent load: today's serial server (one request at a
+time, its n samples batched) against the continuously batched one, side by side in one run, with
+a plain `model.generate` on a padded batch as the reference.
+
+SmolLM2-135M-Instruct, realistic chat prompts, 64 new tokens, over HTTP (/v1/chat/completions)
+at 1, 4, 16 and 64 concurrent requests: tokens per second and p50/p95 latency. Then a held-out
+evaluation's shape (64 arithmetic items, 16 and then 64 at a time as the local profiles send
+them, greedy) on both servers, and how many
+greedy replies the two servers give alike on a fixed prompt set.
+
+    .venv/bin/python bench/inference_throughput.py [--levels 1 4 16 64] [--tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import httpx
+import torch
+
+from tinker_atropos.backends.local import LocalSampler, create_sampler, load_base_model
+from tinker_atropos.environments.arithmetic_data import question, split
+from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
+
+MODEL = "smollm2-135m"
+EVAL_WORKERS = 64  # the local profiles' max_eval_workers: a whole held-out set in flight at once
+TOPICS = [
+    "Explain in two sentences why the sky is blue.",
+    "Write a haiku about autumn leaves.",
+    "What is 47 + 38? Answer with the number.",
+    "Give three tips for learning a new language.",
+    "Summarise the plot of Romeo and Juliet in one paragraph.",
+    "Which is larger, 0.7 or 0.65? Explain briefly.",
+    "List the planets of the solar system in order.",
+    "Translate 'good morning, how are you?' into French.",
+]
+
+
+def pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
+
+
+async def load(url: str, messages: list[list[dict[str, str]]], tokens: int, temperature: float) -> dict[str, Any]:
+    """All `messages` at once; completion tokens per second and latencies."""
+    async with httpx.AsyncClient(base_url=url, timeout=1800) as http:
+
+        async def one(chat: list[dict[str, str]]) -> tuple[float, int, str]:
+            started = time.perf_counter()
+            resp = await http.post(
+                "/v1/chat/completions",
+                json={"model": MODEL, "messages": chat, "max_tokens": tokens, "temperature": temperature},
+            )
+            resp.raise_for_status()
+            body = resp.json()
+            return (
+                time.perf_counter() - started,
+                body["usage"]["completion_tokens"],
+                body["choices"][0]["message"]["content"],
+            )
+
+        started = time.perf_counter()
+        done = await asyncio.gather(*(one(m) for m in messages))
+        wall = time.perf_counter() - started
+    latencies = [d[0] for d in done]
+    return {
+        "tok_s": sum(d[1] for d in done) / wall,
+        "p50": pct(latencies, 50),
+        "p95": pct(latencies, 95),
+        "wall": wall,
+        "replies": [d[2] for d in done],
+    }
+
+
+async def bounded(url: str, chats: list[list[dict[str, str]]], tokens: int, limit: int) -> float:
+    """An evaluation's shape: every item, `limit` at a time, greedy; the wall time."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(chat: list[dict[str, str]]) -> dict[str, Any]:
+        async with gate:
+            return await load(url, [chat], tokens, 0.0)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(c) for c in chats))
+    return time.perf_counter() - started
+
+
+def generate_reference(base: Any, chats: list[list[dict[str, str]]], tokens: int) -> float:
+    """`model.generate` on one left-padded batch: tokens per second."""
+    tok = base.tokenizer
+    tok.padding_side = "left"
+    texts = [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in chats]
+    batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = base.model.generate(**batch, max_new_tokens=tokens, do_sample=True, pad_token_id=tok.pad_token_id)
+    new = out[:, batch["input_ids"].shape[1] :]
+    produced = int((new != tok.pad_token_id).sum())
+    return produced / (time.perf_counter() - started)
+
+
+async def main(levels: list[int], tokens: int) -> None:
+    base = load_base_model(MODEL, "cpu")
+    serial = LocalSampler(base.copy_model(), base.tokenizer, base.eos_token_ids, base.max_positions)
+    serial.batcher.max_requests = 1  # today's server: one request at a time
+    batched = create_sampler(base)
+    servers = {
+        name: serve_in_thread(build_app(SamplerHolder(s), MODEL, base.tokenizer), "127.0.0.1", 0)
+        for name, s in (("serial", serial), ("batched", batched))
+    }
+    try:
+        print(f"{'concurrent':>10} {'server':>9} {'tok/s':>8} {'p50 s':>7} {'p95 s':>7}   batched/serial tok/s")
+        for level in levels:
+            chats = [[{"role": "user", "content": TOPICS[i % len(TOPICS)]}] for i in range(level)]
+            rows = {name: await load(h.url, chats, tokens, 1.0) for name, h in servers.items()}
+            ref = generate_reference(base, chats, tokens)
+            for name, r in rows.items():
+                print(f"{level:>10} {name:>9} {r['tok_s']:>8.1f} {r['p50']:>7.2f} {r['p95']:>7.2f}")
+            print(
+                f"{level:>10} {'generate':>9} {ref:>8.1f}        (padded batch, reference)   "
+                f"x{rows['batched']['tok_s'] / rows['serial']['tok_s']:.2f}"
+            )
+        _, heldout = split(level=1, eval_size=64, eval_seed=1234, num_train=0, seed=0)
+        chats = [[{"role": "user", "content": question(text)}] for text, _ in heldout]
+        walls = {name: await bounded(h.url, chats, 16, 16) for name, h in servers.items()}
+        print(
+            f"held-out eval shape, 64 items 16 at a time (greedy): serial {walls['serial']:.1f} s, "
+            f"batched {walls['batched']:.1f} s, x{walls['serial'] / walls['batched']:.2f}"
+        )
+        fixed = [[{"role": "user", "content": t}] for t in TOPICS * 4]
+        greedy = {name: (await load(h.url, fixed, 32, 0.0))["replies"] for name, h in servers.items()}
+        same = sum(a == b for a, b in zip(greedy["serial"], greedy["batched"]))
+        print(f"greedy replies equal on both servers: {same}/{len(fixed)} ({100 * same / len(fixed):.0f}%)")
+    finally:
+        for h in servers.values():
+            h.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--tokens", type=int, default=64)
+    args = parser.parse_args()
+    asyncio.run(main(args.levels, args.tokens))

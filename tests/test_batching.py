@@ -1,0 +1,166 @@
+"""The local sampler's continuous batching, on a real model: concurrent requests share the batch
+(and join it mid-flight), each sampled token's logprob is the model's own, per-request settings
+hold, a cancelled request leaves the batch, a bad one is refused alone, and a weight swap never
+reaches a sequence in flight; the HTTP server answers concurrent chat completions batched."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+import torch
+from tinker import types
+
+from tinker_atropos.backends.local import LocalSampler, create_sampler, load_base_model
+
+pytestmark = pytest.mark.anyio
+LOGPROB_TOLERANCE = 2e-3  # float32 attention over padded, batched rows vs one row alone
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_base_model("tiny-chat", "cpu")
+
+
+def _prompt(base, text: str) -> list[int]:
+    chat = [{"role": "user", "content": text}]
+    return base.tokenizer.encode(
+        base.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False), add_special_tokens=False
+    )
+
+
+def _params(**kw) -> types.SamplingParams:
+    return types.SamplingParams(**{"max_tokens": 24, "temperature": 1.0, "stop": [], **kw})
+
+
+async def _sample(sampler: LocalSampler, prompt: list[int], n: int = 1, **kw) -> types.SampleResponse:
+    return await sampler.sample_async(types.ModelInput.from_ints(prompt), n, _params(**kw))
+
+
+async def test_concurrent_requests_share_the_batch_with_exact_logprobs(base) -> None:
+    sampler = create_sampler(base)
+    prompts = [_prompt(base, f"Say something about the number {i}" + "!" * i) for i in range(6)]
+    first = asyncio.create_task(_sample(sampler, prompts[0], n=2, max_tokens=40))
+    await asyncio.sleep(0.2)  # the others arrive while the first decodes: they join its batch
+    rest = [
+        _sample(sampler, p, n=1 + i % 2, temperature=[1.0, 0.7, 0.0][i % 3], seed=i)
+        for i, p in enumerate(prompts[1:], 1)
+    ]
+    responses = [await first, *await asyncio.gather(*rest)]
+    assert sampler.batcher.peak_rows > 2, "the requests never decoded together"
+    worst = 0.0
+    for prompt, response in zip(prompts, responses):
+        for seq in response.sequences:
+            tokens = [int(t) for t in seq.tokens]
+            fresh = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + tokens))[len(prompt) :]
+            worst = max(worst, max(abs(a - b) for a, b in zip(seq.logprobs, fresh)))
+    print(f"largest |batched - fresh forward| logprob difference: {worst:.2e}")
+    assert worst < LOGPROB_TOLERANCE
+
+
+async def test_greedy_replies_batched_equal_one_request_at_a_time(base) -> None:
+    prompts = [_prompt(base, f"Count to {i} and stop") for i in range(10)]
+    serial = LocalSampler(base.copy_model(), base.tokenizer, base.eos_token_ids, base.max_positions)
+    serial.batcher.max_requests = 1
+    alone = [await _sample(serial, p, temperature=0.0) for p in prompts]
+    batched_sampler = create_sampler(base)
+    together = await asyncio.gather(*(_sample(batched_sampler, p, temperature=0.0) for p in prompts))
+    assert batched_sampler.batcher.peak_rows >= 5
+    same = sum(list(a.sequences[0].tokens) == list(b.sequences[0].tokens) for a, b in zip(alone, together))
+    print(f"greedy replies equal batched and alone: {same}/{len(prompts)}")
+    assert same >= 0.95 * len(prompts)
+
+
+async def test_each_request_keeps_its_own_limits_and_stops(base) -> None:
+    sampler = create_sampler(base)
+    prompt = _prompt(base, "Write a long story")
+    stop_text = base.tokenizer.decode((await _sample(sampler, prompt, temperature=0.0)).sequences[0].tokens[3:5])
+    short, stopped, many, empty = await asyncio.gather(
+        _sample(sampler, prompt, temperature=0.0, max_tokens=5),
+        _sample(sampler, prompt, temperature=0.0, stop=[stop_text]),
+        _sample(sampler, prompt, n=3, max_tokens=7),
+        _sample(sampler, prompt, max_tokens=0),
+    )
+    assert len(short.sequences[0].tokens) == 5 and short.sequences[0].stop_reason == "length"
+    text = base.tokenizer.decode(stopped.sequences[0].tokens)
+    assert stopped.sequences[0].stop_reason == "stop" and text.endswith(stop_text[-1]) and stop_text in text
+    assert len(many.sequences) == 3 and all(len(s.tokens) == 7 for s in many.sequences)
+    assert list(empty.sequences[0].tokens) == []
+
+
+async def test_a_cancelled_request_leaves_the_batch_and_the_others_finish(base) -> None:
+    sampler = create_sampler(base)
+    long = asyncio.create_task(_sample(sampler, _prompt(base, "Go on forever"), n=4, max_tokens=2000))
+    other = asyncio.create_task(_sample(sampler, _prompt(base, "Hi"), max_tokens=30))
+    for _ in range(100):
+        if sampler.batcher.rows >= 4:
+            break
+        await asyncio.sleep(0.02)
+    long.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await long
+    assert len((await other).sequences[0].tokens) == 30
+    deadline = time.monotonic() + 5
+    while sampler.batcher.rows and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert sampler.batcher.rows == 0
+
+
+async def test_a_bad_request_is_refused_alone(base) -> None:
+    sampler = create_sampler(base)
+    good = asyncio.create_task(_sample(sampler, _prompt(base, "Hello"), max_tokens=20))
+    with pytest.raises(ValueError, match="empty prompt"):
+        await _sample(sampler, [])
+    with pytest.raises(ValueError, match="fills the context"):
+        await _sample(sampler, [1] * (base.max_positions + 1))
+    assert len((await good).sequences[0].tokens) == 20
+
+
+async def test_a_sequence_in_flight_keeps_the_weights_it_started_with(base) -> None:
+    """The trainer swaps samplers between steps: requests that started before finish on the old
+    weights, every request after uses the new ones."""
+    from tinker_atropos.inference_server import SamplerHolder
+
+    old = create_sampler(base)
+    changed = base.copy_model()
+    with torch.no_grad():
+        changed.lm_head.weight.add_(torch.randn_like(changed.lm_head.weight) * 0.5)
+    new = LocalSampler(changed, base.tokenizer, base.eos_token_ids, base.max_positions)
+    prompt = _prompt(base, "Tell me a tale")
+    want_old = (await _sample(old, prompt, temperature=0.0, max_tokens=60)).sequences[0].tokens
+    want_new = (await _sample(new, prompt, temperature=0.0, max_tokens=60)).sequences[0].tokens
+    assert list(want_old) != list(want_new)
+
+    holder = SamplerHolder(old)
+    started = asyncio.create_task(_sample(holder.current()[0], prompt, temperature=0.0, max_tokens=60))
+    await asyncio.sleep(0.1)
+    holder.swap(new, "step-000001")
+    after = await _sample(holder.current()[0], prompt, temperature=0.0, max_tokens=60)
+    assert list((await started).sequences[0].tokens) == list(want_old)
+    assert list(after.sequences[0].tokens) == list(want_new)
+
+
+def test_the_server_batches_concurrent_chat_completions_and_errors_one_bad_request(base) -> None:
+    from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
+
+    sampler = create_sampler(base)
+    handle = serve_in_thread(build_app(SamplerHolder(sampler), "tiny-chat", base.tokenizer), "127.0.0.1", 0)
+    try:
+
+        async def run() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=handle.url, timeout=120) as http:
+                body = {"model": "tiny-chat", "max_tokens": 16, "temperature": 1.0, "logprobs": True}
+                chats = [[{"role": "user", "content": f"hi {i}"}] for i in range(8)]
+                good = [http.post("/v1/chat/completions", json={**body, "messages": chat}) for chat in chats]
+                bad = http.post("/v1/chat/completions", json={**body, "messages": [], "max_tokens": -3})
+                return await asyncio.gather(*good, bad)
+
+        *good, bad = asyncio.run(run())
+    finally:
+        handle.stop()
+    assert all(r.status_code == 200 for r in good), [r.text for r in good]
+    assert all(r.json()["choices"][0]["logprobs"]["content"] for r in good)
+    assert bad.status_code == 400 and "error" in bad.json() and bad.json()["error"]["message"]
+    assert sampler.batcher.peak_rows > 1

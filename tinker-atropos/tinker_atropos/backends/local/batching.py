@@ -1,0 +1,331 @@
+"""Continuous (in-flight) batching for the local sampler: every request in flight decodes in one
+batch, one token per step; a request that arrives while others decode is prefilled and joins the
+batch at the next step, and a finished (or cancelled) sample leaves it at once.
+
+One thread owns the model. Rows (one per sample) share a KV cache, left-padded to a common
+length: a row's padding is masked out and its positions count only its own tokens, so each row
+computes what it would alone (up to float rounding). Logprobs are the model's own (temperature
+1) from the same forward pass that produced the token. The thread exits when idle and starts
+again on the next request; a sampler swapped out by the trainer finishes the rows it has and is
+never given another, so no sequence ever changes weights half way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tinker import types
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+logger = logging.getLogger(__name__)
+IDLE_EXIT_S = 30.0  # an idle batching thread exits after this; the next request starts another
+MAX_ROWS = 64  # rows decoding at once; further requests wait for room
+ROOM_STEP = 256  # spare positions a cache buffer gets beyond what it holds (then it doubles)
+
+
+@dataclass
+class Sampled:
+    """One finished sample: its tokens, their logprobs, and whether a stop (not the length) ended it."""
+
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    stopped: bool
+
+
+@dataclass
+class Request:
+    prompt: list[int]
+    n: int
+    max_tokens: int
+    params: types.SamplingParams
+    stop_ids: frozenset[int]
+    stop_strings: tuple[str, ...]
+    generator: torch.Generator
+    future: Future[list[Sampled]] = field(default_factory=Future)
+    results: dict[int, Sampled] = field(default_factory=dict)
+    cancelled: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.params.temperature <= 0
+
+
+@dataclass
+class _Row:
+    request: Request
+    index: int  # which of the request's n samples
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+class ContinuousBatcher:
+    """Decodes every submitted request in one shared batch; `submit` is safe from any thread."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        lock: threading.Lock,
+        filter_logits: Callable[[torch.Tensor, types.SamplingParams], torch.Tensor],
+        max_requests: int | None = None,
+    ) -> None:
+        """`max_requests`: requests decoding at once (None: as many as MAX_ROWS rows hold; 1 is the
+        old serial server, one request at a time with its n samples batched, kept for the bench)."""
+        self.model = model
+        self.max_requests = max_requests
+        self.tokenizer = tokenizer
+        self.lock = lock  # held per forward pass, shared with compute_logprobs
+        self.filter_logits = filter_logits
+        self.device = next(model.parameters()).device
+        self._pending: list[Request] = []
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._rows: list[_Row] = []
+        self._cache: DynamicCache | None = None  # per layer [rows, heads, length, dim], rows left-padded
+        self._mask = torch.zeros(0, 0, dtype=torch.long)  # [rows, length]: 0 on each row's left padding
+        self._logits = torch.zeros(0, 0)  # [rows, vocab]: the next token's, per row
+        self.steps = 0  # decode steps run (for tests and the bench)
+        self.peak_rows = 0
+
+    # -- the caller's side ----------------------------------------------------------------------
+    def submit(self, request: Request) -> Future[list[Sampled]]:
+        with self._wake:
+            self._pending.append(request)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="continuous-batcher", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return request.future
+
+    def cancel(self, request: Request) -> None:
+        """The client went away: its rows leave the batch at the next step."""
+        request.cancelled = True
+        with self._wake:
+            if request in self._pending:
+                self._pending.remove(request)
+
+    @property
+    def rows(self) -> int:
+        return len(self._rows)
+
+    # -- the batching thread --------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                if not self._pending and not self._rows:
+                    self._wake.wait(IDLE_EXIT_S)
+                    if not self._pending and not self._rows:
+                        self._thread = None
+                        return
+                admitted: list[Request] = []
+                while self._pending and self._has_room(admitted, self._pending[0]):
+                    admitted.append(self._pending.pop(0))
+            try:
+                with self.lock, torch.inference_mode():
+                    self._admit([r for r in admitted if not r.cancelled])
+                    self._step()
+            except Exception as exc:  # fails the requests in flight; the batcher goes on with the next
+                logger.exception("batched decode step failed")
+                for row in self._rows:
+                    if not row.request.future.done():
+                        row.request.future.set_exception(exc)
+                self._reset()
+
+    def _has_room(self, admitted: list[Request], request: Request) -> bool:
+        in_flight = {id(r.request) for r in self._rows} | {id(r) for r in admitted}
+        if self.max_requests is not None and len(in_flight) >= self.max_requests:
+            return False
+        rows = len(self._rows) + sum(r.n for r in admitted)
+        return rows == 0 or rows + request.n <= MAX_ROWS  # a request larger than MAX_ROWS runs alone
+
+    def _admit(self, requests: list[Request]) -> None:
+        """Prefill the new prompts in one left-padded pass, then join the batch with n rows each."""
+        if not requests:
+            return
+        width = max(len(r.prompt) for r in requests)
+        ids = torch.zeros(len(requests), width, dtype=torch.long, device=self.device)
+        mask = torch.zeros(len(requests), width, dtype=torch.long, device=self.device)
+        for i, r in enumerate(requests):
+            ids[i, width - len(r.prompt) :] = torch.tensor(r.prompt)
+            mask[i, width - len(r.prompt) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        rows = torch.tensor([i for i, r in enumerate(requests) for _ in range(r.n)], device=self.device)
+        cache = out.past_key_values
+        cache.batch_select_indices(rows)  # each prompt's cache once per sample
+        self._merge(cache, mask.index_select(0, rows), out.logits[:, -1, :].float().index_select(0, rows))
+        self._rows += [_Row(r, k) for r in requests for k in range(r.n)]
+        self.peak_rows = max(self.peak_rows, len(self._rows))
+
+    def _merge(self, cache: DynamicCache, mask: torch.Tensor, logits: torch.Tensor) -> None:
+        if self._cache is None or not self._rows:
+            self._cache = DynamicCache()
+            self._cache.layers = [RoomyLayer(layer.keys, layer.values) for layer in cache.layers]
+            self._mask, self._logits = mask, logits
+            return
+        width = max(self._mask.shape[1], mask.shape[1])
+        self._cache.layers = [
+            RoomyLayer(
+                torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)]),
+                torch.cat([_left_pad(mine.values, width), _left_pad(theirs.values, width)]),
+            )
+            for mine, theirs in zip(self._cache.layers, cache.layers)
+        ]
+        self._mask = torch.cat([_left_pad_2d(self._mask, width), _left_pad_2d(mask, width)])
+        self._logits = torch.cat([self._logits, logits])
+
+    def _step(self) -> None:
+        """Sample one token for every row, retire the finished ones, run the next forward pass."""
+        if not self._rows:
+            return
+        nxt, logprobs = self._sample()
+        done = []
+        for i, row in enumerate(self._rows):
+            token = int(nxt[i])
+            row.tokens.append(token)
+            row.logprobs.append(float(logprobs[i]))
+            request = row.request
+            stopped = token in request.stop_ids or self._hit_stop_string(row)
+            if request.cancelled or stopped or len(row.tokens) >= request.max_tokens:
+                done.append(i)
+                self._finish(row, stopped)
+        keep = [i for i in range(len(self._rows)) if i not in set(done)]
+        if done:
+            self._select(keep)
+        if not self._rows:
+            self._reset()
+            return
+        step_ids = nxt[torch.tensor(keep, dtype=torch.long)] if done else nxt
+        self._forward(step_ids.to(self.device))
+
+    def _sample(self) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self._logits
+        raw = logits.log_softmax(-1)
+        nxt = torch.empty(len(self._rows), dtype=torch.long)
+        by_request: dict[int, list[int]] = {}
+        for i, row in enumerate(self._rows):
+            by_request.setdefault(id(row.request), []).append(i)
+        for rows in by_request.values():
+            request = self._rows[rows[0]].request
+            index = torch.tensor(rows, dtype=torch.long)
+            if request.greedy:
+                nxt[index] = logits[index].argmax(-1).cpu()
+            else:
+                probs = self.filter_logits(logits[index], request.params).softmax(-1)
+                nxt[index] = torch.multinomial(probs, 1, generator=request.generator).squeeze(-1).cpu()
+        chosen = raw.gather(-1, nxt[:, None].to(raw.device)).squeeze(-1).cpu()
+        return nxt, chosen
+
+    def _hit_stop_string(self, row: _Row) -> bool:
+        strings = row.request.stop_strings
+        if not strings:
+            return False
+        window = max(len(s) for s in strings) + 4
+        text = self.tokenizer.decode(row.tokens[-window:])
+        return any(s in text for s in strings)
+
+    def _finish(self, row: _Row, stopped: bool) -> None:
+        request = row.request
+        request.results[row.index] = Sampled(
+            np.asarray(row.tokens, dtype=np.int32), np.asarray(row.logprobs, dtype=np.float32), stopped
+        )
+        if request.cancelled:
+            if not request.future.done():
+                request.future.cancel()
+        elif len(request.results) == request.n and not request.future.done():
+            request.future.set_result([request.results[i] for i in range(request.n)])
+
+    def _select(self, keep: list[int]) -> None:
+        assert self._cache is not None
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self._rows = [self._rows[i] for i in keep]
+        self._cache.batch_select_indices(index)
+        self._mask = self._mask.index_select(0, index)
+        self._logits = self._logits.index_select(0, index)
+        if self._rows:  # columns that are padding for every remaining row are dropped
+            first = int(self._mask.any(0).nonzero()[0])
+            if first:
+                for layer in self._cache.layers:
+                    layer.drop_left(first)
+                self._mask = self._mask[:, first:]
+
+    def _forward(self, step_ids: torch.Tensor) -> None:
+        positions = self._mask.sum(-1, keepdim=True)  # each row's own count of real tokens
+        self._mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=1)
+        out = self.model(
+            input_ids=step_ids[:, None],
+            attention_mask=self._mask,
+            position_ids=positions,
+            past_key_values=self._cache,
+            use_cache=True,
+        )
+        self._logits = out.logits[:, -1, :].float()
+        self.steps += 1
+
+    def _reset(self) -> None:
+        self._rows, self._cache = [], None
+        self._mask = torch.zeros(0, 0, dtype=torch.long)
+        self._logits = torch.zeros(0, 0)
+
+
+class RoomyLayer(DynamicLayer):
+    """A cache layer whose keys and values sit in buffers with room to spare along the length: a
+    decode step writes its token in place instead of copying the whole cache (DynamicLayer
+    concatenates, which costs every step as much as the cache is long, times the rows)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__()
+        self._store(keys, values, keys.shape[2])
+
+    def _store(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:
+        n = keys.shape[2]
+        shape = (keys.shape[0], keys.shape[1], max(room, n + ROOM_STEP), keys.shape[3])
+        self._k, self._v = keys.new_empty(shape), values.new_empty(shape)
+        self._k[:, :, :n], self._v[:, :, :n] = keys, values
+        self._n, self.is_initialized, self.device = n, True, keys.device
+        self._view()
+
+    def _view(self) -> None:
+        self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        add = key_states.shape[2]
+        if self._n + add > self._k.shape[2]:
+            self._store(self.keys, self.values, 2 * (self._n + add))
+        self._k[:, :, self._n : self._n + add], self._v[:, :, self._n : self._n + add] = key_states, value_states
+        self._n += add
+        self._view()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._view()
+
+    def drop_left(self, columns: int) -> None:
+        """Forget the first `columns` positions (padding for every row left)."""
+        self._k, self._v, self._n = self._k[:, :, columns:], self._v[:, :, columns:], self._n - columns
+        self._view()
+
+
+def _left_pad(t: torch.Tensor, width: int) -> torch.Tensor:
+    """[rows, heads, length, dim] padded with zeros on the left of the length axis to `width`."""
+    missing = width - t.shape[2]
+    if missing == 0:
+        return t
+    pad = torch.zeros(t.shape[0], t.shape[1], missing, t.shape[3], dtype=t.dtype, device=t.device)
+    return torch.cat([pad, t], dim=2)
+
+
+def _left_pad_2d(t: torch.Tensor, width: int) -> torch.Tensor:
+    missing = width - t.shape[1]
+    if missing == 0:
+        return t
+    return torch.cat([torch.zeros(t.shape[0], missing, dtype=t.dtype, device=t.device), t], dim=1)
