@@ -125,11 +125,12 @@ async def main(levels: list[int], tokens: int) -> None:
             )
         _, heldout = split(level=1, eval_size=64, eval_seed=1234, num_train=0, seed=0)
         chats = [[{"role": "user", "content": question(text)}] for text, _ in heldout]
-        walls = {name: await bounded(h.url, chats, 16, 16) for name, h in servers.items()}
-        print(
-            f"held-out eval shape, 64 items 16 at a time (greedy): serial {walls['serial']:.1f} s, "
-            f"batched {walls['batched']:.1f} s, x{walls['serial'] / walls['batched']:.2f}"
-        )
+        for workers in (16, EVAL_WORKERS):
+            walls = {name: await bounded(h.url, chats, 16, workers) for name, h in servers.items()}
+            print(
+                f"held-out eval shape, 64 items {workers} at a time (greedy): serial {walls['serial']:.1f} s, "
+                f"batched {walls['batched']:.1f} s, x{walls['serial'] / walls['batched']:.2f}"
+            )
         fixed = [[{"role": "user", "content": t}] for t in TOPICS * 4]
         greedy = {name: (await load(h.url, fixed, 32, 0.0))["replies"] for name, h in servers.items()}
         same = sum(a == b for a, b in zip(greedy["serial"], greedy["batched"]))
