@@ -7,7 +7,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,13 +16,13 @@ import anyio
 
 from rl_mcp.export.card import write_card
 from rl_mcp.export.plan import ExportError, ExportPlan, verify_prompts
+from rl_mcp.inference.runner import ProgressFn
 from rl_mcp.logs import last_error_line, tail_lines
 from rl_mcp.processes import supervised, wait_exit
 from rl_mcp.settings import without_secrets
 from tinker_atropos.export.model_facts import base_facts
 from tinker_atropos.run_files import RunFiles, read_jsonl
 
-ProgressFn = Callable[[float, float, str], Awaitable[None]]
 EXPORT_TIMEOUT_S = 1800.0
 PUSH_TIMEOUT_S = 600.0
 
