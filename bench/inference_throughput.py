@@ -105,7 +105,8 @@ def generate_reference(base: Any, chats: list[list[dict[str, str]]], tokens: int
 async def main(levels: list[int], tokens: int) -> None:
     base = load_base_model(MODEL, "cpu")
     serial = LocalSampler(base.copy_model(), base.tokenizer, base.eos_token_ids, base.max_positions)
-    serial.batcher.max_requests = 1  # today's server: one request at a time
+    serial.batcher.max_requests = 1  # today's server: one request at a time, every prompt prefilled whole
+    serial.batcher.prefix_cache = None
     batched = create_sampler(base)
     servers = {
         name: serve_in_thread(build_app(SamplerHolder(s), MODEL, base.tokenizer), "127.0.0.1", 0)

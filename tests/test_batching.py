@@ -73,6 +73,39 @@ async def test_greedy_replies_batched_equal_one_request_at_a_time(base) -> None:
     assert same >= 0.95 * len(prompts)
 
 
+async def test_prompts_that_start_alike_reuse_the_cache_with_exact_logprobs(base) -> None:
+    """A shared system prompt is prefilled once for requests arriving together, a later prompt
+    and a conversation's next turn start from the cache, and every logprob is still the model's."""
+    system = "You are a careful assistant. Answer in one short sentence and never use lists. " * 2
+    chats = [[{"role": "system", "content": system}, {"role": "user", "content": f"Tell me about {w}"}] for w in "abcdef"]
+    prompts = [
+        base.tokenizer.encode(
+            base.tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False), add_special_tokens=False
+        )
+        for c in chats
+    ]
+    sampler = create_sampler(base)
+    cold = create_sampler(base)
+    cold.batcher.prefix_cache = None  # every prompt prefilled whole: the reference
+    together = await asyncio.gather(*(_sample(sampler, p, temperature=0.0) for p in prompts[:5]))
+    reply = [int(t) for t in together[0].sequences[0].tokens]
+    next_turn = prompts[0] + reply + _prompt(base, "And why?")  # the conversation goes on
+    later = [await _sample(sampler, p, temperature=0.0) for p in (prompts[5], next_turn)]
+    sent = sum(map(len, prompts)) + len(next_turn)
+    print(f"prompt tokens sent {sent}, prefilled {sampler.batcher.prefilled_tokens}")
+    assert sampler.batcher.prefilled_tokens < 0.6 * sent, "the shared starts were prefilled again"
+    assert sampler.batcher.cached_tokens >= len(prompts[0]) + len(reply), "the next turn did not start from the cache"
+    worst, same = 0.0, 0
+    for prompt, response in zip([*prompts, next_turn], [*together, *later]):
+        tokens = [int(t) for t in response.sequences[0].tokens]
+        fresh = sampler.compute_logprobs(types.ModelInput.from_ints(prompt + tokens))[len(prompt) :]
+        worst = max(worst, max(abs(a - b) for a, b in zip(response.sequences[0].logprobs, fresh)))
+        same += tokens == [int(t) for t in (await _sample(cold, prompt, temperature=0.0)).sequences[0].tokens]
+    print(f"largest |cached - fresh forward| logprob difference: {worst:.2e}; greedy equal {same}/7")
+    assert worst < LOGPROB_TOLERANCE
+    assert same >= 6
+
+
 async def test_each_request_keeps_its_own_limits_and_stops(base) -> None:
     sampler = create_sampler(base)
     prompt = _prompt(base, "Write a long story")

@@ -183,7 +183,7 @@ def test_gradients_accumulate_until_optim_step(client, base) -> None:
 @pytest.mark.parametrize(
     "cut",
     [
-        {"MICROBATCH_TOKENS": 40},  # ~one datum per forward pass
+        {"MICROBATCH_TOKENS": 40},  # the replies in several forward passes, the prompt run once for them all
         {"MIN_SHARED_PREFIX": 10_000},  # every row run whole: no shared prompt
     ],
 )
@@ -194,13 +194,16 @@ def test_shared_prompt_and_microbatches_give_the_whole_batch_numbers(client, bas
     tokens = [d.model_input.to_ints() for d in data]
     trained = [microbatches.first_trained(d.loss_fn_inputs["advantages"].tolist()) for d in data]
     (shared,) = microbatches.plan(tokens, trained, client.model.config.vocab_size)
-    assert shared.prefix == len(base.tokenizer.encode(PROMPT)) - 1 and sorted(shared.rows) == list(range(6))
+    assert shared.prefix == len(base.tokenizer.encode(PROMPT)) - 1 and sorted(shared.passes[0]) == list(range(6))
     whole = client.forward_backward(data, "importance_sampling")
     want = torch.cat([p.grad.flatten() for p in client.params])
     client.optimizer.zero_grad(set_to_none=True)
     for name, value in cut.items():
         monkeypatch.setattr(microbatches, name, value)
-    assert microbatches.plan(tokens, trained, client.model.config.vocab_size) != [shared]
+    cut_plan = microbatches.plan(tokens, trained, client.model.config.vocab_size)
+    assert cut_plan != [shared]
+    if "MICROBATCH_TOKENS" in cut:
+        assert len(cut_plan) == 1 and len(cut_plan[0].passes) > 1 and cut_plan[0].prefix == shared.prefix
     split = client.forward_backward(data, "importance_sampling")
     got = torch.cat([p.grad.flatten() for p in client.params])
     assert (got - want).norm() <= 1e-5 * want.norm()
@@ -210,19 +213,30 @@ def test_shared_prompt_and_microbatches_give_the_whole_batch_numbers(client, bas
 
 
 def test_plan_shares_each_groups_prompt_and_runs_the_rest_whole() -> None:
-    from tinker_atropos.backends.local.microbatches import Microbatch, plan
+    from tinker_atropos.backends.local import microbatches
+    from tinker_atropos.backends.local.microbatches import PromptGroup, plan
 
     a, b = list(range(10)), list(range(100, 112))
     tokens = [[*a, 1, 2], [*a, 3], [*b, 4], [*b, 5, 6, 7], a[:5] + [9] * 9, [*b, 8]]
     trained = [10, 10, 12, 12, 5, 3]  # the last row trains from its 4th token: too short a prompt to share
     assert plan(tokens, trained, vocab_size=256) == [
-        Microbatch([0, 1], prefix=10),
-        Microbatch([3, 2], prefix=12),
-        Microbatch([4, 5]),
+        PromptGroup([[0, 1]], prefix=10),
+        PromptGroup([[3, 2]], prefix=12),
+        PromptGroup([[4, 5]]),
     ]
     # A prompt alone in its batch is not worth a cache; a whole-row "prompt" keeps one token to run.
-    assert plan([[*a, 1]], [10], vocab_size=256) == [Microbatch([0])]
-    assert plan([a, a], [10, 10], vocab_size=256) == [Microbatch([0, 1], prefix=9)]
+    assert plan([[*a, 1]], [10], vocab_size=256) == [PromptGroup([[0]])]
+    assert plan([a, a], [10, 10], vocab_size=256) == [PromptGroup([[0, 1]], prefix=9)]
+    # Only the replies count against a pass's budget: a long prompt is run once for all its passes.
+    long_prompt = list(range(1000))
+    rows = [[*long_prompt, *range(5000, 5000 + n)] for n in (40, 30, 20, 10)]
+    vocab = 1 << 20  # a big vocabulary: a budget of 64 tokens a pass
+    budget = microbatches.token_budget(vocab)
+    (group,) = plan(rows, [1000] * 4, vocab)
+    assert group.prefix == 1000 and len(group.passes) > 1
+    assert [r for p in group.passes for r in p] == [0, 1, 2, 3] and all(
+        len(p) * (len(rows[p[0]]) - 1000) <= budget for p in group.passes
+    )
 
 
 def test_malformed_datum_is_rejected_before_any_gradient(client, base) -> None:

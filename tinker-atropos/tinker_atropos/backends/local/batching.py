@@ -25,6 +25,8 @@ from tinker import types
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from tinker_atropos.backends.local.prefix_cache import MIN_REUSE, Hit, PrefixCache, common_prefix
+
 logger = logging.getLogger(__name__)
 IDLE_EXIT_S = 30.0  # an idle batching thread exits after this; the next request starts another
 MAX_ROWS = 64  # rows decoding at once; further requests wait for room
@@ -76,9 +78,11 @@ class ContinuousBatcher:
         lock: threading.Lock,
         filter_logits: Callable[[torch.Tensor, types.SamplingParams], torch.Tensor],
         max_requests: int | None = None,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         """`max_requests`: requests decoding at once (None: as many as MAX_ROWS rows hold; 1 is the
-        old serial server, one request at a time with its n samples batched, kept for the bench)."""
+        old serial server, one request at a time with its n samples batched, kept for the bench).
+        `prefix_cache`: prompts' starts already run (None: every prompt is prefilled whole)."""
         self.model = model
         self.max_requests = max_requests
         self.tokenizer = tokenizer
@@ -92,7 +96,10 @@ class ContinuousBatcher:
         self._cache: DynamicCache | None = None  # per layer [rows, heads, length, dim], rows left-padded
         self._mask = torch.zeros(0, 0, dtype=torch.long)  # [rows, length]: 0 on each row's left padding
         self._logits = torch.zeros(0, 0)  # [rows, vocab]: the next token's, per row
+        self.prefix_cache = prefix_cache
         self.steps = 0  # decode steps run (for tests and the bench)
+        self.prefilled_tokens = 0  # prompt tokens run through the model
+        self.cached_tokens = 0  # prompt tokens whose keys and values came from the prefix cache
         self.peak_rows = 0
 
     # -- the caller's side ----------------------------------------------------------------------
@@ -147,23 +154,67 @@ class ContinuousBatcher:
         return rows == 0 or rows + request.n <= MAX_ROWS  # a request larger than MAX_ROWS runs alone
 
     def _admit(self, requests: list[Request]) -> None:
-        """Prefill the new prompts in one left-padded pass, then join the batch with n rows each."""
+        """Prefill the new prompts in one pass, then join the batch with n rows each."""
         if not requests:
             return
-        width = max(len(r.prompt) for r in requests)
-        ids = torch.zeros(len(requests), width, dtype=torch.long, device=self.device)
-        mask = torch.zeros(len(requests), width, dtype=torch.long, device=self.device)
-        for i, r in enumerate(requests):
-            ids[i, width - len(r.prompt) :] = torch.tensor(r.prompt)
-            mask[i, width - len(r.prompt) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        self._prefill_common_prefix([r.prompt for r in requests])
+        cache, mask, logits = self._prefill([r.prompt for r in requests])
         rows = torch.tensor([i for i, r in enumerate(requests) for _ in range(r.n)], device=self.device)
-        cache = out.past_key_values
         cache.batch_select_indices(rows)  # each prompt's cache once per sample
-        self._merge(cache, mask.index_select(0, rows), out.logits[:, -1, :].float().index_select(0, rows))
+        self._merge(cache, mask.index_select(0, rows), logits.index_select(0, rows))
         self._rows += [_Row(r, k) for r in requests for k in range(r.n)]
         self.peak_rows = max(self.peak_rows, len(self._rows))
+
+    def _prefill_common_prefix(self, prompts: list[list[int]]) -> None:
+        """Prompts arriving together that start alike (a chat template, a system prompt, tool
+        schemas) have that start run once, so the prefill below finds it in the prefix cache."""
+        if self.prefix_cache is None or len(prompts) < 2:
+            return
+        first = np.asarray(prompts[0])
+        shared = min(min(common_prefix(first, np.asarray(p)) for p in prompts[1:]), min(map(len, prompts)) - 1)
+        hit = self.prefix_cache.lookup(prompts[0][: shared + 1])
+        if shared - (hit.length if hit else 0) >= MIN_REUSE:
+            self._prefill([prompts[0][:shared]])
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+        """One forward pass over the prompts' uncached tokens: each row is [its cached prefix,
+        right-aligned in the prefix columns][its other tokens, right-aligned], padding masked out.
+        Returns the cache, the mask [rows, length] and each row's next-token logits."""
+        hits = [self.prefix_cache.lookup(p) if self.prefix_cache is not None else None for p in prompts]
+        cached = [h.length if h else 0 for h in hits]
+        front, width = max(cached), max(len(p) - c for p, c in zip(prompts, cached))
+        ids = torch.zeros(len(prompts), width, dtype=torch.long, device=self.device)
+        mask = torch.zeros(len(prompts), front + width, dtype=torch.long, device=self.device)
+        for i, (p, c) in enumerate(zip(prompts, cached)):
+            ids[i, width - (len(p) - c) :] = torch.tensor(p[c:])
+            mask[i, front - c : front] = 1
+            mask[i, front + width - (len(p) - c) :] = 1
+        positions = ((mask.cumsum(-1) - 1).clamp(min=0))[:, front:]
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=_prefix_kv(hits, front) if front else None,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.cache
+        if self.prefix_cache is not None:
+            for i, p in enumerate(prompts):
+                self._keep(p, cache, i, mask[i])
+        self.prefilled_tokens += int(mask[:, front:].sum())
+        self.cached_tokens += sum(cached)
+        return cache, mask, out.logits[:, -1, :].float()
+
+    def _keep(self, tokens: list[int], cache: DynamicCache, row: int, mask: torch.Tensor) -> None:
+        """Store one row's cache (its real columns, copied out of the batch) under `tokens`."""
+        assert self.prefix_cache is not None
+        columns = mask.nonzero().squeeze(-1)
+        if len(columns) != len(tokens):
+            return
+        keys = [layer.keys[row].index_select(1, columns) for layer in cache.layers]
+        values = [layer.values[row].index_select(1, columns) for layer in cache.layers]
+        self.prefix_cache.add(tokens, keys, values)
 
     def _merge(self, cache: DynamicCache, mask: torch.Tensor, logits: torch.Tensor) -> None:
         if self._cache is None or not self._rows:
@@ -197,6 +248,10 @@ class ContinuousBatcher:
             if request.cancelled or stopped or len(row.tokens) >= request.max_tokens:
                 done.append(i)
                 self._finish(row, stopped)
+                if self.prefix_cache is not None and request.n == 1 and not request.cancelled:
+                    # a conversation's next turn re-sends this prompt and reply: keep their cache
+                    assert self._cache is not None
+                    self._keep(request.prompt + row.tokens[:-1], self._cache, i, self._mask[i])
         keep = [i for i in range(len(self._rows)) if i not in set(done)]
         if done:
             self._select(keep)
@@ -264,7 +319,7 @@ class ContinuousBatcher:
             input_ids=step_ids[:, None],
             attention_mask=self._mask,
             position_ids=positions,
-            past_key_values=self._cache,
+            cache=self._cache,
             use_cache=True,
         )
         self._logits = out.logits[:, -1, :].float()
@@ -313,6 +368,23 @@ class RoomyLayer(DynamicLayer):
         """Forget the first `columns` positions (padding for every row left)."""
         self._k, self._v, self._n = self._k[:, :, columns:], self._v[:, :, columns:], self._n - columns
         self._view()
+
+
+def _prefix_kv(hits: list[Hit | None], front: int) -> DynamicCache:
+    """The rows' cached prefixes as one cache of `front` columns, each right-aligned (zeros before,
+    masked out)."""
+    sample = next(h.entry for h in hits if h is not None)
+    cache = DynamicCache()
+    cache.layers = []
+    for layer, (k0, v0) in enumerate(zip(sample.keys, sample.values)):
+        keys = k0.new_zeros(len(hits), k0.shape[0], front, k0.shape[2])
+        values = v0.new_zeros(len(hits), v0.shape[0], front, v0.shape[2])
+        for i, hit in enumerate(hits):
+            if hit is not None:
+                keys[i, :, front - hit.length :] = hit.entry.keys[layer][:, : hit.length]
+                values[i, :, front - hit.length :] = hit.entry.values[layer][:, : hit.length]
+        cache.layers.append(RoomyLayer(keys, values))
+    return cache
 
 
 def _left_pad(t: torch.Tensor, width: int) -> torch.Tensor:

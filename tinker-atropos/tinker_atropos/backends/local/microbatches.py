@@ -3,8 +3,10 @@
 An RL batch is groups of replies to one prompt each: every row of a group starts with the same
 prompt tokens. Running that prompt once per group and its KV cache under every reply (instead of
 once per reply) is where most of a local step's compute goes otherwise: with a group of 8 and
-replies shorter than the prompt, it cuts the tokens of a forward/backward several times. Pure
-planning, no torch: the training client executes the plan.
+replies shorter than the prompt, it cuts the tokens of a forward/backward several times. The
+prompt runs once even when its replies take several passes (an agent's long prompt and tool
+turns): only the replies count against a pass's budget. Pure planning, no torch: the training
+client executes the plan.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ MIN_SHARED_PREFIX = 8  # shorter shared prefixes are cheaper to recompute than t
 
 
 @dataclass(frozen=True)
-class Microbatch:
-    """One forward pass: datum indices, longest first, and the count of leading input tokens
-    they all share (0: none shared, each row runs whole)."""
+class PromptGroup:
+    """Rows that share their first `prefix` input tokens (0: none shared, each row runs whole),
+    cut into forward passes of datum indices, longest first."""
 
-    rows: list[int]
+    passes: list[list[int]]
     prefix: int = 0
 
 
@@ -30,10 +32,10 @@ def token_budget(vocab_size: int) -> int:
     return min(MICROBATCH_TOKENS, LOGITS_BUDGET // vocab_size)
 
 
-def plan(tokens: Sequence[Sequence[int]], trained_from: Sequence[int], vocab_size: int) -> list[Microbatch]:
-    """Rows with the same tokens before their first trained position share that prefix; each
-    shared group is cut so that rows x (prefix + longest suffix) stays under the token budget.
-    Rows sharing nothing (or too little) are packed as before, longest first."""
+def plan(tokens: Sequence[Sequence[int]], trained_from: Sequence[int], vocab_size: int) -> list[PromptGroup]:
+    """Rows with the same tokens before their first trained position share that prefix, run once;
+    each shared group is cut so that rows x longest reply stays under the token budget. Rows
+    sharing nothing (or too little) are packed as before, longest first."""
     budget, lengths = token_budget(vocab_size), [len(ids) for ids in tokens]
     shared: dict[tuple[int, ...], list[int]] = {}
     alone: list[int] = []
@@ -43,15 +45,16 @@ def plan(tokens: Sequence[Sequence[int]], trained_from: Sequence[int], vocab_siz
             shared.setdefault(tuple(ids[:prefix]), []).append(i)
         else:
             alone.append(i)
-    batches: list[Microbatch] = []
+    groups: list[PromptGroup] = []
     for key, rows in shared.items():
         if len(rows) == 1:
             alone.extend(rows)
             continue
-        for chunk in _pack(rows, lengths, budget):
-            batches.append(Microbatch(chunk, len(key)))
-    batches.extend(Microbatch(chunk) for chunk in _pack(sorted(alone), lengths, budget))
-    return batches
+        replies = [n - len(key) for n in lengths]
+        groups.append(PromptGroup(_pack(rows, replies, budget), len(key)))
+    if alone:
+        groups.append(PromptGroup(_pack(sorted(alone), lengths, budget)))
+    return groups
 
 
 def _pack(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:

@@ -1,6 +1,7 @@
 """Sampling from a frozen (merged) model, every request in flight in one batch (`batching.py`).
 
-A request's prompt is prefilled once and its cache repeated per sample; requests that arrive
+A request's prompt is prefilled once (less what an earlier prompt's cache already holds,
+`prefix_cache.py`) and its cache repeated per sample; requests that arrive
 while others decode join the batch, finished samples leave it so long tails cost only what they
 use. Logprobs are the model's own (temperature 1), which is what importance sampling needs and
 what the trainer recomputes.
@@ -19,6 +20,7 @@ from tinker import types
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tinker_atropos.backends.local.batching import ContinuousBatcher, Request, Sampled
+from tinker_atropos.backends.local.prefix_cache import PrefixCache
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class LocalSampler:
         self.path = path  # the adapter folder it was built from; None for the base model
         self.device = next(model.parameters()).device
         self._lock = threading.Lock()  # one forward pass at a time: the cores are the limit anyway
-        self.batcher = ContinuousBatcher(model, tokenizer, self._lock, _filter_logits)
+        self.batcher = ContinuousBatcher(model, tokenizer, self._lock, _filter_logits, prefix_cache=PrefixCache())
 
     async def sample_async(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams

@@ -21,8 +21,9 @@ from tinker_atropos.run_files import CheckpointKind
 from ..checkpoints import CheckpointStore
 from .engine import BaseModel
 from .losses import LOSS_INPUTS, elementwise_loss
-from .microbatches import Microbatch, first_trained, plan
+from .microbatches import first_trained, plan
 from .sampler import LocalSampler
+from .shared_prompt import SharedPrompt
 
 LORA_ALPHA = 32
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -77,8 +78,15 @@ class LocalTrainingClient:
         outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
         total = 0.0
         with self._lock:
-            for batch in plan(tokens, trained_from, self.model.config.vocab_size):
-                total += self._forward_backward_batch([data[i] for i in batch.rows], batch, loss_fn, outputs)
+            for group in plan(tokens, trained_from, self.model.config.vocab_size):
+                shared = None
+                if group.prefix:
+                    prompt = torch.tensor([tokens[group.passes[0][0]][: group.prefix]], device=self.device)
+                    shared = SharedPrompt.run(self.model, prompt)
+                for rows in group.passes:
+                    total += self._forward_backward_batch([data[i] for i in rows], rows, shared, loss_fn, outputs)
+                if shared is not None:
+                    shared.backward()
         return types.ForwardBackwardOutput(
             loss_fn_output_type="ArrayRecord",
             loss_fn_outputs=outputs,
@@ -88,7 +96,8 @@ class LocalTrainingClient:
     def _forward_backward_batch(
         self,
         data: list[types.Datum],
-        batch: Microbatch,
+        indices: list[int],
+        shared: SharedPrompt | None,
         loss_fn: str,
         outputs: list[dict[str, types.TensorData]],
     ) -> float:
@@ -107,12 +116,12 @@ class LocalTrainingClient:
                 fields[k][row, : len(ids)] = d.loss_fn_inputs[k].to_torch().float()
         inputs = {k: v.to(self.device) for k, v in fields.items() if k in present}
         inputs["target_tokens"] = targets.to(self.device)
-        lp = self._target_logprobs(input_ids.to(self.device), inputs["target_tokens"], batch.prefix)
+        lp = self._target_logprobs(input_ids.to(self.device), inputs["target_tokens"], shared)
         loss_tok = elementwise_loss(loss_fn, lp, inputs) * mask.to(self.device)
         loss = loss_tok.sum()
         loss.backward()
         lp_cpu, loss_cpu = lp.detach().cpu(), loss_tok.detach().cpu()
-        for row, i in enumerate(batch.rows):
+        for row, i in enumerate(indices):
             k = int(mask[row].sum())
             outputs[i] = {
                 "logprobs": types.TensorData.from_torch(lp_cpu[row, :k].contiguous()),
@@ -120,22 +129,20 @@ class LocalTrainingClient:
             }
         return float(loss.item())
 
-    def _target_logprobs(self, input_ids: torch.Tensor, targets: torch.Tensor, prefix: int) -> torch.Tensor:
-        """Log-probabilities of `targets` [rows, time]. With a shared `prefix`, its tokens run once
-        and every row continues from their KV cache (repeated per row, gradients flowing back
-        through it): the same numbers as running each row whole."""
-        if not prefix:
+    def _target_logprobs(
+        self, input_ids: torch.Tensor, targets: torch.Tensor, shared: SharedPrompt | None
+    ) -> torch.Tensor:
+        """Log-probabilities of `targets` [rows, time]. With a `shared` prompt, every row continues
+        from its KV cache (gradients flowing back through it): the same numbers as running each
+        row whole."""
+        if shared is None:
             logits = self.model(input_ids=input_ids).logits.float()
             return -torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-        rows = input_ids.shape[0]
-        head = self.model(input_ids=input_ids[:1, :prefix], use_cache=True)
-        cache = head.past_key_values
-        cache.batch_repeat_interleave(rows)
-        tail = self.model(input_ids=input_ids[:, prefix:], past_key_values=cache, use_cache=False).logits.float()
-        head_lp = torch.log_softmax(head.logits.float(), dim=-1).expand(rows, -1, -1)
-        head_targets = head_lp.gather(-1, targets[:, :prefix, None])[..., 0]
+        prefix = shared.length
+        cache = shared.cache(input_ids.shape[0])
+        tail = self.model(input_ids=input_ids[:, prefix:], cache=cache, use_cache=False).logits.float()
         tail_targets = -torch.nn.functional.cross_entropy(tail.transpose(1, 2), targets[:, prefix:], reduction="none")
-        return torch.cat([head_targets, tail_targets], dim=1)
+        return torch.cat([shared.target_logprobs(targets[:, :prefix]), tail_targets], dim=1)
 
     # -- optimizer ----------------------------------------------------------------------------
     async def optim_step_async(self, adam_params: types.AdamParams) -> types.OptimStepResponse:
