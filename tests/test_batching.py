@@ -77,7 +77,9 @@ async def test_prompts_that_start_alike_reuse_the_cache_with_exact_logprobs(base
     """A shared system prompt is prefilled once for requests arriving together, a later prompt
     and a conversation's next turn start from the cache, and every logprob is still the model's."""
     system = "You are a careful assistant. Answer in one short sentence and never use lists. " * 2
-    chats = [[{"role": "system", "content": system}, {"role": "user", "content": f"Tell me about {w}"}] for w in "abcdef"]
+    chats = [
+        [{"role": "system", "content": system}, {"role": "user", "content": f"Tell me about {w}"}] for w in "abcdef"
+    ]
     prompts = [
         base.tokenizer.encode(
             base.tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False), add_special_tokens=False

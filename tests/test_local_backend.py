@@ -183,7 +183,7 @@ def test_gradients_accumulate_until_optim_step(client, base) -> None:
 @pytest.mark.parametrize(
     "cut",
     [
-        {"MICROBATCH_TOKENS": 40},  # the replies in several forward passes, the prompt run once for them all
+        {"MICROBATCH_TOKENS": 10},  # one reply per forward pass, the prompt run once for them all
         {"MIN_SHARED_PREFIX": 10_000},  # every row run whole: no shared prompt
     ],
 )
@@ -194,7 +194,9 @@ def test_shared_prompt_and_microbatches_give_the_whole_batch_numbers(client, bas
     tokens = [d.model_input.to_ints() for d in data]
     trained = [microbatches.first_trained(d.loss_fn_inputs["advantages"].tolist()) for d in data]
     (shared,) = microbatches.plan(tokens, trained, client.model.config.vocab_size)
-    assert shared.prefix == len(base.tokenizer.encode(PROMPT)) - 1 and sorted(shared.passes[0]) == list(range(6))
+    assert shared.prefix == len(base.tokenizer.encode(PROMPT)) - 1 and sorted(
+        r for p in shared.passes for r in p
+    ) == list(range(6))
     whole = client.forward_backward(data, "importance_sampling")
     want = torch.cat([p.grad.flatten() for p in client.params])
     client.optimizer.zero_grad(set_to_none=True)
@@ -220,9 +222,9 @@ def test_plan_shares_each_groups_prompt_and_runs_the_rest_whole() -> None:
     tokens = [[*a, 1, 2], [*a, 3], [*b, 4], [*b, 5, 6, 7], a[:5] + [9] * 9, [*b, 8]]
     trained = [10, 10, 12, 12, 5, 3]  # the last row trains from its 4th token: too short a prompt to share
     assert plan(tokens, trained, vocab_size=256) == [
-        PromptGroup([[0, 1]], prefix=10),
-        PromptGroup([[3, 2]], prefix=12),
-        PromptGroup([[4, 5]]),
+        PromptGroup([[0], [1]], prefix=10),  # replies of 2 and 1 tokens: together, a third would be padding
+        PromptGroup([[3], [2]], prefix=12),
+        PromptGroup([[4, 5]]),  # 14 and 13 tokens: little padding, one pass
     ]
     # A prompt alone in its batch is not worth a cache; a whole-row "prompt" keeps one token to run.
     assert plan([[*a, 1]], [10], vocab_size=256) == [PromptGroup([[0]])]

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 MICROBATCH_TOKENS = 16384  # padded tokens per forward pass: bounds activation memory
 LOGITS_BUDGET = 1 << 26  # float32 logits per forward pass (256 MB): fewer tokens for big vocabularies
 MIN_SHARED_PREFIX = 8  # shorter shared prefixes are cheaper to recompute than to cache
+MAX_PADDING = 0.25  # a pass's padding at most this share of its real tokens: a long reply (an
+# agent's extra turns) gets a pass of its own rather than padding every short one to its length
 
 
 @dataclass(frozen=True)
@@ -58,13 +60,18 @@ def plan(tokens: Sequence[Sequence[int]], trained_from: Sequence[int], vocab_siz
 
 
 def _pack(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
-    """`rows` grouped, longest first, so that each group's padded size stays under `budget`."""
+    """`rows` grouped, longest first, so that each group's padded size stays under `budget` and
+    its padding under MAX_PADDING of its real tokens."""
     groups: list[list[int]] = []
+    real = 0
     for i in sorted(rows, key=lambda i: -lengths[i]):
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+        padded = (len(groups[-1]) + 1) * lengths[groups[-1][0]] if groups else 0
+        if groups and padded <= budget and padded <= (1 + MAX_PADDING) * (real + lengths[i]):
             groups[-1].append(i)
+            real += lengths[i]
         else:
             groups.append([i])
+            real = lengths[i]
     return groups
 
 
