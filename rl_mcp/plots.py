@@ -1,4 +1,4 @@
-"""Reward and loss curves as a PNG, for the image block of rl_get_results.
+"""Reward and loss curves as PNGs, for the image blocks of rl_get_results and rl_compare_runs.
 
 matplotlib is imported inside the function, with the Agg backend, so server start stays fast and
 no display is ever needed.
@@ -7,7 +7,10 @@ no display is ever needed.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from typing import Any
+
+Points = Sequence[tuple[int, float]]  # (step, value)
 
 
 def reward_loss_png(
@@ -47,6 +50,42 @@ def reward_loss_png(
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=9)
+    return _png(fig)
+
+
+def compare_png(curves: Sequence[tuple[str, Points, Points]], *, title: str = "") -> bytes:
+    """Runs on one chart, one colour each: (label, reward points, eval points). Mean reward solid
+    against the left axis, held-out eval accuracy dashed with markers against the right one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(8, 4.2), dpi=100)
+    ax_r = fig.subplots()
+    ax_e = ax_r.twinx()
+    colours = [f"C{i}" for i in range(len(curves))]
+    for colour, (_, rewards, evals) in zip(colours, curves):
+        ax_r.plot([s for s, _ in rewards], [r for _, r in rewards], color=colour, linewidth=1.5)
+        ax_e.plot([s for s, _ in evals], [a for _, a in evals], color=colour, linestyle="--", marker="o", markersize=4)
+    ax_r.set(xlabel="step", ylabel="reward mean (solid)")
+    ax_r.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_e.set(ylabel="held-out eval accuracy (dashed)", ylim=(-0.03, 1.03))
+    ax_r.grid(alpha=0.3)
+    handles = [Line2D([], [], color=c, linewidth=3, label=label) for c, (label, _, _) in zip(colours, curves)]
+    handles += [
+        Line2D([], [], color="grey", label="reward mean"),
+        Line2D([], [], color="grey", linestyle="--", marker="o", markersize=4, label="eval accuracy"),
+    ]
+    ax_r.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.12, 1.0), frameon=False)
+    if title:
+        ax_r.set_title(title, fontsize=9)
+    return _png(fig)
+
+
+def _png(fig: Any) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

@@ -26,11 +26,15 @@ LAYERS = [
             "rl_mcp.inference",
             "rl_mcp.children",
             "rl_mcp.export",
+            "rl_mcp.diagnosis",
         ),
     ),
     ("app wiring", ("rl_mcp.app",)),
     ("MCP adapters", ("rl_mcp.mcp_api",)),
-    ("cli", ("rl_mcp.cli", "rl_mcp.demo", "rl_mcp.doctor", "rl_mcp.export_cli", "rl_mcp.__main__")),
+    (
+        "cli",
+        ("rl_mcp.cli", "rl_mcp.demo", "rl_mcp.doctor", "rl_mcp.export_cli", "rl_mcp.compare_cli", "rl_mcp.__main__"),
+    ),
 ]
 # What the server process may import of the trainer's package: stdlib-only modules.
 SERVER_SAFE_TRAINER_MODULES = {

@@ -62,12 +62,14 @@ def assert_only_assistant_tokens_trained(tokenizer: Any, sequence: dict[str, Any
     trained = trained_spans(tokens, masks)
     spans = [tokenizer.decode(span) for span in trained]
     assert len(spans) == len(replies), (spans, replies)
-    for ids, span, reply in zip(trained, spans, replies):  # each trained span is one reply and its end-of-turn token
+    # each trained span is one reply and the token that ended it: the end of turn, or the other EOS
+    # the sampler stops on (the model's generation config names both)
+    ends = ("<|im_end|>", "<|endoftext|>")
+    for ids, span, reply in zip(trained, spans, replies):
+        end = next((e for e in ends if span.endswith(e)), "")
         if not span.startswith(reply):  # a special token sampled inside the reply
-            span = tokenizer.decode(ids, skip_special_tokens=True) + (
-                "<|im_end|>" if span.endswith("<|im_end|>") else ""
-            )
-        assert span.startswith(reply) and span[len(reply) :].strip() in ("<|im_end|>", ""), (span, reply)
+            span = tokenizer.decode(ids, skip_special_tokens=True) + end
+        assert span.startswith(reply) and span[len(reply) :].strip() in (end, ""), (span, reply)
     for message in messages:
         if message["role"] != "assistant":
             assert all(message["content"] not in span for span in spans if message["content"])

@@ -23,7 +23,7 @@ SECRET_NAMES = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP
 ALL_TOOLS = {
     "rl_list_environments", "rl_select_environment", "rl_get_current_config", "rl_edit_config",
     "rl_test_inference", "rl_start_training", "rl_check_status", "rl_stop_training",
-    "rl_get_results", "rl_list_runs", "rl_export_model",
+    "rl_get_results", "rl_list_runs", "rl_export_model", "rl_compare_runs",
 }  # fmt: skip
 
 

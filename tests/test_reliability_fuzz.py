@@ -37,6 +37,7 @@ TOOLS = {
     "rl_get_results": ["run_id"],
     "rl_list_runs": ["status"],
     "rl_export_model": ["run_id", "format", "checkpoint", "dtype"],
+    "rl_compare_runs": ["run_ids"],
 }
 REAL_ENVIRONMENTS = {"letter_repeat", "gsm8k_tinker"}
 NASTY = [
@@ -68,6 +69,7 @@ def arguments(tool: str) -> st.SearchStrategy[dict[str, Any]]:
     names = st.sampled_from(TOOLS[tool]) | st.text(max_size=12) if TOOLS[tool] else st.text(max_size=12)
     typed: dict[str, st.SearchStrategy[Any]] = {
         "run_id": run_ids | json_values,
+        "run_ids": st.lists(run_ids, max_size=10) | json_values,
         "name": st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True) | json_values,
         "field": st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True) | json_values,
     }

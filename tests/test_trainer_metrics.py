@@ -32,6 +32,7 @@ DOC_FIELDS = [
     "groups",
     "no_signal_share",
     "distinct_reply_share",
+    "grad_norm",
     "wait_seconds",
     "forward_backward_seconds",
     "optim_seconds",

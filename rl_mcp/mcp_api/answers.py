@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from rl_mcp.mcp_api.finding_answers import Diagnosed
 from rl_mcp.runs import vocab
 from tinker_atropos.run_files import ProcessName
 
@@ -212,7 +213,7 @@ class RolloutError(BaseModel):
     groups_scored: int = Field(description="Groups the environment scored so far")
 
 
-class RunStatus(BaseModel):
+class RunStatus(Diagnosed):
     run_id: str
     environment: str | None = Field(default=None, description="The environment the run trains")
     rate_limited: bool = Field(description="True: this call was too soon after the last one and checked nothing")
@@ -245,7 +246,7 @@ class HistoryPoint(BaseModel):
     percent_correct: float | None
 
 
-class RunResults(BaseModel):
+class RunResults(Diagnosed):
     run_id: str
     status: vocab.RunStatus
     environment: str

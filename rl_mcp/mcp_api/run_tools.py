@@ -21,6 +21,7 @@ from rl_mcp.mcp_api.descriptions import tool_annotations
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.mcp_api.links import run_links, with_run_links
+from rl_mcp.mcp_api.run_view import run_view_meta
 from rl_mcp.mcp_api.spend import SpendConfirmation, confirmed_by, figures_for
 from rl_mcp.runs import resume
 from rl_mcp.runs.live import RunPlan
@@ -136,6 +137,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         name="rl_check_status",
         description=descriptions.RL_CHECK_STATUS,
         annotations=tool_annotations("Check a run", read_only=True, destructive=False, idempotent=False),
+        meta=run_view_meta(),
     )
     @tool_errors
     def rl_check_status(run_id: RunId) -> Annotated[CallToolResult, RunStatus]:

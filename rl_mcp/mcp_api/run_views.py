@@ -9,6 +9,9 @@ from typing import Any
 
 import yaml
 
+from rl_mcp.diagnosis import findings as diagnosis
+from rl_mcp.diagnosis.inputs import run_facts
+from rl_mcp.diagnosis.rules import diagnose
 from rl_mcp.logs import tail_lines
 from rl_mcp.mcp_api import descriptions
 from rl_mcp.mcp_api.answers import (
@@ -23,6 +26,7 @@ from rl_mcp.mcp_api.answers import (
     RunSummary,
     TrainingStateView,
 )
+from rl_mcp.mcp_api.finding_answers import Finding, FindingEvidence, FindingNextStep
 from rl_mcp.processes import Child
 from rl_mcp.runs.env_health import EnvError, latest_error
 from rl_mcp.runs.metrics import (
@@ -38,9 +42,6 @@ from rl_mcp.settings import Settings
 from tinker_atropos.run_files import ProcessName, read_checkpoints, read_result, read_training_states
 
 STATUS_LOG_LINES = 8
-NO_SIGNAL_WARN_SHARE = 0.5
-# atroposlib's warning when it drops a group whose scores are all equal (no learning signal).
-EQUAL_SCORES_MARK = "Scores are the same in a group"
 MAX_HISTORY_POINTS = 200
 
 
@@ -150,12 +151,12 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
     end = rec.ended_at or time.time()
     running_s = round(end - rec.running_at, 1) if rec.running_at else None
     env_error = latest_error(rec.files.env_health)
+    found = diagnose(run_facts(rec, cache))
+    top = found[0] if found and found[0].rank >= diagnosis.SEVERITY_RANK["warning"] else None
     if rec.active and env_error is not None and env_error.at > (env_error.last_group_at or 0.0):
         hint = descriptions.next_status_env_raising(env_error.line, env_error.errors, settings.env_error_timeout_s)
-    elif rec.active and not metrics and _env_dropping_equal_groups(rec):
-        hint = descriptions.next_status_no_signal()
-    elif rec.active and _mostly_no_signal(metrics):
-        hint = descriptions.next_status_little_signal(rec.run_id, metrics[-1]["no_signal_share"])
+    elif rec.active and top is not None:
+        hint = descriptions.next_status_finding(top.title, top.next_step.call, top.next_step.why)
     elif rec.active:
         hint = descriptions.next_status_running(rec.run_id, min_interval_s)
     else:
@@ -179,6 +180,7 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
         latest=_latest(metrics, evals),
         processes=processes_view(rec, children),
         environment_error=_env_error_view(env_error),
+        findings=findings_view(found),
         logs={name: tail_lines(rec.log_path(name), STATUS_LOG_LINES) for name in rec.processes},
         wandb_url=result.get("wandb_url") or wandb_url_from_log(rec.log_path(ProcessName.TRAINER)),
         next_step=hint,
@@ -198,14 +200,20 @@ def _env_error_view(error: EnvError | None) -> RolloutError | None:
     )
 
 
-def _mostly_no_signal(metrics: list[dict[str, Any]]) -> bool:
-    """The newest step: most of its groups' replies all scored the same."""
-    share = metrics[-1].get("no_signal_share") if metrics else None
-    return isinstance(share, (int, float)) and share > NO_SIGNAL_WARN_SHARE
+def finding_view(f: diagnosis.Finding) -> Finding:
+    return Finding(
+        code=f.code,
+        severity=f.severity,
+        title=f.title,
+        evidence=[
+            FindingEvidence(metric=e.metric, steps=e.steps, values=e.values, summary=e.summary) for e in f.evidence
+        ],
+        next_step=FindingNextStep(tool=f.next_step.tool, arguments=f.next_step.arguments, why=f.next_step.why),
+    )
 
 
-def _env_dropping_equal_groups(rec: RunRecord) -> bool:
-    return any(EQUAL_SCORES_MARK in line for line in tail_lines(rec.log_path(ProcessName.ENV), 50))
+def findings_view(found: list[diagnosis.Finding]) -> list[Finding]:
+    return [finding_view(f) for f in found]
 
 
 def rate_limited(rec: RunRecord, wait_s: float) -> RunStatus:
@@ -272,6 +280,7 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         or wandb_url_from_log(rec.log_path(ProcessName.TRAINER)),
         wandb=wandb,
         wandb_offline_dir=str(offline) if offline.is_dir() else None,
+        findings=findings_view(diagnose(run_facts(rec, cache))),
         error=missing or rec.error or result.get("error"),
         next_step=hint,
     )

@@ -19,12 +19,15 @@ from pydantic import AnyHttpUrl
 
 from rl_mcp.app import AppContext
 from rl_mcp.mcp_api import descriptions
+from rl_mcp.mcp_api.compare_tool import register_compare_tool
 from rl_mcp.mcp_api.environment_tools import register_environment_tools
 from rl_mcp.mcp_api.export_tool import register_export_tool
+from rl_mcp.mcp_api.finding_notices import FindingNotices
 from rl_mcp.mcp_api.guide import register_guide
 from rl_mcp.mcp_api.inference_tool import register_inference_tool
 from rl_mcp.mcp_api.resources import register_environment_resources, register_run_resources
 from rl_mcp.mcp_api.run_tools import register_run_tools
+from rl_mcp.mcp_api.run_view import run_view_extension
 from rl_mcp.mcp_api.spend import register_spend_gate
 from rl_mcp.mcp_api.subscriptions import ResourcePublisher, install_legacy_subscriptions
 from rl_mcp.runs.metrics import MetricsCache
@@ -57,6 +60,7 @@ def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MC
         instructions=descriptions.INSTRUCTIONS,
         version=_version(),
         subscriptions=publisher.bus,
+        extensions=[run_view_extension()],
         **auth_kwargs,
     )
     cache = MetricsCache()
@@ -66,11 +70,13 @@ def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MC
     register_run_resources(server, app, cache)
     register_inference_tool(server, app)
     register_export_tool(server, app)
+    register_compare_tool(server, app, cache)
     register_guide(server, app)
     register_spend_gate(server, app)
     if app.runs_manager is not None:
         app.runs_manager.events.add_listener(publisher)
         app.task_group.start_soon(publisher.run, app.runs_manager.supervised)
+        app.task_group.start_soon(FindingNotices(publisher, cache).run, app.runs_manager.supervised)
         install_legacy_subscriptions(server, publisher)
     return server
 

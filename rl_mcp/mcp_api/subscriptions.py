@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.subscriptions import ResourcesListChanged, ResourceUpdated, SubscriptionBus
-from mcp_types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
+from mcp_types import EmptyResult, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams
 
 from rl_mcp.logs import ChangeWatcher
 from rl_mcp.runs.store import RunRecord
@@ -28,6 +28,8 @@ from tinker_atropos.run_files import ProcessName
 log = logging.getLogger(__name__)
 
 RUNS_URI = "rl://runs"
+# MCP's log levels, least severe first (logging/setLevel: a session gets its level and above).
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 def run_uri(run_id: str) -> str:
@@ -42,6 +44,12 @@ def run_file_uris(rec: RunRecord) -> dict[str, list[Path]]:
     return out
 
 
+def client_of(session: Any) -> Any:
+    """The client behind a request's session: the SDK builds a ServerSession per request, all of
+    one client's share its connection (the SDK has no public accessor for it)."""
+    return getattr(session, "_connection", session)
+
+
 class ResourcePublisher:
     """A RunListener that turns run changes into resource notifications."""
 
@@ -53,6 +61,8 @@ class ResourcePublisher:
         self._last_sent: dict[str, float] = {}
         self._legacy: dict[str, set[Any]] = {}  # uri -> ServerSessions subscribed to it
         self._legacy_sessions: set[Any] = set()  # every 2025-era session that subscribed to anything
+        self._log_levels: dict[Any, str] = {}  # client -> the level it asked for (logging/setLevel)
+        self._connections: dict[Any, Any] = {}  # subscribed session -> its client
         self._watch = ChangeWatcher()
 
     # RunListener: called by the manager; cheap, never blocks
@@ -74,14 +84,38 @@ class ResourcePublisher:
     async def on_subscribe(self, ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
         self._legacy.setdefault(str(params.uri), set()).add(ctx.session)
         self._legacy_sessions.add(ctx.session)
+        self._connections[ctx.session] = client_of(ctx.session)
         return EmptyResult()
 
     async def on_unsubscribe(self, ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
-        self._legacy.get(str(params.uri), set()).discard(ctx.session)
+        client, group = client_of(ctx.session), self._legacy.get(str(params.uri), set())
+        group.difference_update({s for s in group if self._connections.get(s, s) is client})
         return EmptyResult()
+
+    async def on_set_level(self, ctx: Any, params: SetLevelRequestParams) -> EmptyResult:
+        self._log_levels[client_of(ctx.session)] = params.level
+        return EmptyResult()
+
+    def wants_log(self, session: Any, level: str) -> bool:
+        """Whether a session asked for messages at this level (all of them until it sets a level)."""
+        wanted = self._log_levels.get(self._connections.get(session), LOG_LEVELS[0])
+        return LOG_LEVELS.index(level) >= LOG_LEVELS.index(wanted)
 
     def subscribed(self, uri: str) -> int:
         return len(self._legacy.get(uri, ()))
+
+    def run_sessions(self, run_id: str) -> list[Any]:
+        """One session per 2025-era client subscribed to the run or any of its resources."""
+        base = run_uri(run_id)
+        found = [s for uri, group in self._legacy.items() if uri == base or uri.startswith(base + "/") for s in group]
+        return list({self._connections.get(s, s): s for s in found}.values())
+
+    def forget_session(self, session: Any) -> None:
+        """A closed connection: drop the session from every URI."""
+        self._legacy_sessions.discard(session)
+        self._connections.pop(session, None)
+        for sessions in self._legacy.values():
+            sessions.discard(session)
 
     # the push loop
 
@@ -124,13 +158,13 @@ class ResourcePublisher:
                     await session.send_resource_updated(uri)
         except Exception as exc:  # a closed connection: forget the session
             log.debug("dropping a 2025-era subscriber (%s)", exc)
-            self._legacy_sessions.discard(session)
-            for sessions in self._legacy.values():
-                sessions.discard(session)
+            self.forget_session(session)
 
 
 def install_legacy_subscriptions(server: MCPServer, publisher: ResourcePublisher) -> None:
-    """2025-era clients subscribe per URI; the SDK documents the lowlevel API for these methods."""
+    """2025-era clients subscribe per URI and set their log level (diagnosis findings arrive as log
+    messages, mcp_api/finding_notices.py); the SDK documents the lowlevel API for these methods."""
     lowlevel = server._lowlevel_server
+    lowlevel.add_request_handler("logging/setLevel", SetLevelRequestParams, publisher.on_set_level)
     lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, publisher.on_subscribe)
     lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, publisher.on_unsubscribe)

@@ -13,6 +13,8 @@ from typing import Any
 
 from rl_mcp.settings import Profile
 
+PAID_BACKEND = "tinker"  # the backend that bills tokens (Profile.spends_money)
+
 
 @dataclass(frozen=True)
 class CostFigures:
@@ -45,21 +47,38 @@ class CostFigures:
 
 def estimate(profile: Profile, run_config: Mapping[str, Any]) -> CostFigures:
     """The figures for a run config rendered from `profile` (see session/run_config.py)."""
+    return _figures(run_config, profile.backend, profile.model, profile.usd_per_million_tokens)
+
+
+def recorded_estimate(run_config: Mapping[str, Any], usd_per_million_tokens: float | None) -> CostFigures:
+    """A recorded run's figures from its own config (its backend and model, whatever the profile is
+    now); the operator's price applies only to a paid backend."""
+    tinker = run_config.get("tinker") or {}
+    backend = str(tinker.get("backend") or "")
+    price = usd_per_million_tokens if backend == PAID_BACKEND else None
+    return _figures(run_config, backend, str(tinker.get("base_model") or ""), price)
+
+
+def usd_for(tokens: int, usd_per_million_tokens: float | None) -> float | None:
+    """What `tokens` cost at the price, rounded to cents; None without a price."""
+    return round(tokens / 1e6 * usd_per_million_tokens, 2) if usd_per_million_tokens is not None else None
+
+
+def _figures(run_config: Mapping[str, Any], backend: str, model: str, price: float | None) -> CostFigures:
     env = run_config.get("env") or {}
     steps = int(env.get("total_steps") or 0)
     batch = int(env.get("batch_size") or 0)
     group = int(env.get("group_size") or 0)
     length = int(env.get("max_token_length") or 0)
     tokens = steps * max(batch, 0) * max(length, 0)
-    price = profile.usd_per_million_tokens
     return CostFigures(
-        backend=profile.backend,
-        model=profile.model,
+        backend=backend,
+        model=model,
         total_steps=steps,
         batch_size=batch,
         group_size=group,
         max_token_length=length,
         max_tokens=tokens,
         usd_per_million_tokens=price,
-        estimated_usd=round(tokens / 1e6 * price, 2) if price is not None else None,
+        estimated_usd=usd_for(tokens, price),
     )

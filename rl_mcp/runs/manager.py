@@ -373,7 +373,9 @@ class RunManager:
         rec = self.store.get(run_id)
         if rec is None:
             known = self.store.ids()
-            hint = f"known runs: {', '.join(known[:20])}" if known else "no runs yet: start one with rl_start_training"
+            hint = "no runs yet: start one with rl_start_training"
+            if known:
+                hint = f"known runs: {', '.join(known[:20])} (rl_list_runs lists them all)"
             raise RunError(f"unknown run id {run_id!r}; {hint}")
         return rec
 

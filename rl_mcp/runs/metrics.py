@@ -8,7 +8,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import JsonlReader
@@ -17,9 +17,10 @@ LATEST_KEYS = ("loss", "reward_mean", "reward_std", "percent_correct", "logprob_
 # Written by the trainer only for agent (multi-turn tool-calling) environments.
 AGENT_KEYS = ("agent_turns_mean", "agent_tool_calls_mean", "agent_tool_errors")
 SIGNAL_KEYS = ("no_signal_share", "distinct_reply_share")
+T = TypeVar("T")
 
 
-def downsample(rows: list[dict[str, Any]], max_points: int) -> list[dict[str, Any]]:
+def downsample(rows: list[T], max_points: int) -> list[T]:
     """At most `max_points` rows, evenly spaced, always keeping the first and the last."""
     if len(rows) <= max_points:
         return list(rows)

@@ -34,6 +34,8 @@ class StepMetrics:
       the step had nothing to train on (every group had zero advantage).
     - `logprob_drift`: mean |trainer logprob - sampler logprob| over completion tokens, i.e. how
       far the weights that produced the rollouts are from the weights being trained.
+    - `grad_norm`: the gradient's global norm before clipping, as the backend's optim_step reports
+      it (the local backend does; None where a backend does not, and on a step with nothing to train).
     - `checkpoint`: the sampler weights serving after this step (folder or tinker:// path).
     - `wait_seconds`: waiting for the batch (rollouts the environment had not finished during the
       previous step); then the step's own phases: `forward_backward_seconds`, `optim_seconds` and
@@ -65,6 +67,7 @@ class StepMetrics:
     groups: int = 0
     no_signal_share: float | None = None
     distinct_reply_share: float | None = None
+    grad_norm: float | None = None
     wait_seconds: float | None = None
     forward_backward_seconds: float | None = None
     optim_seconds: float | None = None

@@ -147,6 +147,11 @@ class RunFiles:
         return self.run_dir / "eval.jsonl"
 
     @property
+    def findings_sent(self) -> Path:
+        """The diagnosis findings (by code) already sent to subscribed clients: never sent twice."""
+        return self.run_dir / "findings_sent.json"
+
+    @property
     def result(self) -> Path:
         return self.run_dir / "result.json"
 

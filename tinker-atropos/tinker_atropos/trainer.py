@@ -215,14 +215,15 @@ class Trainer:
             write_first_batch(Path(self.cfg.tinker.run_dir), step, groups)
         conv = groups_to_datums(groups, self.cfg.tinker.advantage_scale)
         datums = await self._fill_missing_logprobs(conv)
-        loss = drift = lp_ref = lp_train = None
+        loss = drift = lp_ref = lp_train = grad_norm = None
         phases = PhaseClock()
         if datums:
             loss_fn = self.cfg.tinker.loss_fn
             with phases("forward_backward"):
                 output = await self.training.forward_backward_async(for_loss(datums, loss_fn), loss_fn)
             with phases("optim"):
-                await self.training.optim_step_async(self._adam)
+                optim = await self.training.optim_step_async(self._adam)
+            grad_norm = (optim.metrics or {}).get("grad_norm")
             with phases("publish"):
                 await self.publish(f"step-{step:06d}")
             loss_sum = output.metrics.get("loss:sum")
@@ -250,6 +251,7 @@ class Trainer:
             groups=conv.groups,
             no_signal_share=round(conv.skipped_groups / conv.groups, 4) if conv.groups else None,
             distinct_reply_share=None if conv.distinct_reply_share is None else round(conv.distinct_reply_share, 4),
+            grad_norm=None if grad_norm is None else float(grad_norm),
             wait_seconds=round(wait_seconds, 4),
             forward_backward_seconds=phases.seconds.get("forward_backward"),
             optim_seconds=phases.seconds.get("optim"),

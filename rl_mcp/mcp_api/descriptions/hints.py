@@ -38,21 +38,10 @@ def next_status_env_raising(line: str, errors: int, timeout_s: float) -> str:
     )
 
 
-def next_status_no_signal() -> str:
+def next_status_finding(title: str, call: str, why: str) -> str:
     return (
-        "No step yet, and the environment is dropping groups whose completions all scored the same "
-        "(no learning signal: atroposlib never sends them to the trainer). If that goes on, the model "
-        "cannot solve this task at all: rl_test_inference shows its scores; use a stronger model "
-        "(the tinker profile) or an easier environment, then rl_stop_training this run."
-    )
-
-
-def next_status_little_signal(run_id: str, share: float) -> str:
-    return (
-        f"Training is under way, but in the last step {share:.0%} of the groups gave no learning signal "
-        "(every reply in them scored the same): the model finds the task all-or-nothing. Watch "
-        f"rl://runs/{run_id}/metrics; if it stays so, raise group_size or temperature, use an easier "
-        "environment or a stronger model, or rl_stop_training this run."
+        f"Training is under way, but: {title}. Next: {call}: {why}. `findings` has the evidence; "
+        "rl_stop_training stops this run if it should not go on."
     )
 
 
@@ -105,4 +94,14 @@ def next_after_export(fmt: str, hub_url: str | None) -> str:
     return (
         f"Load it with load_command; README.md in the folder is its model card.{pushed} Export format={other} for "
         "other programs, or hub_repo='you/name' (needs HF_TOKEN) to publish it."
+    )
+
+
+def next_after_compare(best_by_eval: str | None, best_by_rate: str | None) -> str:
+    best = best_by_eval or best_by_rate
+    if best is None:
+        return "No run has a reward or an evaluation yet: compare again once they have trained a few steps."
+    return (
+        f"rl_export_model('{best}') takes the best run's model out; rl_start_training(resume_from='{best}', "
+        "fork=true) continues it with the session's current config; rl_get_results(run_id) shows one run in full."
     )

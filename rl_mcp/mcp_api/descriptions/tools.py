@@ -29,7 +29,8 @@ Workflow:
 4. rl_test_inference -> check the environment scores real completions before training.
 5. rl_start_training -> a run id; rl_check_status(run_id) to follow it (it is rate-limited:
    wait the interval it names), rl_stop_training to stop, rl_get_results for metrics and weights.
-Runs keep going when the client disconnects; rl_list_runs shows them all.
+Runs keep going when the client disconnects; rl_list_runs shows them all, and
+rl_compare_runs puts two to eight of them side by side.
 """
 
 RL_LIST_ENVIRONMENTS = """\
@@ -167,7 +168,10 @@ Status of one training run: progress, latest metrics, process states and recent 
 status (starting, running, stopping, completed, failed, stopped, lost), the start stage or the
 failing one with the error and the end of that process's log, step / total_steps, running time,
 ETA, latest metrics (reward mean, loss, percent correct, eval accuracy), each process's state and
-exit code, the last lines of each log, and the W&B URL when online.
+exit code, the last lines of each log, and the W&B URL when online. `findings`: what the metrics
+say is wrong (no reward signal, narrowing groups, eval flat or regressing, unstable loss, drift,
+a stall), each with its evidence and a ready `next_step` call; subscribers to the run's resources
+also get each one once as a log message (logger rl-mcp.diagnosis).
 </returns>
 
 <rate_limit>
@@ -205,8 +209,9 @@ and a reward and loss curve image.
 final metrics; the per-step history (reward mean/std, loss, percent correct; evenly downsampled
 for long runs); evaluations; checkpoints; `final_weights` (a tinker:// path on Tinker, an adapter
 folder for the local backend) and whether it exists; the W&B summary and URL when online, else
-the offline W&B folder (`wandb sync <dir>` uploads it later). A PNG of the curves comes as an
-image next to the structured result. Works on running runs too (partial results).
+the offline W&B folder (`wandb sync <dir>` uploads it later); `findings`, the run's diagnosis
+(as in rl_check_status). A PNG of the curves comes as an image next to the structured result.
+Works on running runs too (partial results).
 </returns>
 
 <next_step>
@@ -238,6 +243,36 @@ downloaded first (needs TINKER_API_KEY and the network).
 The folder, its files and sizes, the command to load it, the check's figures, the model card's
 path, and the Hub URL when pushed.
 </returns>
+"""
+
+RL_COMPARE_RUNS = """\
+Compare two to eight training runs side by side: which config fields differ, how each trained,
+and which run is best.
+
+<when_to_use>
+After runs that differ in a setting (a learning rate, a group size, a fork), to decide which to
+keep, export or continue. Works on running runs too (their figures so far).
+</when_to_use>
+
+<returns>
+`config_differences`: each config.yaml field (dotted, e.g. tinker.learning_rate) whose values
+differ, with each run's value (per-run names, ports and folders left out). Per run: status,
+steps, first and last mean reward, `reward_gain` (mean reward of the last ceil(n/4) steps minus
+that of the first ceil(n/4)), `training_seconds` (the sum of the steps' wait_seconds +
+step_seconds: from the first batch request to the last step's end), `reward_per_minute`
+(reward_gain / training minutes), held-out eval accuracy before training (step 0), last, and
+best of trained weights (with steps), wall time, tokens trained, `cost_usd` (tokens trained x
+the operator's price on a paid backend; 0 on local), backend and model, and the config's token
+budget (total_steps x batch_size x max_token_length) with its price. `best_by_eval`: the highest
+best eval of trained weights (ties: reached at the earlier step, then fewer tokens);
+`best_by_reward_per_minute`: the highest reward per minute. A PNG comes as an
+image: every run's reward curve (solid) and eval accuracy (dashed), one colour per run.
+</returns>
+
+<next_step>
+rl_export_model(run_id) for the best run, or rl_start_training(resume_from=run_id, fork=true)
+to continue it with another setting. Run ids come from rl_list_runs.
+</next_step>
 """
 
 RL_LIST_RUNS = """\

@@ -1,0 +1,1 @@
+"""Run diagnosis: findings over a run's recorded metrics, each with its evidence and one next step."""

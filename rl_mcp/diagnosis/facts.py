@@ -1,0 +1,53 @@
+"""A run's facts as the diagnosis rules read them, and the windows of steps they compare."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl_mcp.diagnosis import thresholds as t
+from rl_mcp.diagnosis.findings import Evidence
+
+Series = list[tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the rules read of one run."""
+
+    run_id: str
+    metrics: list[dict[str, Any]]
+    evals: list[dict[str, Any]]
+    env: dict[str, Any] = field(default_factory=dict)  # the run config's env section
+    tinker: dict[str, Any] = field(default_factory=dict)  # ... and its tinker section
+    active: bool = False
+    now: float = 0.0
+    running_since: float | None = None  # when the run reached `running`
+    env_drops_equal_groups: bool = False  # its env.log's latest lines: atroposlib drops all-equal groups
+
+
+def series(rows: list[dict[str, Any]], key: str) -> Series:
+    """(step, value) for each row whose `key` is a number (NaN and infinities included)."""
+    return [
+        (int(r.get("step", i + 1)), float(v))
+        for i, r in enumerate(rows)
+        if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool)
+    ]
+
+
+def window(points: Series) -> int:
+    """How many steps an early or a recent window holds."""
+    return max(t.MIN_WINDOW_STEPS, min(t.MAX_WINDOW_STEPS, round(len(points) * t.WINDOW_SHARE)))
+
+
+def mean_of(points: Series) -> float:
+    return sum(v for _, v in points) / len(points)
+
+
+def evidence_of(metric: str, points: Series, summary: str) -> Evidence:
+    return Evidence(metric, [s for s, _ in points], [v if math.isfinite(v) else None for _, v in points], summary)
+
+
+def span_of(points: Series) -> str:
+    return f"steps {points[0][0]}-{points[-1][0]}" if len(points) > 1 else f"step {points[0][0]}"

@@ -1,0 +1,53 @@
+"""The facts the diagnosis rules read, gathered from a run's record and files."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import yaml
+
+from rl_mcp.diagnosis.facts import RunFacts
+from rl_mcp.logs import tail_lines
+from rl_mcp.runs.metrics import MetricsCache
+from rl_mcp.runs.store import RunRecord
+from tinker_atropos.run_files import ProcessName
+
+# atroposlib's warning when it drops a group whose scores are all equal (no learning signal).
+EQUAL_SCORES_MARK = "Scores are the same in a group"
+ENV_LOG_LINES = 50
+
+
+def run_config_sections(config_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run config's env and tinker sections ({} where the file is missing or unreadable)."""
+    try:
+        with open(config_path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except (OSError, yaml.YAMLError):
+        return {}, {}
+    if not isinstance(data, dict):
+        return {}, {}
+    env, tinker = data.get("env"), data.get("tinker")
+    return (env if isinstance(env, dict) else {}), (tinker if isinstance(tinker, dict) else {})
+
+
+def drops_equal_groups(env_log_tail: list[str]) -> bool:
+    """The environment's latest log lines show atroposlib dropping groups whose replies all scored the same."""
+    return any(EQUAL_SCORES_MARK in line for line in env_log_tail)
+
+
+def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> RunFacts:
+    metrics = cache.metrics(rec)
+    env, tinker = run_config_sections(rec.config_path)
+    drops = rec.active and drops_equal_groups(tail_lines(rec.log_path(ProcessName.ENV), ENV_LOG_LINES))
+    return RunFacts(
+        run_id=rec.run_id,
+        metrics=metrics,
+        evals=cache.evals(rec),
+        env=env,
+        tinker=tinker,
+        active=rec.active,
+        now=time.time() if now is None else now,
+        running_since=rec.running_at,
+        env_drops_equal_groups=drops,
+    )

@@ -1,0 +1,390 @@
+"""The diagnosis rules: one function per rule over a run's metrics rows, eval rows, config and timing.
+
+Pure: the facts come in as plain values (`facts.RunFacts`), findings go out; reading files is
+`inputs.py`'s job. Each rule returns at most one finding whose next step is a valid call of this
+server's tools for the run's environment (config fields it really has).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from rl_mcp.diagnosis import thresholds as t
+from rl_mcp.diagnosis.facts import RunFacts, Series, evidence_of, mean_of, series, span_of, window
+from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
+
+
+def _edit(field_name: str, value: Any, why: str) -> NextStep:
+    return NextStep("rl_edit_config", {"field": field_name, "value": value}, why)
+
+
+def _lower_learning_rate(facts: RunFacts, why: str) -> NextStep:
+    lr = facts.tinker.get("learning_rate")
+    if not isinstance(lr, (int, float)):  # a run config that could not be read
+        return NextStep("rl_get_current_config", {}, f"{why}: set learning_rate to a tenth of its value")
+    value = float(f"{lr * t.LEARNING_RATE_CUT:.3g}")
+    return _edit("learning_rate", value, f"{why} (from {lr}); then start a new run or fork this one")
+
+
+def _test_reward(facts: RunFacts, why: str) -> NextStep:
+    group = facts.env.get("group_size")
+    args: dict[str, Any] = {"num_steps": 3, **({"group_size": int(group)} if isinstance(group, int) else {})}
+    return NextStep("rl_test_inference", args, why)
+
+
+# --- signal ---------------------------------------------------------------------------------
+
+
+def _widen_groups(facts: RunFacts, *, collapsed: bool) -> NextStep:
+    """Collapsed replies: a higher temperature where the environment has one; else more samples per group."""
+    temperature, group = facts.env.get("temperature"), facts.env.get("group_size")
+    rewards = series(facts.metrics, "reward_mean")[-t.MIN_WINDOW_STEPS :]
+    harder = "harder items" if rewards and mean_of(rewards) > t.MOSTLY_RIGHT_REWARD else "easier items"
+    if collapsed and isinstance(temperature, (int, float)):
+        return _edit(
+            "temperature",
+            round(temperature + t.TEMPERATURE_STEP, 2),
+            f"sample more varied replies (from {temperature}); more samples per group or {harder} also widen groups",
+        )
+    size = min(int(group) * 2, t.MAX_GROUP_SIZE) if isinstance(group, int) else 16
+    return _edit(
+        "group_size", size, f"more samples per group make an all-equal group rarer (from {group}); or {harder}"
+    )
+
+
+def no_reward_signal(facts: RunFacts) -> Finding | None:
+    """All-equal groups from the first step on: the environment's reward gives nothing to learn from."""
+    next_step = _test_reward(
+        facts, "score a few groups and read the samples: a reward that gives every reply the same score is broken"
+    )
+    shares = series(facts.metrics, "no_signal_share")
+    if not shares:
+        if not (facts.active and not facts.metrics and facts.env_drops_equal_groups):
+            return None
+        return Finding(
+            "no_reward_signal",
+            "error",
+            "No step yet: the environment drops every group because all its replies scored the same",
+            next_step,
+            [
+                Evidence(
+                    "env.log", [], [], "atroposlib logs 'Scores are the same in a group, skipping' and sends nothing"
+                )
+            ],
+        )
+    w = min(window(shares), len(shares))
+    first, recent = shares[:w], shares[-w:]
+    if min(v for _, v in first + recent) < t.FLAT_NO_SIGNAL_SHARE:
+        return None
+    stds = series(facts.metrics, "reward_std")[:w]
+    summary = f"{mean_of(first):.0%} of groups all-equal over {span_of(first)}"
+    evidence = [evidence_of("no_signal_share", first, summary)]
+    if recent[0][0] > first[-1][0]:
+        evidence.append(evidence_of("no_signal_share", recent, f"still {mean_of(recent):.0%} over {span_of(recent)}"))
+    if stds:
+        evidence.append(evidence_of("reward_std", stds, f"reward spread {max(v for _, v in stds):.3g} at most"))
+    return Finding(
+        "no_reward_signal", "error", "The reward gives no learning signal from the start", next_step, evidence
+    )
+
+
+def groups_narrowing(facts: RunFacts) -> Finding | None:
+    """More groups without signal, fewer distinct replies: the policy stops exploring."""
+    if no_reward_signal(facts) is not None:
+        return None
+    shares, distinct = series(facts.metrics, "no_signal_share"), series(facts.metrics, "distinct_reply_share")
+    if not shares:
+        return None
+    w = min(window(shares), len(shares))
+    first, recent = shares[:w], shares[-w:]
+    rose = len(shares) >= t.MIN_TREND_STEPS and mean_of(recent) - mean_of(first) >= t.NO_SIGNAL_RISE
+    evidence: list[Evidence] = []
+    if mean_of(recent) > t.NARROWING_NO_SIGNAL_SHARE or rose:
+        rise = f", up from {mean_of(first):.0%} over {span_of(first)}" if len(shares) >= t.MIN_TREND_STEPS else ""
+        summary = f"{mean_of(recent):.0%} of groups all-equal over {span_of(recent)}{rise}"
+        evidence.append(evidence_of("no_signal_share", recent, summary))
+    fell = False
+    if rose and len(distinct) >= t.MIN_TREND_STEPS:
+        w = window(distinct)
+        first, recent = distinct[:w], distinct[-w:]
+        fell = mean_of(recent) <= t.COLLAPSED_DISTINCT_SHARE and mean_of(first) - mean_of(recent) >= t.DISTINCT_FALL
+        if fell:
+            summary = (
+                f"distinct replies per group {mean_of(first):.0%} ({span_of(first)}) -> "
+                f"{mean_of(recent):.0%} ({span_of(recent)})"
+            )
+            evidence.append(evidence_of("distinct_reply_share", first + recent, summary))
+    if not evidence:
+        return None
+    next_step = _widen_groups(facts, collapsed=fell)
+    title = "Groups are narrowing: " + (
+        "replies collapse to a few and groups stop giving a signal" if fell else "most groups give no learning signal"
+    )
+    return Finding("groups_narrowing", "warning", title, next_step, evidence)
+
+
+# --- evaluation -----------------------------------------------------------------------------
+
+
+def _eval_metric(evals: list[dict[str, Any]]) -> tuple[str, Series]:
+    """eval_accuracy where it moves, else eval_reward_mean (a small model's accuracy stays at 0)."""
+    accuracy = series(evals, "eval_accuracy")
+    if len({v for _, v in accuracy}) > 1 or not series(evals, "eval_reward_mean"):
+        return "eval_accuracy", accuracy
+    return "eval_reward_mean", series(evals, "eval_reward_mean")
+
+
+def reward_up_eval_flat(facts: RunFacts) -> Finding | None:
+    """Training reward up, held-out eval flat or down: overfitting, or a reward the replies game."""
+    rewards = series(facts.metrics, "reward_mean")
+    name, evals = _eval_metric(facts.evals)
+    if len(rewards) < t.MIN_TREND_STEPS or len(evals) < 2 or evals[-1][0] <= evals[0][0]:
+        return None
+    w = window(rewards)
+    first, recent = rewards[:w], rewards[-w:]
+    gain, eval_gain = mean_of(recent) - mean_of(first), evals[-1][1] - evals[0][1]
+    if gain < t.REWARD_RISE or eval_gain >= t.EVAL_FOLLOW_SHARE * gain:
+        return None
+    step = evals[-1][0]
+    return Finding(
+        "reward_up_eval_flat",
+        "warning",
+        "Training reward rose but the held-out eval did not follow (overfitting or reward hacking)",
+        NextStep(
+            "rl_test_inference",
+            {"run_id": facts.run_id},
+            "read the newest trained weights' sample replies beside the base model's: replies that score without doing "
+            "the task are reward hacking (fix the reward); right replies that do not carry to held-out items are "
+            "overfitting (more items, fewer steps)",
+        ),
+        [
+            evidence_of(
+                "reward_mean",
+                first + recent,
+                f"reward {mean_of(first):.3f} ({span_of(first)}) -> {mean_of(recent):.3f} ({span_of(recent)})",
+            ),
+            evidence_of(
+                name,
+                evals,
+                f"{name} {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {step}): "
+                f"{eval_gain:+.3f} against the training reward's {gain:+.3f}",
+            ),
+        ],
+    )
+
+
+def eval_regressed(facts: RunFacts) -> Finding | None:
+    """The newest held-out eval fell below the run's best: the best checkpoint is the one to keep."""
+    name, evals = _eval_metric(facts.evals)
+    if len(evals) < 2:
+        return None
+    best = max(evals, key=lambda p: (p[1], -p[0]))
+    last = evals[-1]
+    if last[0] <= best[0] or best[1] - last[1] < t.EVAL_REGRESSION_DROP:
+        return None
+    summary = f"{name} best {best[1]:.3f} at step {best[0]}, now {last[1]:.3f} at step {last[0]}"
+    if best[0] == 0:
+        next_step = _lower_learning_rate(facts, "training made the base model worse: take smaller steps")
+    else:
+        next_step = NextStep(
+            "rl_export_model",
+            {"run_id": facts.run_id, "checkpoint": best[0]},
+            f"keep step {best[0]}'s weights, the best held-out eval, not the final ones; "
+            f"rl_start_training(resume_from='{facts.run_id}', checkpoint_step=...) continues from a saved state",
+        )
+    return Finding(
+        "eval_regressed",
+        "warning",
+        f"Held-out eval regressed from its best (step {best[0]})",
+        next_step,
+        [evidence_of(name, evals, summary)],
+    )
+
+
+# --- optimisation ---------------------------------------------------------------------------
+
+
+def loss_unstable(facts: RunFacts) -> Finding | None:
+    """A loss or gradient norm that is not finite, or a gradient norm that explodes."""
+    bad = [(key, p) for key in ("loss", "grad_norm") for p in series(facts.metrics, key) if not math.isfinite(p[1])]
+    if bad:
+        key, head = bad[0]
+        points = [p for k, p in bad if k == key]
+        return Finding(
+            "loss_unstable",
+            "error",
+            f"{key} is not finite (first at step {head[0]})",
+            _lower_learning_rate(facts, "non-finite updates: cut the learning rate"),
+            [evidence_of(key, points, f"{key} {head[1]} at steps {', '.join(str(s) for s, _ in points[:10])}")],
+        )
+    norms = series(facts.metrics, "grad_norm")
+    if len(norms) < t.MIN_TREND_STEPS:
+        return None
+    w = window(norms)
+    before, recent = norms[:-w], norms[-w:]
+    base, peak = statistics.median(v for _, v in before), max(recent, key=lambda p: p[1])
+    if base <= 0 or peak[1] < t.GRAD_NORM_EXPLOSION * base:
+        return None
+    return Finding(
+        "loss_unstable",
+        "warning",
+        f"Gradient norm spiking: {peak[1]:.3g} at step {peak[0]}, {peak[1] / base:.0f}x its median before",
+        _lower_learning_rate(facts, "gradient spikes: cut the learning rate"),
+        [
+            evidence_of(
+                "grad_norm",
+                norms,
+                f"median {base:.3g} over {span_of(before)}, up to {peak[1]:.3g} over {span_of(recent)}",
+            )
+        ],
+    )
+
+
+def off_policy_drift(facts: RunFacts) -> Finding | None:
+    """The sampler's logprobs far from the trainer's: importance ratios far from 1."""
+    drift = series(facts.metrics, "logprob_drift")
+    if not drift:
+        return None
+    recent = drift[-window(drift) :]
+    mean = mean_of(recent)
+    if not mean > t.DRIFT_WARN:
+        return None
+    ratio = math.exp(mean)
+    if facts.tinker.get("loss_fn") == "importance_sampling":
+        next_step = _edit(
+            "loss_fn", "ppo", "ppo clips the importance ratio, so stale rollouts cannot push the update far"
+        )
+    else:
+        next_step = _lower_learning_rate(facts, "smaller updates keep the sampler close to the trained policy")
+    return Finding(
+        "off_policy_drift",
+        "warning",
+        f"The sampler's logprobs drift from the trainer's (typical importance ratio {ratio:.3g} or {1 / ratio:.3g})",
+        next_step,
+        [
+            evidence_of(
+                "logprob_drift", recent, f"mean |trainer - sampler logprob| {mean:.3f} per token over {span_of(recent)}"
+            )
+        ],
+    )
+
+
+# --- time -----------------------------------------------------------------------------------
+
+
+def stalled(facts: RunFacts) -> Finding | None:
+    """An active run whose next step is long overdue (or whose first step never came)."""
+    if not facts.active:
+        return None
+    logs = NextStep("resources/read", {"uri": f"rl://runs/{facts.run_id}/logs/env"}, "")
+    times = series(facts.metrics, "time")
+    if not times:
+        if facts.running_since is None or facts.now - facts.running_since < t.FIRST_STEP_STALL_SECONDS:
+            return None
+        waited = facts.now - facts.running_since
+        why = "see whether the environment scores rollouts (rl_check_status's environment_error, logs/trainer too)"
+        return Finding(
+            "stalled",
+            "warning",
+            f"No training step {waited:.0f} s after the run began",
+            NextStep(logs.tool, logs.arguments, why),
+            [Evidence("time", [], [], f"running for {waited:.0f} s without a metrics line")],
+        )
+    gaps = [b[1] - a[1] for a, b in itertools.pairwise(times)]
+    typical = statistics.median(gaps) if gaps else mean_of(series(facts.metrics, "step_seconds") or [(0, 0.0)])
+    since = facts.now - times[-1][1]
+    total = facts.metrics[-1].get("total_steps")
+    if isinstance(total, int) and times[-1][0] >= total:  # every step is done: the final eval and the end take time
+        return None
+    if since < max(t.STALL_FACTOR * typical, t.STALL_MIN_SECONDS):
+        return None
+    title = f"Step {times[-1][0] + 1} is overdue: no step for {since:.0f} s (typically {typical:.0f} s)"
+    next_step = NextStep(
+        logs.tool, logs.arguments, "find where it waits: rollouts (logs/env) or the trainer (logs/trainer)"
+    )
+    if facts.env_drops_equal_groups:  # the policy collapsed: every group's replies score the same
+        title += ": the environment drops every group as all-equal (the replies collapsed)"
+        next_step = _widen_groups(facts, collapsed=True)
+    return Finding(
+        "stalled",
+        "warning",
+        title,
+        next_step,
+        [
+            Evidence(
+                "time",
+                [times[-1][0]],
+                [times[-1][1]],
+                f"{since:.0f} s since step {times[-1][0]}; median step {typical:.1f} s",
+            )
+        ],
+    )
+
+
+PHASES = ("wait_seconds", "forward_backward_seconds", "optim_seconds", "publish_seconds")
+
+
+def throughput_drop(facts: RunFacts) -> Finding | None:
+    """Recent steps much slower than the first ones (waiting for the batch included); names the
+    phase that grew most."""
+    waits = dict(series(facts.metrics, "wait_seconds"))
+    secs = [(step, v + waits.get(step, 0.0)) for step, v in series(facts.metrics, "step_seconds")]
+    if len(secs) < t.MIN_TREND_STEPS:
+        return None
+    w = window(secs)
+    first, recent = secs[:w], secs[-w:]
+    before, after = statistics.median(v for _, v in first), statistics.median(v for _, v in recent)
+    if after < t.SLOWDOWN_FACTOR * before or after - before < t.SLOWDOWN_MIN_SECONDS:
+        return None
+    growth = {}
+    for name in PHASES:
+        points = series(facts.metrics, name)
+        if len(points) >= t.MIN_TREND_STEPS:
+            growth[name] = mean_of(points[-w:]) - mean_of(points[:w])
+    phase = max(growth, key=lambda k: growth[k]) if growth else None
+    evidence = [
+        evidence_of(
+            "wait_seconds + step_seconds",
+            first + recent,
+            f"median {before:.1f} s a step ({span_of(first)}) -> {after:.1f} s ({span_of(recent)})",
+        )
+    ]
+    if phase:
+        evidence.append(
+            Evidence(phase, [], [round(growth[phase], 3)], f"{phase} grew most: +{growth[phase]:.1f} s a step")
+        )
+    log = "env" if phase == "wait_seconds" else "trainer"
+    return Finding(
+        "throughput_drop",
+        "warning",
+        f"Steps slowed down {after / max(before, 1e-9):.0f}x since the start",
+        NextStep(
+            "resources/read",
+            {"uri": f"rl://runs/{facts.run_id}/logs/{log}"},
+            "waiting for rollouts: the environment is slow (longer replies, a slow tool); else the trainer: longer "
+            "sequences or a machine under load",
+        ),
+        evidence,
+    )
+
+
+RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
+    no_reward_signal,
+    groups_narrowing,
+    reward_up_eval_flat,
+    eval_regressed,
+    loss_unstable,
+    off_policy_drift,
+    stalled,
+    throughput_drop,
+)
+
+
+def diagnose(facts: RunFacts) -> list[Finding]:
+    """Every rule's finding, the most severe first."""
+    found = [f for rule in RULES if (f := rule(facts)) is not None]
+    return sorted(found, key=lambda f: -f.rank)

@@ -1,0 +1,67 @@
+"""The thresholds of the diagnosis rules (rules.py), each with why it has its value.
+
+Steps are compared in windows: the run's first steps against its latest ones, so that one noisy
+step (a small batch on a small model) neither fires nor hides a finding.
+"""
+
+from __future__ import annotations
+
+# A window is this share of the steps so far: long runs compare longer stretches.
+WINDOW_SHARE = 0.25
+# At least this many steps a window: fewer is one batch's noise.
+MIN_WINDOW_STEPS = 3
+# At most this many: a trend over the latest ten steps is still the latest trend.
+MAX_WINDOW_STEPS = 10
+# Trends (early vs recent) need two windows that do not overlap.
+MIN_TREND_STEPS = 2 * MIN_WINDOW_STEPS
+
+# All-equal groups in nearly every group from the first steps on: the reward gives no signal at all.
+FLAT_NO_SIGNAL_SHARE = 0.9
+# More than half of the recent groups give no signal: most of each step's batch trains nothing.
+NARROWING_NO_SIGNAL_SHARE = 0.5
+# Distinct replies at or below half of each group: the policy samples the same few replies.
+COLLAPSED_DISTINCT_SHARE = 0.5
+# ... and that share fell by this much since the first steps (a task with short fixed answers
+# starts low; only a fall is narrowing).
+DISTINCT_FALL = 0.2
+# ... while the share of groups without signal rose by this much: fewer distinct replies alone is a
+# policy that found its answer (a learning run converges so); it is narrowing once groups lose signal.
+NO_SIGNAL_RISE = 0.25
+# Temperature raised by this step: enough to widen a narrowing group, not enough to make it noise.
+TEMPERATURE_STEP = 0.3
+# Recent reward above this: all-equal groups are mostly all right (suggest harder items), else
+# mostly all wrong (easier items).
+MOSTLY_RIGHT_REWARD = 0.5
+# group_size never suggested above this: the environments' own bound.
+MAX_GROUP_SIZE = 64
+
+# The training reward rose by this much (rewards in [0, 1]): a real gain, not batch noise.
+REWARD_RISE = 0.1
+# Held-out eval gained less than this share of the training reward's gain: what training learned
+# does not carry to held-out items (a learning run's eval follows most of the way).
+EVAL_FOLLOW_SHARE = 0.25
+
+# A held-out eval this far below the run's best: a regression worth keeping the best checkpoint for
+# (one item of a 12-item eval set is 0.083, so one flipped item does not fire).
+EVAL_REGRESSION_DROP = 0.1
+
+# A recent gradient norm this many times the median of the steps before: the updates blow up
+# (a learning run's norm falls as it converges; one that spikes an order of magnitude does not).
+GRAD_NORM_EXPLOSION = 10.0
+# A learning rate cut by this factor: an order of magnitude, the usual first step when updates blow up.
+LEARNING_RATE_CUT = 0.1
+
+# Mean |trainer logprob - sampler logprob| per token above this: importance ratios of exp(0.2) =
+# 1.22 or below 0.82 on a typical token, beyond PPO's usual clip range of 0.2.
+DRIFT_WARN = 0.2
+
+# A step is late when no line came for this many typical step times ...
+STALL_FACTOR = 5.0
+# ... and for at least this long (short steps jitter by seconds on a shared machine).
+STALL_MIN_SECONDS = 120.0
+# No first step this long after the run began: a start that hangs (the model, rollouts, run-api).
+FIRST_STEP_STALL_SECONDS = 900.0
+# Recent steps this many times slower than the first ones: throughput dropped.
+SLOWDOWN_FACTOR = 3.0
+# ... and slower by at least this many seconds (a 0.1 s step that takes 0.4 s is no drop to act on).
+SLOWDOWN_MIN_SECONDS = 5.0

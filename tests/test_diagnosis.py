@@ -1,0 +1,358 @@
+"""The run diagnosis: each rule on the recorded metrics of real local runs (tests/fixtures/runs,
+re-recorded by its record.py), the thresholds on small synthetic rows, and a finding sent once
+as an MCP logging notification to a real subscribed client during a real run."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import yaml
+from mcp import Client
+
+from rl_mcp.app import open_app
+from rl_mcp.diagnosis import thresholds as t
+from rl_mcp.diagnosis.facts import RunFacts
+from rl_mcp.diagnosis.findings import Finding
+from rl_mcp.diagnosis.inputs import drops_equal_groups
+from rl_mcp.diagnosis.notified import sent_codes
+from rl_mcp.diagnosis.rules import diagnose
+from rl_mcp.mcp_api.finding_notices import LOGGER
+from rl_mcp.mcp_api.server import build_server
+from rl_mcp.settings import Settings
+from tinker_atropos.run_files import RunFiles, read_jsonl
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "runs"
+CONSTANT_ENV_DIR = Path(__file__).resolve().parent / "byo_envs" / "constant_reward"
+
+
+def recorded(name: str, *, upto: int | None = None, active: bool = False) -> RunFacts:
+    """A fixture run as the rules see it; `upto`: only its first steps (and the evals until then)."""
+    folder = FIXTURES / name
+    metrics, evals = read_jsonl(folder / "metrics.jsonl"), read_jsonl(folder / "eval.jsonl")
+    if upto is not None:
+        metrics = metrics[:upto]
+        evals = [e for e in evals if e["step"] <= upto and not e.get("final")]
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    return RunFacts(
+        f"run-{name}", metrics, evals, config["env"], config["tinker"], active=active, now=metrics[-1]["time"]
+    )
+
+
+def by_code(found: list[Finding]) -> dict[str, Finding]:
+    return {f.code: f for f in found}
+
+
+# --- the recorded runs ---------------------------------------------------------------------
+
+
+def test_learning_run_raises_no_alarm() -> None:
+    facts = recorded("learning")
+    rewards = [m["reward_mean"] for m in facts.metrics]
+    assert sum(rewards[-6:]) / 6 > sum(rewards[:6]) / 6 + 0.3  # the fixture really learned
+    assert [f for f in diagnose(facts) if f.severity != "info"] == []
+
+
+def test_healthy_real_model_run_raises_nothing_at_any_step() -> None:
+    """SmolLM2 on arithmetic with the demo's settings: reward and held-out eval rise, and no rule
+    fires, neither while it runs (replayed step by step) nor once it has ended."""
+    facts = recorded("learning_smollm2")
+    evals = [e["eval_accuracy"] for e in facts.evals]
+    assert evals[-1] > evals[0] + 0.2  # the fixture really learned, on held-out items
+    steps = len(facts.metrics)
+    fired = {k: diagnose(recorded("learning_smollm2", upto=k, active=True)) for k in range(1, steps + 1)}
+    assert all(found == [] for found in fired.values()), fired
+    assert diagnose(facts) == []
+
+
+def test_learning_run_replayed_step_by_step() -> None:
+    """While it runs, only its real off-policy phase is flagged: the tiny model at learning rate 1e-2
+    moves its logprobs by about 1.4 nats a token per step while rollouts are one step stale."""
+    steps = len(recorded("learning").metrics)
+    fired = {k: {f.code for f in diagnose(recorded("learning", upto=k, active=True))} for k in range(1, steps + 1)}
+    assert set().union(*fired.values()) == {"off_policy_drift"}, fired
+    assert not fired[1] and not fired[steps]  # on-policy at step 1; the drift has settled by the end
+
+
+def test_broken_reward_run_has_no_signal_from_the_start() -> None:
+    found = by_code(diagnose(recorded("broken_reward")))
+    finding = found["no_reward_signal"]
+    assert finding.severity == "error"
+    shares = finding.evidence[0]
+    assert shares.metric == "no_signal_share" and shares.steps == [1, 2, 3] and shares.values == [1.0, 1.0, 1.0]
+    assert any(e.metric == "reward_std" and max(v or 0 for v in e.values) == 0.0 for e in finding.evidence)
+    assert finding.next_step.tool == "rl_test_inference" and finding.next_step.arguments == {
+        "num_steps": 3,
+        "group_size": 8,
+    }
+    assert "groups_narrowing" not in found  # the same cause is reported once
+
+
+def test_broken_reward_fires_from_its_first_step_while_running() -> None:
+    found = by_code(diagnose(recorded("broken_reward", upto=1, active=True)))
+    assert found["no_reward_signal"].evidence[0].steps == [1]
+
+
+def test_collapsing_run_narrows_and_drifts() -> None:
+    found = by_code(diagnose(recorded("collapsing")))
+    narrowing = found["groups_narrowing"]
+    shares, distinct = narrowing.evidence
+    assert shares.metric == "no_signal_share" and set(shares.values) == {1.0} and shares.steps[-1] == 40
+    assert distinct.metric == "distinct_reply_share" and distinct.values[0] == 1.0 and distinct.values[-1] == 0.125
+    # temperature 0.5 in this run: the next step raises it, an edit letter_repeat accepts
+    assert narrowing.next_step.tool == "rl_edit_config"
+    assert narrowing.next_step.arguments == {"field": "temperature", "value": 0.8}
+    drift = found["off_policy_drift"]
+    assert drift.evidence[0].steps == [4, 5, 6] and min(v or 0 for v in drift.evidence[0].values) > t.DRIFT_WARN
+    assert drift.next_step.arguments == {"field": "loss_fn", "value": "ppo"}
+    assert "no_reward_signal" not in found  # its first steps had signal: this is a collapse, not a broken reward
+
+
+def test_collapsing_run_caught_while_its_first_steps_drift() -> None:
+    found = by_code(diagnose(recorded("collapsing", upto=6, active=True)))
+    assert set(found) == {"off_policy_drift"}
+
+
+def test_collapsed_run_whose_groups_are_all_dropped_stalls() -> None:
+    """The same collapse as letter_repeat ships: atroposlib drops every all-equal group, no step comes."""
+    folder = FIXTURES / "collapsing_stalled"
+    tail = (folder / "env_tail.log").read_text().splitlines()
+    last_line = datetime.strptime(tail[-1][:23], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC).timestamp()
+    facts = dataclasses.replace(
+        recorded("collapsing_stalled", active=True), now=last_line, env_drops_equal_groups=drops_equal_groups(tail)
+    )
+    found = by_code(diagnose(facts))
+    stalled = found["stalled"]
+    assert "drops every group as all-equal" in stalled.title
+    assert stalled.next_step.arguments == {"field": "temperature", "value": 0.8}
+    assert stalled.evidence[0].steps == [facts.metrics[-1]["step"]]
+    assert "off_policy_drift" in found
+    assert "stalled" not in by_code(diagnose(dataclasses.replace(facts, active=False)))  # stopped: not late
+
+
+def test_overfitting_run_reward_up_eval_flat() -> None:
+    """Trained on two items of ten letters: it learns those two, the held-out eval of all ten barely moves."""
+    found = by_code(diagnose(recorded("overfitting")))
+    finding = found["reward_up_eval_flat"]
+    reward, held_out = finding.evidence
+    assert reward.metric == "reward_mean" and reward.values[0] < 0.1 and reward.values[-1] > 0.9
+    assert held_out.metric == "eval_reward_mean" and held_out.steps[0] == 0 and held_out.steps[-1] == 60
+    assert held_out.values[-1] - held_out.values[0] < t.EVAL_FOLLOW_SHARE * 0.9  # type: ignore[operator]
+    # the next step samples the trained weights beside the base model: the replies show what it learned
+    assert finding.next_step.tool == "rl_test_inference" and finding.next_step.arguments == {
+        "run_id": "run-overfitting"
+    }
+    assert set(found) == {"reward_up_eval_flat"}
+
+
+def test_unstable_run_spikes_and_its_eval_regresses() -> None:
+    found = by_code(diagnose(recorded("unstable")))
+    spikes = found["loss_unstable"]
+    assert spikes.severity == "warning" and "99.7 at step 10" in spikes.title
+    assert spikes.evidence[0].metric == "grad_norm" and spikes.evidence[0].steps == list(range(1, 11))
+    assert spikes.next_step.arguments == {"field": "learning_rate", "value": 0.1}  # from 1.0
+    regressed = found["eval_regressed"]
+    assert regressed.evidence[0].metric == "eval_reward_mean"  # accuracy never left 0 on the tiny model
+    assert "best 0.458 at step 9, now 0.000 at step 10" in regressed.evidence[0].summary
+    assert regressed.next_step.tool == "rl_export_model"
+    assert regressed.next_step.arguments == {"run_id": "run-unstable", "checkpoint": 9}
+
+
+# --- the rules on synthetic rows -----------------------------------------------------------
+
+
+def rows(n: int, **columns: Any) -> list[dict[str, Any]]:
+    """n metrics lines, steps 1..n, 10 s apart; a column is a value or a function of the step."""
+    return [
+        {"step": s, "time": 1000.0 + 10 * s, **{k: v(s) if callable(v) else v for k, v in columns.items()}}
+        for s in range(1, n + 1)
+    ]
+
+
+ENV = {"group_size": 8, "temperature": 1.0}
+TINKER = {"learning_rate": 1e-3, "loss_fn": "importance_sampling"}
+
+
+def facts(metrics: list[dict[str, Any]], evals: list[dict[str, Any]] | None = None, **kw: Any) -> RunFacts:
+    kw.setdefault("now", metrics[-1]["time"] if metrics else 0.0)
+    return RunFacts("r1", metrics, evals or [], kw.pop("env", ENV), kw.pop("tinker", TINKER), **kw)
+
+
+def test_narrowing_needs_signal_lost_not_only_fewer_distinct_replies() -> None:
+    converging = rows(12, no_signal_share=0.0, distinct_reply_share=lambda s: 1.0 if s < 5 else 0.25, reward_mean=0.6)
+    assert diagnose(facts(converging)) == []
+    narrowing = rows(
+        12,
+        no_signal_share=lambda s: 0.0 if s < 5 else 0.75,
+        distinct_reply_share=lambda s: 1.0 if s < 5 else 0.25,
+        reward_mean=0.2,
+    )
+    finding = by_code(diagnose(facts(narrowing)))["groups_narrowing"]
+    assert finding.severity == "warning"
+    assert (
+        finding.next_step.arguments == {"field": "temperature", "value": 1.3}
+        and "easier items" in finding.next_step.why
+    )
+    assert {e.metric for e in finding.evidence} == {"no_signal_share", "distinct_reply_share"}
+    # an environment without a temperature field: more samples per group instead
+    no_temp = by_code(diagnose(facts(narrowing, env={"group_size": 8})))["groups_narrowing"]
+    assert no_temp.next_step.arguments == {"field": "group_size", "value": 16}
+
+
+def test_most_groups_without_signal_on_the_latest_steps() -> None:
+    finding = by_code(diagnose(facts(rows(4, no_signal_share=lambda s: 0.0 if s == 1 else 0.75))))["groups_narrowing"]
+    assert "75% of groups all-equal over steps 2-4" in finding.evidence[0].summary
+    assert finding.next_step.arguments == {"field": "group_size", "value": 16}
+
+
+def test_no_step_yet_and_the_environment_drops_equal_groups() -> None:
+    found = diagnose(facts([], active=True, env_drops_equal_groups=True))
+    assert [f.code for f in found] == ["no_reward_signal"] and "scored the same" in found[0].title
+
+
+def test_reward_up_eval_flat() -> None:
+    metrics = rows(12, reward_mean=lambda s: 0.1 if s < 5 else 0.6)
+    flat = [{"step": 0, "eval_accuracy": 0.25}, {"step": 12, "eval_accuracy": 0.25, "final": True}]
+    finding = by_code(diagnose(facts(metrics, flat)))["reward_up_eval_flat"]
+    assert finding.next_step.tool == "rl_test_inference"
+    assert finding.next_step.arguments == {"run_id": "r1"}
+    followed = [{"step": 0, "eval_accuracy": 0.25}, {"step": 12, "eval_accuracy": 0.5}]
+    assert "reward_up_eval_flat" not in by_code(diagnose(facts(metrics, followed)))
+
+
+def test_eval_regressed_keeps_the_best_checkpoint() -> None:
+    metrics = rows(12, reward_mean=0.3)
+    evals = [{"step": 0, "eval_accuracy": 0.1}, {"step": 6, "eval_accuracy": 0.5}, {"step": 12, "eval_accuracy": 0.3}]
+    finding = by_code(diagnose(facts(metrics, evals)))["eval_regressed"]
+    assert finding.next_step.tool == "rl_export_model" and finding.next_step.arguments == {
+        "run_id": "r1",
+        "checkpoint": 6,
+    }
+    one_item = [{"step": 0, "eval_accuracy": 0.5}, {"step": 12, "eval_accuracy": 0.5 - 1 / 12}]
+    assert "eval_regressed" not in by_code(diagnose(facts(metrics, one_item)))
+    worse_than_base = [{"step": 0, "eval_accuracy": 0.5}, {"step": 12, "eval_accuracy": 0.2}]
+    base = by_code(diagnose(facts(metrics, worse_than_base)))["eval_regressed"]
+    assert base.next_step.arguments == {"field": "learning_rate", "value": 1e-4}
+
+
+def test_loss_not_finite_and_gradient_explosion() -> None:
+    nan = rows(4, loss=lambda s: math.nan if s == 3 else 0.1, grad_norm=1.0)
+    finding = by_code(diagnose(facts(nan)))["loss_unstable"]
+    assert finding.severity == "error" and finding.evidence[0].steps == [3] and finding.evidence[0].values == [None]
+    assert finding.next_step.arguments == {"field": "learning_rate", "value": 1e-4}
+    unread = by_code(diagnose(facts(nan, tinker={})))["loss_unstable"]  # no run config: read the value first
+    assert unread.next_step.tool == "rl_get_current_config"
+    exploding = rows(12, grad_norm=lambda s: 1.0 if s < 9 else 1.0 * t.GRAD_NORM_EXPLOSION * 2)
+    assert by_code(diagnose(facts(exploding)))["loss_unstable"].severity == "warning"
+    assert "loss_unstable" not in by_code(diagnose(facts(rows(12, grad_norm=lambda s: 1.0 + s % 3))))
+
+
+def test_off_policy_drift() -> None:
+    finding = by_code(diagnose(facts(rows(6, logprob_drift=0.5))))["off_policy_drift"]
+    assert finding.next_step.arguments == {"field": "loss_fn", "value": "ppo"}
+    ppo = by_code(diagnose(facts(rows(6, logprob_drift=0.5), tinker={"learning_rate": 1e-3, "loss_fn": "ppo"})))
+    assert ppo["off_policy_drift"].next_step.arguments["field"] == "learning_rate"
+    assert diagnose(facts(rows(6, logprob_drift=t.DRIFT_WARN / 2))) == []
+
+
+def test_stalled_and_slowed_down() -> None:
+    metrics = rows(6, step_seconds=10.0)
+    assert diagnose(facts(metrics, active=True, now=metrics[-1]["time"] + 60)) == []
+    late = by_code(diagnose(facts(metrics, active=True, now=metrics[-1]["time"] + 600)))["stalled"]
+    assert "Step 7 is overdue" in late.title and late.next_step.arguments == {"uri": "rl://runs/r1/logs/env"}
+    assert diagnose(facts(metrics, active=False, now=metrics[-1]["time"] + 600)) == []  # an ended run is not late
+    finishing = rows(6, step_seconds=10.0, total_steps=6)  # every step done: the final eval runs
+    assert diagnose(facts(finishing, active=True, now=finishing[-1]["time"] + 600)) == []
+    never = diagnose(facts([], active=True, running_since=0.0, now=t.FIRST_STEP_STALL_SECONDS + 1))
+    assert [f.code for f in never] == ["stalled"]
+    slow = rows(12, step_seconds=lambda s: 2.0 if s < 7 else 20.0, wait_seconds=lambda s: 1.0 if s < 7 else 18.0)
+    finding = by_code(diagnose(facts(slow)))["throughput_drop"]
+    assert finding.evidence[1].metric == "wait_seconds" and finding.next_step.arguments["uri"].endswith("/logs/env")
+
+
+# --- the notification, through a real server, client and run ----------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed", "ignore:The logging capability is deprecated")
+async def test_finding_sent_once_to_a_subscribed_client(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "RL_MCP_HOME": str(tmp_path / "home"),
+        "RL_MCP_PROFILE": "local",
+        "RL_MCP_ENV_DIRS": str(CONSTANT_ENV_DIR),
+        "RL_MCP_STATUS_MIN_INTERVAL": "0",
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "disabled",
+    }
+    received: list[Any] = []
+    received_quiet: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        received.append(params)
+
+    async def on_quiet_log(params: Any) -> None:
+        received_quiet.append(params)
+
+    async with open_app(Settings.from_env(env, stop_runs_on_exit=True)) as app:
+        server = build_server(app)
+        async with (
+            Client(server) as client,
+            Client(server, mode="legacy", logging_callback=on_log) as legacy,
+            Client(server, mode="legacy", logging_callback=on_quiet_log) as quiet,
+        ):
+            assert legacy.server_capabilities is not None and legacy.server_capabilities.logging is not None
+            await legacy.set_logging_level("warning")
+            await quiet.set_logging_level("critical")  # above every finding: told nothing
+
+            async def call(tool: str, **args: Any) -> dict[str, Any]:
+                result = await client.call_tool(tool, args)
+                assert not result.is_error, result.content[0].text  # type: ignore[union-attr]
+                return result.structured_content or {}
+
+            await call("rl_select_environment", name="constant_reward")
+            for field, value in {"total_steps": 4, "group_size": 4, "batch_size": 8}.items():
+                await call("rl_edit_config", field=field, value=value)
+            run = await call("rl_start_training")
+            await legacy.subscribe_resource(f"rl://runs/{run['run_id']}/metrics")
+            await legacy.subscribe_resource(f"rl://runs/{run['run_id']}/logs/trainer")  # one client: told once
+            await quiet.subscribe_resource(f"rl://runs/{run['run_id']}")
+            with anyio.fail_after(240):
+                while (status := await call("rl_check_status", run_id=run["run_id"]))["status"] != "completed":
+                    assert status["status"] in ("starting", "running", "stopping"), status
+                    await anyio.sleep(1)
+                await anyio.sleep(3)  # one more diagnosis tick after the last step
+            codes = [f["code"] for f in status["findings"]]
+            assert codes[0] == "no_reward_signal", codes
+            results = await call("rl_get_results", run_id=run["run_id"])
+            assert [f["code"] for f in results["findings"]] == codes
+            # the finding's next step, called as it stands, shows the cause: every reply scores 1.0
+            next_step = status["findings"][0]["next_step"]
+            test = await call(next_step["tool"], **next_step["arguments"])
+            scores = {x for r in test["results"] for group in r["step_scores"] for x in group}
+            assert test["environment_working"] and scores == {1.0}, test
+            # the recorded runs' edits are valid rl_edit_config calls for letter_repeat's fields
+            await call("rl_select_environment", name="letter_repeat")
+            steps = [f.next_step for f in diagnose(recorded("collapsing"))]
+            steps.append(by_code(diagnose(facts(rows(4, loss=math.nan))))["loss_unstable"].next_step)
+            edits = [s.arguments for s in steps if s.tool == "rl_edit_config"]
+            assert {e["field"] for e in edits} == {"temperature", "loss_fn", "learning_rate"}
+            for edit in edits:
+                await call("rl_edit_config", **edit)
+
+    # diagnosed every 2 s through the run, sent once: the notifier remembers only through the run folder's
+    # findings_sent.json, as a restarted server does
+    notices = [p for p in received if p.logger == LOGGER]
+    assert len(notices) == 1, [p.data for p in notices]
+    assert received_quiet == []
+    assert notices[0].level == "error" and notices[0].data["run_id"] == run["run_id"]
+    assert notices[0].data["finding"]["code"] == "no_reward_signal"
+    assert notices[0].data["finding"]["next_step"]["tool"] == "rl_test_inference"
+    assert sent_codes(RunFiles(Path(run["run_dir"])).findings_sent) == {"no_reward_signal"}
