@@ -6,6 +6,8 @@ reaches a sequence in flight; the HTTP server answers concurrent chat completion
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 
 import httpx
@@ -106,6 +108,55 @@ async def test_prompts_that_start_alike_reuse_the_cache_with_exact_logprobs(base
     print(f"largest |cached - fresh forward| logprob difference: {worst:.2e}; greedy equal {same}/7")
     assert worst < LOGPROB_TOLERANCE
     assert same >= 6
+
+
+async def test_scoring_starts_from_the_cached_prompt_and_does_not_wait_for_the_batch(base) -> None:
+    """The trainer scores sequences that came without logprobs: only from where it needs them, the
+    prompt's keys and values taken from the cache, on the batching thread between two decode steps
+    (not queued behind a busy batch)."""
+    sampler = create_sampler(base)
+    prompt = _prompt(base, "Tell me a long story about " + "dragons and castles " * 6)
+    reply = [int(t) for t in (await _sample(sampler, prompt, temperature=0.0)).sequences[0].tokens]
+    full = types.ModelInput.from_ints(prompt + reply)
+    reference = create_sampler(base)
+    reference.batcher.prefix_cache = None
+    whole = reference.compute_logprobs(full)
+    busy = [
+        sampler.batcher.submit(
+            sampler._request(types.ModelInput.from_ints(_prompt(base, f"Count to {i}")), 2, _params(max_tokens=400))
+        )
+        for i in range(8)
+    ]
+    part = await sampler.compute_logprobs_async(full, from_position=len(prompt))
+    assert not all(f.done() for f in busy), "scoring waited for the whole batch"
+    skipped = sum(v is None for v in part)
+    assert len(part) == len(whole) and 1 < skipped <= len(prompt)
+    assert whole[0] is None and all(v is not None for v in whole[1:])
+    worst = max(abs(a - b) for a, b in zip(part[len(prompt) :], whole[len(prompt) :]))
+    assert worst < LOGPROB_TOLERANCE
+    for f in busy:
+        f.result()
+
+
+EXIT_MID_BATCH = """
+import sys, time
+from tinker import types
+from tinker_atropos.backends.local import create_sampler, load_base_model
+sampler = create_sampler(load_base_model("tiny-chat", "cpu"))
+params = types.SamplingParams(max_tokens=3000, temperature=1.0, stop=[])
+prompt = types.ModelInput.from_ints(list(range(1, 200)))
+busy = [sampler.batcher.submit(sampler._request(prompt, 4, params)) for _ in range(8)]
+time.sleep(1.0)
+sys.exit(3)
+"""
+
+
+def test_a_process_that_exits_mid_batch_keeps_its_exit_code() -> None:
+    """The batching thread is stopped before the interpreter is torn down: a daemon thread left
+    inside a forward pass made the C++ runtime abort the process (134), losing a run's exit code."""
+    done = subprocess.run([sys.executable, "-c", EXIT_MID_BATCH], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr
 
 
 async def test_each_request_keeps_its_own_limits_and_stops(base) -> None:

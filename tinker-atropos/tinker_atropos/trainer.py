@@ -291,8 +291,10 @@ class Trainer:
             d = datums[k]
             targets = d.loss_fn_inputs["target_tokens"].to_numpy()
             full = types.ModelInput.from_ints([*d.model_input.to_ints(), int(targets[-1])])
-            lps = await sampler.compute_logprobs_async(full)
-            values = np.asarray(lps[1:], dtype=np.float32)
+            completion = conv.completion_masks[k]
+            first = int(np.argmax(completion)) + 1 if completion.any() else len(targets)  # in `full`
+            lps = await sampler.compute_logprobs_async(full, from_position=first)
+            values = np.asarray([np.nan if v is None else v for v in lps[1:]], dtype=np.float32)
             datums[k] = with_sampler_logprobs(d, np.where(conv.completion_masks[k], values, 0.0))
 
         await asyncio.gather(*(score(k) for k in conv.missing_logprobs))

@@ -28,8 +28,10 @@ class SamplingBackend(Protocol):
         """Sequences with their tokens and per-token logprobs."""
         ...
 
-    async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]:
-        """Logprob of each prompt token given the ones before it (None for the first)."""
+    async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
+        """Logprob of each prompt token given the ones before it (None for the first). Positions
+        before `from_position` may come back None: the caller does not need them, and a backend
+        that keeps the prompt's cache can skip computing them."""
         ...
 
 

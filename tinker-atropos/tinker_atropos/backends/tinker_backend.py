@@ -136,8 +136,8 @@ class TinkerSampler:
     ) -> types.SampleResponse:
         return await self.client.sample(prompt, num_samples, sampling_params)
 
-    async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]:
-        return await self.client.compute_logprobs(prompt)
+    async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
+        return await self.client.compute_logprobs(prompt)  # every position: Tinker has no such option
 
 
 class TinkerTrainingClient:

@@ -2,7 +2,8 @@
 batch, one token per step; a request that arrives while others decode is prefilled and joins the
 batch at the next step, and a finished (or cancelled) sample leaves it at once.
 
-One thread owns the model. Rows (one per sample) share a KV cache, left-padded to a common
+One thread owns the model: scoring (`score`, the trainer's logprobs for sequences that came
+without them) runs on it too, between two steps. Rows (one per sample) share a KV cache, left-padded to a common
 length: a row's padding is masked out and its positions count only its own tokens, so each row
 computes what it would alone (up to float rounding). Logprobs are the model's own (temperature
 1) from the same forward pass that produced the token. The thread exits when idle and starts
@@ -12,8 +13,10 @@ never given another, so no sequence ever changes weights half way.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -31,6 +34,7 @@ logger = logging.getLogger(__name__)
 IDLE_EXIT_S = 30.0  # an idle batching thread exits after this; the next request starts another
 MAX_ROWS = 64  # rows decoding at once; further requests wait for room
 ROOM_STEP = 256  # spare positions a cache buffer gets beyond what it holds (then it doubles)
+EXIT_JOIN_S = 10.0  # at interpreter exit, how long a batching thread gets to finish its forward pass
 
 
 @dataclass
@@ -75,7 +79,6 @@ class ContinuousBatcher:
         self,
         model: torch.nn.Module,
         tokenizer: Any,
-        lock: threading.Lock,
         filter_logits: Callable[[torch.Tensor, types.SamplingParams], torch.Tensor],
         max_requests: int | None = None,
         prefix_cache: PrefixCache | None = None,
@@ -86,10 +89,11 @@ class ContinuousBatcher:
         self.model = model
         self.max_requests = max_requests
         self.tokenizer = tokenizer
-        self.lock = lock  # held per forward pass, shared with compute_logprobs
         self.filter_logits = filter_logits
         self.device = next(model.parameters()).device
         self._pending: list[Request] = []
+        self._jobs: list[tuple[Callable[[], Any], Future[Any]]] = []  # run by the thread between steps
+        self._closing = False
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._rows: list[_Row] = []
@@ -106,11 +110,35 @@ class ContinuousBatcher:
     def submit(self, request: Request) -> Future[list[Sampled]]:
         with self._wake:
             self._pending.append(request)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="continuous-batcher", daemon=True)
-                self._thread.start()
+            self._start()
             self._wake.notify()
         return request.future
+
+    def close(self) -> None:
+        """Fail what is waiting or in flight and let the thread leave after its current step."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(EXIT_JOIN_S)
+
+    def _start(self) -> None:
+        if self._closing:
+            raise RuntimeError("the sampler is shutting down")
+        _LIVE.add(self)
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="continuous-batcher", daemon=True)
+            self._thread.start()
+
+    def call(self, job: Callable[[], Any]) -> Future[Any]:
+        """Run `job` on the batching thread, which owns the model, between two decode steps."""
+        future: Future[Any] = Future()
+        with self._wake:
+            self._jobs.append((job, future))
+            self._start()
+            self._wake.notify()
+        return future
 
     def cancel(self, request: Request) -> None:
         """The client went away: its rows leave the batch at the next step."""
@@ -127,16 +155,31 @@ class ContinuousBatcher:
     def _run(self) -> None:
         while True:
             with self._wake:
-                if not self._pending and not self._rows:
+                if self._closing:
+                    self._fail_all(RuntimeError("the sampler is shutting down"))
+                    self._thread = None
+                    return
+                if not self._pending and not self._rows and not self._jobs:
                     self._wake.wait(IDLE_EXIT_S)
-                    if not self._pending and not self._rows:
+                    if not self._pending and not self._rows and not self._jobs:
                         self._thread = None
                         return
                 admitted: list[Request] = []
                 while self._pending and self._has_room(admitted, self._pending[0]):
                     admitted.append(self._pending.pop(0))
+                jobs, self._jobs = self._jobs, []
+            for job, future in jobs:
+                if not future.set_running_or_notify_cancel():
+                    continue  # its caller went away
+                try:
+                    with torch.inference_mode():
+                        result = job()
+                except Exception as exc:  # the job's caller gets its error; the batch goes on
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
             try:
-                with self.lock, torch.inference_mode():
+                with torch.inference_mode():
                     self._admit([r for r in admitted if not r.cancelled])
                     self._step()
             except Exception as exc:  # fails the requests in flight; the batcher goes on with the next
@@ -145,6 +188,16 @@ class ContinuousBatcher:
                     if not row.request.future.done():
                         row.request.future.set_exception(exc)
                 self._reset()
+
+    def _fail_all(self, exc: Exception) -> None:
+        for request in [*self._pending, *(row.request for row in self._rows)]:
+            if not request.future.done():
+                request.future.set_exception(exc)
+        for _, future in self._jobs:
+            if not future.done():
+                future.set_exception(exc)
+        self._pending, self._jobs = [], []
+        self._reset()
 
     def _has_room(self, admitted: list[Request], request: Request) -> bool:
         in_flight = {id(r.request) for r in self._rows} | {id(r) for r in admitted}
@@ -215,6 +268,21 @@ class ContinuousBatcher:
         keys = [layer.keys[row].index_select(1, columns) for layer in cache.layers]
         values = [layer.values[row].index_select(1, columns) for layer in cache.layers]
         self.prefix_cache.add(tokens, keys, values)
+
+    def score(self, ids: list[int], start: int = 0) -> list[float | None]:
+        """Each token's logprob given the ones before it (None for the first, and for positions
+        before `start` whose keys and values came from the prefix cache). Batching thread only."""
+        if len(ids) < 2:
+            return [None] * len(ids)
+        hit = self.prefix_cache.lookup(ids[:start]) if self.prefix_cache is not None and start > 1 else None
+        cached = hit.length if hit else 0
+        x = torch.tensor([ids[cached:-1]], device=self.device)
+        positions = torch.arange(cached, len(ids) - 1, device=self.device)[None]
+        past = _prefix_kv([hit], cached) if hit else None
+        logits = self.model(input_ids=x, position_ids=positions, cache=past, use_cache=past is not None).logits[0]
+        targets = torch.tensor(ids[cached + 1 :], device=self.device)
+        lp = -torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+        return [None] * (cached + 1) + lp.tolist()
 
     def _merge(self, cache: DynamicCache, mask: torch.Tensor, logits: torch.Tensor) -> None:
         if self._cache is None or not self._rows:
@@ -329,6 +397,17 @@ class ContinuousBatcher:
         self._rows, self._cache = [], None
         self._mask = torch.zeros(0, 0, dtype=torch.long)
         self._logits = torch.zeros(0, 0)
+
+
+_LIVE: weakref.WeakSet[ContinuousBatcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """A daemon thread still inside a forward pass when the interpreter is torn down makes the C++
+    runtime abort the process (exit 134 instead of the run's own exit code): stop them first."""
+    for batcher in list(_LIVE):
+        batcher.close()
 
 
 class RoomyLayer(DynamicLayer):

@@ -10,7 +10,6 @@ what the trainer recomputes.
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from dataclasses import dataclass
 
@@ -73,8 +72,7 @@ class LocalSampler:
         self.max_positions = max_positions
         self.path = path  # the adapter folder it was built from; None for the base model
         self.device = next(model.parameters()).device
-        self._lock = threading.Lock()  # one forward pass at a time: the cores are the limit anyway
-        self.batcher = ContinuousBatcher(model, tokenizer, self._lock, _filter_logits, prefix_cache=PrefixCache())
+        self.batcher = ContinuousBatcher(model, tokenizer, _filter_logits, prefix_cache=PrefixCache())
 
     async def sample_async(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
@@ -89,18 +87,13 @@ class LocalSampler:
             raise
         return _response(results)
 
-    async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]:
-        return await asyncio.to_thread(self.compute_logprobs, prompt)
+    async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
+        return await asyncio.wrap_future(self.batcher.call(lambda: self.batcher.score(prompt.to_ints(), from_position)))
 
-    def compute_logprobs(self, prompt: types.ModelInput) -> list[float | None]:
-        ids = prompt.to_ints()
-        if len(ids) < 2:
-            return [None] * len(ids)
-        with self._lock, torch.inference_mode():
-            x = torch.tensor([ids], device=self.device)
-            logits = self.model(input_ids=x[:, :-1]).logits[0].float()
-            lp = -torch.nn.functional.cross_entropy(logits, x[0, 1:], reduction="none")
-        return [None, *lp.tolist()]
+    def compute_logprobs(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
+        """Scored by the batching thread between two decode steps (a caller waiting on the model's
+        lock would starve behind a busy batch), from the prefix cache where it holds the start."""
+        return self.batcher.call(lambda: self.batcher.score(prompt.to_ints(), from_position)).result()
 
     def sample(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
