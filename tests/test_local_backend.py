@@ -214,6 +214,29 @@ def test_shared_prompt_and_microbatches_give_the_whole_batch_numbers(client, bas
         torch.testing.assert_close(a["logprobs"].to_torch(), b["logprobs"].to_torch(), rtol=0, atol=1e-5)
 
 
+def test_bfloat16_compute_trains_the_same_direction_within_its_precision(base, tmp_path: Path) -> None:
+    """`local_compute: bfloat16` (mixed precision) gives the float32 trainer's logprobs within
+    bfloat16's precision and a gradient pointing the same way; `auto` takes it only where native."""
+    from tinker_atropos.backends.local.training import autocast_dtype
+
+    data = _batch(base, k=6, seed=5)
+    grads, logprobs = {}, {}
+    for compute in ("float32", "bfloat16"):
+        c = LocalTrainingClient(base, rank=4, run_dir=tmp_path / compute, run_name="t", seed=0, compute=compute)
+        _nudge(c)
+        out = c.forward_backward(data, "importance_sampling")
+        grads[compute] = torch.cat([p.grad.flatten() for p in c.params])
+        logprobs[compute] = torch.cat([o["logprobs"].to_torch() for o in out.loss_fn_outputs])
+    assert (logprobs["float32"] - logprobs["bfloat16"]).abs().mean() < 0.05
+    assert not torch.equal(logprobs["float32"], logprobs["bfloat16"])  # it really ran in bfloat16
+    cosine = torch.nn.functional.cosine_similarity(grads["float32"], grads["bfloat16"], dim=0)
+    assert cosine > 0.95, cosine
+    cpu = torch.device("cpu")
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    assert autocast_dtype("float32", cpu) is None and autocast_dtype("bfloat16", cpu) is torch.bfloat16
+    assert autocast_dtype("auto", cpu) is (torch.bfloat16 if native else None)
+
+
 def test_plan_shares_each_groups_prompt_and_runs_the_rest_whole() -> None:
     from tinker_atropos.backends.local import microbatches
     from tinker_atropos.backends.local.microbatches import PromptGroup, plan

@@ -22,6 +22,7 @@ TRAINING_FIELDS = (
     "grad_clip_norm",
     "loss_fn",
     "advantage_scale",
+    "local_compute",
     "max_token_trainer_length",
     "seed",
     "wandb_project",

@@ -16,7 +16,9 @@ def create_training_backend(cfg: RunConfig) -> TrainingBackend:
         return create_tinker_training_client(t)
     from .local import LocalTrainingClient
 
-    client = LocalTrainingClient(_local_base(cfg), t.lora_rank, t.run_dir, t.run_name, seed=t.seed)
+    client = LocalTrainingClient(
+        _local_base(cfg), t.lora_rank, t.run_dir, t.run_name, seed=t.seed, compute=t.local_compute
+    )
     if t.resume_from:
         try:
             client.load_state(t.resume_from)

@@ -38,8 +38,11 @@ def lora_config(rank: int) -> LoraConfig:
 class LocalTrainingClient:
     """A TrainingBackend on this machine (CPU by default, CUDA when present)."""
 
-    def __init__(self, base: BaseModel, rank: int, run_dir: Path, run_name: str, seed: int = 0) -> None:
+    def __init__(
+        self, base: BaseModel, rank: int, run_dir: Path, run_name: str, seed: int = 0, compute: str = "float32"
+    ) -> None:
         self.base = base
+        self.autocast = autocast_dtype(compute, base.device)  # None: float32 throughout
         self.base_model = base.name
         self.rank = rank
         self.device = base.device
@@ -77,7 +80,10 @@ class LocalTrainingClient:
         trained_from = [first_trained(_loss_weights(d)) for d in data]
         outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
         total = 0.0
-        with self._lock:
+        mixed = torch.autocast(
+            self.device.type, dtype=self.autocast or torch.float32, enabled=self.autocast is not None
+        )
+        with self._lock, mixed:
             for group in plan(tokens, trained_from, self.model.config.vocab_size):
                 shared = None
                 if group.prefix:
@@ -208,6 +214,21 @@ class LocalTrainingClient:
     # -- samplers -----------------------------------------------------------------------------
     async def create_sampling_client_async(self, path: str) -> LocalSampler:
         return await asyncio.to_thread(create_sampler, self.base, path)
+
+
+def autocast_dtype(compute: str, device: torch.device) -> torch.dtype | None:
+    """The trainer's autocast dtype for a `local_compute` setting (None: float32). bfloat16 without
+    native support is emulated, slower than float32, so `auto` takes it only where it is native."""
+    if compute == "bfloat16":
+        return torch.bfloat16
+    if compute == "auto":
+        native = (
+            torch.cuda.is_bf16_supported()
+            if device.type == "cuda"
+            else torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        )
+        return torch.bfloat16 if native else None
+    return None
 
 
 def _loss_weights(datum: types.Datum) -> list[float]:
