@@ -8,8 +8,7 @@ from typing import Any
 
 from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.findings import Evidence
-
-Series = list[tuple[int, float]]
+from rl_mcp.runs.metrics import Points
 
 
 @dataclass(frozen=True)
@@ -27,27 +26,18 @@ class RunFacts:
     env_drops_equal_groups: bool = False  # its env.log's latest lines: atroposlib drops all-equal groups
 
 
-def series(rows: list[dict[str, Any]], key: str) -> Series:
-    """(step, value) for each row whose `key` is a number (NaN and infinities included)."""
-    return [
-        (int(r.get("step", i + 1)), float(v))
-        for i, r in enumerate(rows)
-        if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool)
-    ]
-
-
-def window(points: Series) -> int:
+def window(points: Points) -> int:
     """How many steps an early or a recent window holds."""
     return max(t.MIN_WINDOW_STEPS, min(t.MAX_WINDOW_STEPS, round(len(points) * t.WINDOW_SHARE)))
 
 
-def mean_of(points: Series) -> float:
+def mean_of(points: Points) -> float:
     return sum(v for _, v in points) / len(points)
 
 
-def evidence_of(metric: str, points: Series, summary: str) -> Evidence:
+def evidence_of(metric: str, points: Points, summary: str) -> Evidence:
     return Evidence(metric, [s for s, _ in points], [v if math.isfinite(v) else None for _, v in points], summary)
 
 
-def span_of(points: Series) -> str:
+def span_of(points: Points) -> str:
     return f"steps {points[0][0]}-{points[-1][0]}" if len(points) > 1 else f"step {points[0][0]}"

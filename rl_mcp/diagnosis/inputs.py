@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import yaml
-
 from rl_mcp.diagnosis.facts import RunFacts
 from rl_mcp.logs import tail_lines
+from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName
@@ -21,11 +20,8 @@ ENV_LOG_LINES = 50
 def run_config_sections(config_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The run config's env and tinker sections ({} where the file is missing or unreadable)."""
     try:
-        with open(config_path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError):
-        return {}, {}
-    if not isinstance(data, dict):
+        data = read_run_config(config_path)
+    except RUN_CONFIG_ERRORS:
         return {}, {}
     env, tinker = data.get("env"), data.get("tinker")
     return (env if isinstance(env, dict) else {}), (tinker if isinstance(tinker, dict) else {})

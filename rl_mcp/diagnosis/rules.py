@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from rl_mcp.diagnosis import thresholds as t
-from rl_mcp.diagnosis.facts import RunFacts, Series, evidence_of, mean_of, series, span_of, window
+from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, span_of, window
 from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
+from rl_mcp.runs.metrics import Points, series
 
 
 def _edit(field_name: str, value: Any, why: str) -> NextStep:
@@ -130,7 +131,7 @@ def groups_narrowing(facts: RunFacts) -> Finding | None:
 # --- evaluation -----------------------------------------------------------------------------
 
 
-def _eval_metric(evals: list[dict[str, Any]]) -> tuple[str, Series]:
+def _eval_metric(evals: list[dict[str, Any]]) -> tuple[str, Points]:
     """eval_accuracy where it moves, else eval_reward_mean (a small model's accuracy stays at 0)."""
     accuracy = series(evals, "eval_accuracy")
     if len({v for _, v in accuracy}) > 1 or not series(evals, "eval_reward_mean"):

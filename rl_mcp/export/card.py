@@ -12,6 +12,7 @@ import yaml
 
 from rl_mcp.export.plan import ExportPlan
 from rl_mcp.plots import reward_loss_png
+from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from tinker_atropos.export.model_facts import base_facts
 from tinker_atropos.run_files import RunFiles, read_jsonl
 
@@ -111,8 +112,8 @@ def _edit_lines(files: RunFiles) -> list[str]:
 
 def _training_settings(plan: ExportPlan) -> dict[str, Any]:
     try:
-        tinker = (yaml.safe_load(RunFiles(plan.run_dir).config.read_text()) or {}).get("tinker") or {}
-    except (OSError, yaml.YAMLError):
+        tinker = read_run_config(RunFiles(plan.run_dir).config).get("tinker") or {}
+    except RUN_CONFIG_ERRORS:
         return {}
     keep = ("base_model", "lora_rank", "learning_rate", "loss_fn", "group_size", "total_steps", "max_tokens")
     return {k: tinker[k] for k in keep if k in tinker}

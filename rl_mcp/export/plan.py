@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from rl_mcp.errors import UserError
 from rl_mcp.inference.run_weights import RunCheckpoint, sampler_checkpoints
+from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import CheckpointKind, RunFiles, read_checkpoints, read_jsonl
 
@@ -126,9 +125,8 @@ def _tinker_state(rec: RunRecord, chosen: RunCheckpoint) -> str:
 
 def _run_config(rec: RunRecord) -> dict[str, Any]:
     try:
-        with open(rec.config_path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        return read_run_config(rec.config_path)
+    except RUN_CONFIG_ERRORS as exc:
         raise ExportError(f"the config of run {rec.run_id} is unreadable ({exc})") from exc
 
 

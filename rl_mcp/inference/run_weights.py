@@ -9,11 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from rl_mcp.inference.target import InferenceTestError, LocalWeights, Target
+from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import CheckpointKind, read_checkpoints
 
@@ -65,9 +63,8 @@ def pick_checkpoint(rec: RunRecord, step: int | None) -> RunCheckpoint:
 def run_target(rec: RunRecord, checkpoint: RunCheckpoint) -> Target:
     """The run's base model and its trained weights, both served on this machine."""
     try:
-        with open(rec.config_path, encoding="utf-8") as fh:
-            config: dict[str, Any] = yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        config = read_run_config(rec.config_path)
+    except RUN_CONFIG_ERRORS as exc:
         raise InferenceTestError(
             f"the config of run {rec.run_id} is unreadable ({exc}): its weights cannot be served"
         ) from exc

@@ -6,10 +6,9 @@ import base64
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
-import yaml
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import AudioContent, CallToolResult, EmbeddedResource, ImageContent, ResourceLink, TextContent
 from pydantic import Field
@@ -24,6 +23,7 @@ from rl_mcp.mcp_api.links import run_links, with_run_links
 from rl_mcp.mcp_api.run_view import run_view_meta
 from rl_mcp.mcp_api.spend import SpendConfirmation, confirmed_by, figures_for
 from rl_mcp.runs import resume
+from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.live import RunPlan
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.preflight import RunError
@@ -218,9 +218,8 @@ def _resume_plan(app: AppContext, run_id: str, checkpoint_step: int | None, tota
 
 def _wandb_project(config_path: Path) -> str | None:
     try:
-        with open(config_path, encoding="utf-8") as fh:
-            data: dict[str, Any] = yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError):
+        data = read_run_config(config_path)
+    except RUN_CONFIG_ERRORS:
         return None
     tinker = data.get("tinker") or {}
     project = tinker.get("wandb_project")

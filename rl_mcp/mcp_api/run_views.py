@@ -7,8 +7,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rl_mcp.diagnosis import findings as diagnosis
 from rl_mcp.diagnosis.inputs import run_facts
 from rl_mcp.diagnosis.rules import diagnose
@@ -28,6 +26,7 @@ from rl_mcp.mcp_api.answers import (
 )
 from rl_mcp.mcp_api.finding_answers import Finding, FindingEvidence, FindingNextStep
 from rl_mcp.processes import Child
+from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.env_health import EnvError, latest_error
 from rl_mcp.runs.metrics import (
     MetricsCache,
@@ -92,9 +91,8 @@ def summary(rec: RunRecord, cache: MetricsCache) -> RunSummary:
 def wandb_identity(rec: RunRecord) -> tuple[str | None, str | None]:
     """The run's W&B project and run name, from its config (the names Hermes' RL tool answers with)."""
     try:
-        with open(rec.config_path, encoding="utf-8") as fh:
-            tinker = (yaml.safe_load(fh) or {}).get("tinker") or {}
-    except (OSError, yaml.YAMLError, AttributeError):
+        tinker = read_run_config(rec.config_path).get("tinker") or {}
+    except RUN_CONFIG_ERRORS:
         tinker = {}
     project = tinker.get("wandb_project")
     return str(project) if project else None, str(tinker.get("run_name") or rec.run_name or "") or None

@@ -24,11 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from rl_mcp.errors import UserError
+from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.cost import recorded_estimate, usd_for
-from rl_mcp.runs.metrics import MetricsCache, downsample, eval_summary
+from rl_mcp.runs.metrics import MetricsCache, Points, downsample, eval_summary, series
 from rl_mcp.runs.store import RunRecord
 
 MIN_RUNS, MAX_RUNS = 2, 8
@@ -46,8 +45,6 @@ PER_RUN_FIELDS = (
     "tinker.run_name",
     "tinker.wandb_run_id",
 )
-
-Points = list[tuple[int, float]]
 
 
 class CompareError(UserError):
@@ -161,21 +158,19 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def _config(rec: RunRecord, notes: list[str]) -> dict[str, Any]:
     try:
-        with open(rec.config_path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except (OSError, yaml.YAMLError) as exc:
+        return read_run_config(rec.config_path)
+    except RUN_CONFIG_ERRORS as exc:
         notes.append(f"run {rec.run_id}: its config {rec.config_path} could not be read ({exc.__class__.__name__})")
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _figures(
     rec: RunRecord, cache: MetricsCache, config: Mapping[str, Any], price: float | None, end: float
 ) -> RunFigures:
     metrics, evals = cache.metrics(rec), cache.evals(rec)
-    rewards = _series(metrics, "reward_mean")
-    seconds = round(sum(v for key in ("wait_seconds", "step_seconds") for _, v in _series(metrics, key)), 1)
-    tokens = int(sum(v for _, v in _series(metrics, "tokens")))
+    rewards = series(metrics, "reward_mean")
+    seconds = round(sum(v for key in ("wait_seconds", "step_seconds") for _, v in series(metrics, key)), 1)
+    tokens = int(sum(v for _, v in series(metrics, "tokens")))
     gain = _reward_gain([r for _, r in rewards])
     every = eval_summary(evals)
     trained = eval_summary([e for e in evals if int(e.get("step") or 0) >= 1])
@@ -204,7 +199,7 @@ def _figures(
         budget_tokens=budget.max_tokens,
         budget_usd=budget.estimated_usd,
         reward_curve=downsample(rewards, MAX_CURVE_POINTS),
-        eval_curve=downsample(_series(evals, "eval_accuracy"), MAX_CURVE_POINTS),
+        eval_curve=downsample(series(evals, "eval_accuracy"), MAX_CURVE_POINTS),
     )
 
 
@@ -223,12 +218,3 @@ def _best(
     """The run with the highest `score` (None: not ranked); ties by the smaller `tie`, then order."""
     ranked = [(-s, *tie(r), i, r.run_id) for i, r in enumerate(runs) if (s := score(r)) is not None]
     return min(ranked)[-1] if ranked else None
-
-
-def _series(rows: list[dict[str, Any]], key: str) -> Points:
-    """(step, value) of the rows whose `key` is a number."""
-    return [
-        (int(row.get("step", i + 1)), float(v))
-        for i, row in enumerate(rows)
-        if isinstance(v := row.get(key), (int, float))
-    ]

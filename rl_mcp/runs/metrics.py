@@ -41,6 +41,18 @@ def latest_metrics(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -
     return out
 
 
+Points = list[tuple[int, float]]  # (step, value)
+
+
+def series(rows: list[dict[str, Any]], key: str) -> Points:
+    """(step, value) for each row whose `key` is a number (NaN and infinities included)."""
+    return [
+        (int(r.get("step", i + 1)), float(v))
+        for i, r in enumerate(rows)
+        if isinstance(v := r.get(key), (int, float)) and not isinstance(v, bool)
+    ]
+
+
 def _numbers(rows: list[dict[str, Any]], key: str) -> list[float]:
     return [float(v) for m in rows if isinstance(v := m.get(key), (int, float))]
 
