@@ -295,7 +295,7 @@ class Trainer:
             first = int(np.argmax(completion)) + 1 if completion.any() else len(targets)  # in `full`
             lps = await sampler.compute_logprobs_async(full, from_position=first)
             values = np.asarray([np.nan if v is None else v for v in lps[1:]], dtype=np.float32)
-            datums[k] = with_sampler_logprobs(d, np.where(conv.completion_masks[k], values, 0.0))
+            datums[k] = with_sampler_logprobs(d, np.where(completion, values, 0.0))
 
         await asyncio.gather(*(score(k) for k in conv.missing_logprobs))
         return datums

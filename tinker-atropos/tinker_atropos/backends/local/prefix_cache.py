@@ -71,9 +71,10 @@ class PrefixCache:
         if len(ids) < MIN_REUSE:
             return
         for key, entry in list(self._entries.items()):
-            if len(entry.tokens) <= len(ids) and common_prefix(entry.tokens, ids) == len(entry.tokens):
+            shared = common_prefix(entry.tokens, ids)
+            if shared == len(entry.tokens):
                 self._drop(key)
-            elif len(entry.tokens) > len(ids) and common_prefix(entry.tokens, ids) == len(ids):
+            elif shared == len(ids):
                 self._entries.move_to_end(key)
                 return  # an entry already covers it
         entry = Entry(ids, keys, values)
