@@ -20,7 +20,7 @@ from rl_mcp.app import open_app
 from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.facts import RunFacts
 from rl_mcp.diagnosis.findings import Finding
-from rl_mcp.diagnosis.inputs import drops_equal_groups
+from rl_mcp.diagnosis.inputs import drops_equal_groups, latest_replies
 from rl_mcp.diagnosis.notified import sent_codes
 from rl_mcp.diagnosis.rules import diagnose
 from rl_mcp.mcp_api.finding_notices import LOGGER
@@ -40,8 +40,17 @@ def recorded(name: str, *, upto: int | None = None, active: bool = False) -> Run
         metrics = metrics[:upto]
         evals = [e for e in evals if e["step"] <= upto and not e.get("final")]
     config = yaml.safe_load((folder / "config.yaml").read_text())
+    replies_step, replies = latest_replies(folder / "latest_replies.json") if upto is None else (None, [])
     return RunFacts(
-        f"run-{name}", metrics, evals, config["env"], config["tinker"], active=active, now=metrics[-1]["time"]
+        f"run-{name}",
+        metrics,
+        evals,
+        config["env"],
+        config["tinker"],
+        active=active,
+        now=metrics[-1]["time"],
+        replies_step=replies_step,
+        replies=replies,
     )
 
 
@@ -140,10 +149,15 @@ def test_overfitting_run_reward_up_eval_flat() -> None:
     """Trained on two items of ten letters: it learns those two, the held-out eval of all ten barely moves."""
     found = by_code(diagnose(recorded("overfitting")))
     finding = found["reward_up_eval_flat"]
-    reward, held_out = finding.evidence
+    reward, held_out, replies = finding.evidence
     assert reward.metric == "reward_mean" and reward.values[0] < 0.1 and reward.values[-1] > 0.9
     assert held_out.metric == "eval_reward_mean" and held_out.steps[0] == 0 and held_out.steps[-1] == 60
     assert held_out.values[-1] - held_out.values[0] < t.EVAL_FOLLOW_SHARE * 0.9  # type: ignore[operator]
+    # what the reward paid for at the last step, quoted: the two training letters repeated
+    kept = recorded("overfitting").replies
+    assert replies.metric == "sample_replies" and replies.steps == [60] * len(kept) and kept
+    assert replies.values == [score for score, _ in kept] and min(replies.values) > 0.9  # type: ignore[type-var]
+    assert all(repr(text[: t.QUOTED_REPLY_CHARS]) in replies.summary for _, text in kept)
     # the next step samples the trained weights beside the base model: the replies show what it learned
     assert finding.next_step.tool == "rl_test_inference" and finding.next_step.arguments == {
         "run_id": "run-overfitting"

@@ -244,6 +244,17 @@ def test_learning_run_exits_zero_and_prints_final_checkpoint(learning_run):
     assert final == Path(learning_run.result()["final_checkpoint"])
 
 
+def test_learning_run_keeps_its_newest_best_scored_replies(learning_run):
+    """latest_replies.json: the last step's best-scored replies, decoded from their trained tokens
+    (letter_repeat's replies are letters), best first."""
+    kept = json.loads((learning_run.run_dir / "latest_replies.json").read_text())
+    assert kept["step"] == E2E_STEPS
+    scores = [r["score"] for r in kept["replies"]]
+    assert 1 <= len(scores) <= 3 and scores == sorted(scores, reverse=True)
+    assert all(isinstance(r["reply"], str) and r["reply"] for r in kept["replies"])
+    assert scores[0] >= learning_run.metrics()[-1]["reward_mean"]  # the best of the step, not any
+
+
 def test_learning_run_writes_one_metrics_line_per_step(learning_run):
     lines = learning_run.metrics()
     assert [m["step"] for m in lines] == list(range(1, E2E_STEPS + 1))

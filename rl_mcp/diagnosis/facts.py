@@ -24,6 +24,8 @@ class RunFacts:
     now: float = 0.0
     running_since: float | None = None  # when the run reached `running`
     env_drops_equal_groups: bool = False  # its env.log's latest lines: atroposlib drops all-equal groups
+    replies_step: int | None = None  # the step of `replies`
+    replies: list[tuple[float, str]] = field(default_factory=list)  # its best-scored replies (score, text)
 
 
 def window(points: Points) -> int:

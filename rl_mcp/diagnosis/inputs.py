@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 from rl_mcp.diagnosis.facts import RunFacts
@@ -32,10 +34,20 @@ def drops_equal_groups(env_log_tail: list[str]) -> bool:
     return any(EQUAL_SCORES_MARK in line for line in env_log_tail)
 
 
+def latest_replies(path: Path) -> tuple[int | None, list[tuple[float, str]]]:
+    """The trainer's latest_replies.json: its step and (score, reply) pairs (none where unreadable)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return int(data["step"]), [(float(r["score"]), str(r["reply"])) for r in data["replies"]]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None, []
+
+
 def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> RunFacts:
     metrics = cache.metrics(rec)
     env, tinker = run_config_sections(rec.config_path)
     drops = rec.active and drops_equal_groups(tail_lines(rec.log_path(ProcessName.ENV), ENV_LOG_LINES))
+    replies_step, replies = latest_replies(rec.files.latest_replies)
     return RunFacts(
         run_id=rec.run_id,
         metrics=metrics,
@@ -46,4 +58,6 @@ def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> 
         now=time.time() if now is None else now,
         running_since=rec.running_at,
         env_drops_equal_groups=drops,
+        replies_step=replies_step,
+        replies=replies,
     )

@@ -41,6 +41,9 @@ REWARD_RISE = 0.1
 # does not carry to held-out items (a learning run's eval follows most of the way).
 EVAL_FOLLOW_SHARE = 0.25
 
+# A quoted sample reply is cut here: enough to see what the reward pays for, short enough to read.
+QUOTED_REPLY_CHARS = 200
+
 # A held-out eval this far below the run's best: a regression worth keeping the best checkpoint for
 # (one item of a 12-item eval set is 0.083, so one flipped item does not fire).
 EVAL_REGRESSION_DROP = 0.1

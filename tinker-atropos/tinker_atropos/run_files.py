@@ -133,6 +133,11 @@ class RunFiles:
         return self.run_dir / "exports"
 
     @property
+    def latest_replies(self) -> Path:
+        """The newest step's best-scored replies, decoded: what the reward pays for."""
+        return self.run_dir / "latest_replies.json"
+
+    @property
     def first_batch(self) -> Path:
         """The first batch the trainer took, as it took it (tokens, masks, scores): what it trains on."""
         return self.run_dir / "first_batch.json"

@@ -45,6 +45,7 @@ FINAL_SAVE_TIMEOUT_S = 15.0
 FINAL_EVAL_TIMEOUT_S = 600.0
 REGISTER_TIMEOUT_S = 60.0
 FIRST_BATCH_GROUPS = 4  # groups of the first batch kept in first_batch.json (a few hundred KB at most)
+LATEST_REPLIES = 3  # the best-scored replies of each step kept in latest_replies.json
 
 
 def registration_for(cfg: RunConfig) -> Registration:
@@ -213,6 +214,7 @@ class Trainer:
         started = time.monotonic()
         if step == self.cfg.tinker.start_step + 1:
             write_first_batch(Path(self.cfg.tinker.run_dir), step, groups)
+        write_latest_replies(Path(self.cfg.tinker.run_dir), step, groups, self.training.get_tokenizer())
         conv = groups_to_datums(groups, self.cfg.tinker.advantage_scale)
         datums = await self._fill_missing_logprobs(conv)
         loss = drift = lp_ref = lp_train = grad_norm = None
@@ -377,6 +379,22 @@ def write_first_batch(run_dir: Path, step: int, groups: list[dict[str, Any]]) ->
     keys = ("tokens", "masks", "scores", "messages")
     kept = [{k: group.get(k) for k in keys} for group in groups[:FIRST_BATCH_GROUPS]]
     atomic_write_text(RunFiles(run_dir).first_batch, json.dumps({"step": step, "groups": kept}))
+
+
+def write_latest_replies(run_dir: Path, step: int, groups: list[dict[str, Any]], tokenizer: Any) -> None:
+    """Replace latest_replies.json with the step's LATEST_REPLIES best-scored replies (their trained
+    tokens decoded), so that a reward the replies game shows in what it pays for."""
+    scored = [
+        (float(score), tokens, masks)
+        for group in groups
+        for score, tokens, masks in zip(group.get("scores") or [], group.get("tokens") or [], group.get("masks") or [])
+    ]
+    best = sorted(scored, key=lambda item: -item[0])[:LATEST_REPLIES]
+    replies = [
+        {"score": score, "reply": tokenizer.decode([t for t, m in zip(tokens, masks) if m != -100])}
+        for score, tokens, masks in best
+    ]
+    atomic_write_text(RunFiles(run_dir).latest_replies, json.dumps({"step": step, "replies": replies}))
 
 
 def _public_config(cfg: RunConfig) -> dict[str, Any]:
