@@ -43,3 +43,19 @@ def evidence_of(metric: str, points: Points, summary: str) -> Evidence:
 
 def span_of(points: Points) -> str:
     return f"steps {points[0][0]}-{points[-1][0]}" if len(points) > 1 else f"step {points[0][0]}"
+
+
+def sample_replies(facts: RunFacts) -> list[Evidence]:
+    """What the reward pays for: the newest step's best-scored replies, quoted (none when the run
+    kept none)."""
+    if facts.replies_step is None or not facts.replies:
+        return []
+    quoted = "; ".join(f"{text[: t.QUOTED_REPLY_CHARS]!r} (score {score:.3g})" for score, text in facts.replies)
+    return [
+        Evidence(
+            "sample_replies",
+            [facts.replies_step] * len(facts.replies),
+            [score for score, _ in facts.replies],
+            f"the best-scored replies of step {facts.replies_step}: {quoted}",
+        )
+    ]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rl_mcp.diagnosis import thresholds as t
-from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, span_of, window
+from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, sample_replies, span_of, window
 from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.runs.metrics import Points, series
 
@@ -174,25 +174,9 @@ def reward_up_eval_flat(facts: RunFacts) -> Finding | None:
                 f"{name} {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {step}): "
                 f"{eval_gain:+.3f} against the training reward's {gain:+.3f}",
             ),
-            *_sample_replies(facts),
+            *sample_replies(facts),
         ],
     )
-
-
-def _sample_replies(facts: RunFacts) -> list[Evidence]:
-    """What the reward pays for: the newest step's best-scored replies, quoted (none when the run
-    kept none)."""
-    if facts.replies_step is None or not facts.replies:
-        return []
-    quoted = "; ".join(f"{text[: t.QUOTED_REPLY_CHARS]!r} (score {score:.3g})" for score, text in facts.replies)
-    return [
-        Evidence(
-            "sample_replies",
-            [facts.replies_step] * len(facts.replies),
-            [score for score, _ in facts.replies],
-            f"the best-scored replies of step {facts.replies_step}: {quoted}",
-        )
-    ]
 
 
 def eval_regressed(facts: RunFacts) -> Finding | None:
