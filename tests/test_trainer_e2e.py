@@ -205,6 +205,11 @@ def learning_run(tmp_path_factory, tiny_model) -> Finished:
     run_dir = tmp_path_factory.mktemp("learning") / "run"
     api_port, inf_port = free_port(), free_port()
     config = write_config(run_dir, tiny_model, api_port, inf_port, E2E_STEPS)
+    # No credit for letters outside the task's pool. With it (0.05 each), a fifth of this random
+    # byte-level model's tokens are letters, so at lr 1e-2 it often settled on other letters first:
+    # every reply then scores 0.05, every group is all-equal and nothing is left to learn from
+    # (3 of 8 runs stuck at 0.05; none of 24 without it, where the reward passed 0.1 by step 4-15).
+    edit_config(config, lambda c: c["env"].update(letter_credit=0.0))
     procs: list[Proc] = []
     try:
         procs.append(start_run_api(api_port, run_dir / "logs" / "api.log"))
@@ -288,10 +293,15 @@ def test_learning_run_result_completed_with_state(learning_run):
 
 
 def test_learning_run_reward_rises(learning_run):
+    """The last third of the run scores well above the untrained policy's first steps.
+
+    Measured over 24 runs: the first three steps average 0.003-0.02, the last third 0.39-0.65.
+    (The first third is no baseline: the reward often rises within it.)
+    """
     rewards = [m["reward_mean"] for m in learning_run.metrics()]
     third = len(rewards) // 3
-    first, last = sum(rewards[:third]) / third, sum(rewards[-third:]) / third
-    assert last > first + 0.1, f"reward did not rise: {rewards}"
+    untrained, last = sum(rewards[:3]) / 3, sum(rewards[-third:]) / third
+    assert last > untrained + 0.25, f"reward did not rise: {rewards}"
 
 
 # --- the stopped run -----------------------------------------------------------------------
