@@ -62,14 +62,15 @@ def assert_only_assistant_tokens_trained(tokenizer: Any, sequence: dict[str, Any
     trained = trained_spans(tokens, masks)
     spans = [tokenizer.decode(span) for span in trained]
     assert len(spans) == len(replies), (spans, replies)
-    # each trained span is one reply and the token that ended it: the end of turn, or the other EOS
-    # the sampler stops on (the model's generation config names both)
-    ends = ("<|im_end|>", "<|endoftext|>")
+    # each trained span is one reply, then nothing but special tokens the policy sampled: the end of
+    # turn or the other EOS that stopped it, or one that a length cut left at its end
     for ids, span, reply in zip(trained, spans, replies):
-        if not span.startswith(reply):  # a special token sampled inside the reply
-            end = next((e for e in ends if span.rstrip().endswith(e)), "")
-            span = tokenizer.decode(ids, skip_special_tokens=True) + end
-        assert span.startswith(reply) and span[len(reply) :].strip() in (*ends, ""), (span, reply)
+        whole = span if span.startswith(reply) else tokenizer.decode(ids, skip_special_tokens=True)
+        assert whole.startswith(reply), (span, reply)
+        rest = whole[len(reply) :]
+        for special in (added.content for added in tokenizer.added_tokens_decoder.values() if added.special):
+            rest = rest.replace(special, "")
+        assert not rest.strip(), (span, reply)
     for message in messages:
         if message["role"] != "assistant":
             assert all(message["content"] not in span for span in spans if message["content"])
