@@ -62,7 +62,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) lint
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
 
 bench: $(STAMP) $(SMOLLM2)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
