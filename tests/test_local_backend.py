@@ -217,7 +217,7 @@ def test_shared_prompt_and_microbatches_give_the_whole_batch_numbers(client, bas
 def test_bfloat16_compute_trains_the_same_direction_within_its_precision(base, tmp_path: Path) -> None:
     """`local_compute: bfloat16` (mixed precision) gives the float32 trainer's logprobs within
     bfloat16's precision and a gradient pointing the same way; `auto` takes it only where native."""
-    from tinker_atropos.backends.local.training import autocast_dtype
+    from tinker_atropos.backends.local.precision import compute_dtype
 
     data = _batch(base, k=6, seed=5)
     grads, logprobs = {}, {}
@@ -233,8 +233,8 @@ def test_bfloat16_compute_trains_the_same_direction_within_its_precision(base, t
     assert cosine > 0.95, cosine
     cpu = torch.device("cpu")
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    assert autocast_dtype("float32", cpu) is None and autocast_dtype("bfloat16", cpu) is torch.bfloat16
-    assert autocast_dtype("auto", cpu) is (torch.bfloat16 if native else None)
+    assert compute_dtype("float32", cpu) is None and compute_dtype("bfloat16", cpu) is torch.bfloat16
+    assert compute_dtype("auto", cpu) is (torch.bfloat16 if native else None)
 
 
 def test_plan_shares_each_groups_prompt_and_runs_the_rest_whole() -> None:

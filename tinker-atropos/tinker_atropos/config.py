@@ -52,9 +52,10 @@ class TinkerConfig(_Strict):
     )
     local_compute: Literal["float32", "bfloat16", "auto"] = Field(
         "float32",
-        description="The local trainer's matmul precision: float32; bfloat16 (mixed precision: on a CPU "
-        "with native bfloat16 about twice as fast, the trainer's logprobs ~0.03 nats a token from the "
-        "float32 sampler's); auto (bfloat16 where the CPU or GPU has it natively, else float32).",
+        description="The local trainer's and sampler's matmul precision: float32; bfloat16 (mixed "
+        "precision, the output head in float32: on a CPU with native bfloat16 the trainer's forward/backward "
+        "about twice and decoding 1.5x as fast, sampler and trainer logprobs ~0.015 nats a token apart); "
+        "auto (bfloat16 where the CPU or GPU has it natively, else float32).",
     )
     max_token_trainer_length: int = Field(9000, gt=0)
     total_steps: int = Field(gt=0)

@@ -28,6 +28,7 @@ from tinker import types
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from tinker_atropos.backends.local.precision import mixed
 from tinker_atropos.backends.local.prefix_cache import MIN_REUSE, Hit, PrefixCache, common_prefix
 
 logger = logging.getLogger(__name__)
@@ -82,11 +83,14 @@ class ContinuousBatcher:
         filter_logits: Callable[[torch.Tensor, types.SamplingParams], torch.Tensor],
         max_requests: int | None = None,
         prefix_cache: PrefixCache | None = None,
+        autocast: torch.dtype | None = None,
     ) -> None:
         """`max_requests`: requests decoding at once (None: as many as MAX_ROWS rows hold; 1 is the
         old serial server, one request at a time with its n samples batched, kept for the bench).
-        `prefix_cache`: prompts' starts already run (None: every prompt is prefilled whole)."""
+        `prefix_cache`: prompts' starts already run (None: every prompt is prefilled whole).
+        `autocast`: the mixed precision the model runs in (`precision.py`; None: as its weights)."""
         self.model = model
+        self.autocast = autocast
         self.max_requests = max_requests
         self.tokenizer = tokenizer
         self.filter_logits = filter_logits
@@ -172,14 +176,14 @@ class ContinuousBatcher:
                 if not future.set_running_or_notify_cancel():
                     continue  # its caller went away
                 try:
-                    with torch.inference_mode():
+                    with torch.inference_mode(), mixed(self.device, self.autocast):
                         result = job()
                 except Exception as exc:  # the job's caller gets its error; the batch goes on
                     future.set_exception(exc)
                 else:
                     future.set_result(result)
             try:
-                with torch.inference_mode():
+                with torch.inference_mode(), mixed(self.device, self.autocast):
                     self._admit([r for r in admitted if not r.cancelled])
                     self._step()
             except Exception as exc:  # fails the requests in flight; the batcher goes on with the next

@@ -65,6 +65,7 @@ class LocalSampler:
         eos_token_ids: list[int],
         max_positions: int,
         path: str | None = None,
+        autocast: torch.dtype | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -72,7 +73,9 @@ class LocalSampler:
         self.max_positions = max_positions
         self.path = path  # the adapter folder it was built from; None for the base model
         self.device = next(model.parameters()).device
-        self.batcher = ContinuousBatcher(model, tokenizer, _filter_logits, prefix_cache=PrefixCache())
+        self.batcher = ContinuousBatcher(
+            model, tokenizer, _filter_logits, prefix_cache=PrefixCache(), autocast=autocast
+        )
 
     async def sample_async(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams

@@ -22,6 +22,7 @@ from ..checkpoints import CheckpointStore
 from .engine import BaseModel
 from .losses import LOSS_INPUTS, elementwise_loss
 from .microbatches import first_trained, plan
+from .precision import compute_dtype, float32_head, for_sampling, mixed
 from .sampler import LocalSampler
 from .shared_prompt import SharedPrompt
 
@@ -42,14 +43,18 @@ class LocalTrainingClient:
         self, base: BaseModel, rank: int, run_dir: Path, run_name: str, seed: int = 0, compute: str = "float32"
     ) -> None:
         self.base = base
-        self.autocast = autocast_dtype(compute, base.device)  # None: float32 throughout
+        self.compute = compute
+        self.autocast = compute_dtype(compute, base.device)  # None: float32 throughout
         self.base_model = base.name
         self.rank = rank
         self.device = base.device
         self.checkpoints = CheckpointStore(run_dir, run_name)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)  # LoRA A matrices are random: same seed, same start
-            self.model: PeftModel = get_peft_model(base.copy_model(), lora_config(rank))
+            model = base.copy_model()
+            if self.autocast is not None:
+                float32_head(model)
+            self.model: PeftModel = get_peft_model(model, lora_config(rank))
         self.model.eval()  # no dropout anywhere: trainer logprobs must match the sampler's
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=0.0)
@@ -80,10 +85,7 @@ class LocalTrainingClient:
         trained_from = [first_trained(_loss_weights(d)) for d in data]
         outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
         total = 0.0
-        mixed = torch.autocast(
-            self.device.type, dtype=self.autocast or torch.float32, enabled=self.autocast is not None
-        )
-        with self._lock, mixed:
+        with self._lock, mixed(self.device, self.autocast):
             for group in plan(tokens, trained_from, self.model.config.vocab_size):
                 shared = None
                 if group.prefix:
@@ -213,22 +215,7 @@ class LocalTrainingClient:
 
     # -- samplers -----------------------------------------------------------------------------
     async def create_sampling_client_async(self, path: str) -> LocalSampler:
-        return await asyncio.to_thread(create_sampler, self.base, path)
-
-
-def autocast_dtype(compute: str, device: torch.device) -> torch.dtype | None:
-    """The trainer's autocast dtype for a `local_compute` setting (None: float32). bfloat16 without
-    native support is emulated, slower than float32, so `auto` takes it only where it is native."""
-    if compute == "bfloat16":
-        return torch.bfloat16
-    if compute == "auto":
-        native = (
-            torch.cuda.is_bf16_supported()
-            if device.type == "cuda"
-            else torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-        )
-        return torch.bfloat16 if native else None
-    return None
+        return await asyncio.to_thread(create_sampler, self.base, path, self.compute)
 
 
 def _loss_weights(datum: types.Datum) -> list[float]:
@@ -239,10 +226,13 @@ def _loss_weights(datum: types.Datum) -> list[float]:
     return [1.0] if field is None else field.to_torch().tolist()
 
 
-def create_sampler(base: BaseModel, adapter: str | None = None) -> LocalSampler:
-    """A sampler on a private copy of the base model, with the adapter at `adapter` merged in."""
+def create_sampler(base: BaseModel, adapter: str | None = None, compute: str = "float32") -> LocalSampler:
+    """A sampler on a private copy of the base model, with the adapter at `adapter` merged in (in
+    float32), computing as `compute` says (the trainer's `local_compute`)."""
     model = base.copy_model()
     if adapter is not None:
         model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     model.eval()
-    return LocalSampler(model, base.tokenizer, base.eos_token_ids, base.max_positions, path=adapter)
+    dtype = compute_dtype(compute, base.device)
+    for_sampling(model, dtype)
+    return LocalSampler(model, base.tokenizer, base.eos_token_ids, base.max_positions, path=adapter, autocast=dtype)
