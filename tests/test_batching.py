@@ -97,13 +97,15 @@ async def test_bfloat16_sampler_logprobs_match_the_bfloat16_trainer_within_its_p
             sampled.append((torch.tensor(seq.logprobs), torch.tensor(fresh)))
     out = trainer.forward_backward(data, "importance_sampling")  # a fresh LoRA adds nothing yet
     gaps_fresh, gaps_trainer = [], []
-    for (got, fresh), answer, datum in zip(sampled, out.loss_fn_outputs, data):
+    for (got, fresh), answer in zip(sampled, out.loss_fn_outputs):
         reply = len(got)
         gaps_fresh.append((got - fresh).abs())
         gaps_trainer.append((got - answer["logprobs"].to_torch()[-reply:]).abs())
     fresh_gap, trainer_gap = torch.cat(gaps_fresh), torch.cat(gaps_trainer)
-    print(f"bfloat16 sampler: |sampled - fresh| mean {fresh_gap.mean():.4f} max {fresh_gap.max():.4f}; "
-          f"|sampled - trainer| mean {trainer_gap.mean():.4f} max {trainer_gap.max():.4f}")
+    print(
+        f"bfloat16 sampler: |sampled - fresh| mean {fresh_gap.mean():.4f} max {fresh_gap.max():.4f}; "
+        f"|sampled - trainer| mean {trainer_gap.mean():.4f} max {trainer_gap.max():.4f}"
+    )
     assert fresh_gap.mean() < BF16_MEAN_TOLERANCE and trainer_gap.mean() < BF16_MEAN_TOLERANCE
     assert fresh_gap.max() < BF16_MAX_TOLERANCE and trainer_gap.max() < BF16_MAX_TOLERANCE
     assert trainer_gap.max() > 0  # it really sampled in bfloat16
