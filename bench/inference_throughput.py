@@ -6,7 +6,8 @@ SmolLM2-135M-Instruct, realistic chat prompts, 64 new tokens, over HTTP (/v1/cha
 at 1, 4, 16 and 64 concurrent requests: tokens per second and p50/p95 latency. Then a held-out
 evaluation's shape (64 arithmetic items, 16 and then 64 at a time as the local profiles send
 them, greedy) on both servers, and how many
-greedy replies the two servers give alike on a fixed prompt set.
+greedy replies the two servers give alike on a fixed prompt set. Last, the sampler in float32
+against `local_compute: bfloat16` on an agent-shaped batch, one thread as in a trainer's process.
 
     .venv/bin/python bench/inference_throughput.py [--levels 1 4 16 64] [--tokens 64]
 """
@@ -16,13 +17,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import torch
+from tinker import types
 
-from tinker_atropos.backends.local import LocalSampler, create_sampler, load_base_model
+from tinker_atropos.backends.local import LocalSampler, LocalTrainingClient, create_sampler, load_base_model
 from tinker_atropos.environments.arithmetic_data import question, split
 from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
 
@@ -102,6 +106,57 @@ def generate_reference(base: Any, chats: list[list[dict[str, str]]], tokens: int
     return produced / (time.perf_counter() - started)
 
 
+def precision(base: Any, tokens: int) -> None:
+    """4 long prompts (a system prompt of tool schemas, as an agent's) x 7 samples decoded at once,
+    float32 against mixed bfloat16: tokens per second, and each sampled token's logprob against the
+    trainer's for the same sequence in the same precision (what an importance ratio compares)."""
+    tools = " ".join(f"tool_{i}(x: int) -> int returns x times {i}." for i in range(25))
+    prompts = [
+        base.tokenizer.apply_chat_template(
+            [{"role": "system", "content": f"You can call tools: {tools}"}, {"role": "user", "content": t}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        for t in TOPICS[:4]
+    ]
+    ids = [base.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    params = types.SamplingParams(max_tokens=tokens, temperature=1.0, stop=[])
+    threads = torch.get_num_threads()
+    for compute in ("float32", "bfloat16"):
+        sampler = create_sampler(base, None, compute)
+        sampler.batcher.prefix_cache = None
+        torch.set_num_threads(1)
+        started = time.perf_counter()
+        futures = [sampler.batcher.submit(sampler._request(types.ModelInput.from_ints(p), 7, params)) for p in ids]
+        results = [f.result() for f in futures]
+        wall = time.perf_counter() - started
+        torch.set_num_threads(threads)
+        sampler.batcher.close()
+        produced = sum(len(r.tokens) for rs in results for r in rs)
+        data, sampled = [], []
+        for prompt, rs in zip(ids, results):
+            for r in rs:
+                seq = prompt + [int(t) for t in r.tokens]
+                n = len(seq) - 1
+                inputs = {
+                    "target_tokens": torch.tensor(seq[1:]),
+                    "logprobs": torch.zeros(n),
+                    "advantages": torch.ones(n),
+                }
+                data.append(types.Datum(model_input=types.ModelInput.from_ints(seq[:-1]), loss_fn_inputs=inputs))
+                sampled.append(torch.from_numpy(r.logprobs))
+        with tempfile.TemporaryDirectory() as run_dir:
+            trainer = LocalTrainingClient(base, 16, Path(run_dir), "bench", compute=compute)
+            out = trainer.forward_backward(data, "importance_sampling")
+        gaps = torch.cat(
+            [(got - o["logprobs"].to_torch()[-len(got) :]).abs() for got, o in zip(sampled, out.loss_fn_outputs)]
+        )
+        print(
+            f"sampler {compute:>8}: {produced / wall:6.1f} tok/s on 1 thread ({len(ids[0])}-token prompts x 7); "
+            f"|sampled - trainer| logprob mean {gaps.mean():.4f}, p95 {gaps.quantile(0.95):.4f}, max {gaps.max():.4f}"
+        )
+
+
 async def main(levels: list[int], tokens: int) -> None:
     base = load_base_model(MODEL, "cpu")
     serial = LocalSampler(base.copy_model(), base.tokenizer, base.eos_token_ids, base.max_positions)
@@ -139,11 +194,16 @@ async def main(levels: list[int], tokens: int) -> None:
     finally:
         for h in servers.values():
             h.stop()
+    precision(base, tokens)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--precision-only", action="store_true", help="only the float32/bfloat16 sampler section")
     args = parser.parse_args()
-    asyncio.run(main(args.levels, args.tokens))
+    if args.precision_only:
+        precision(load_base_model(MODEL, "cpu"), args.tokens)
+    else:
+        asyncio.run(main(args.levels, args.tokens))
