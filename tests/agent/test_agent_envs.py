@@ -118,10 +118,12 @@ def test_batch_reports_agent_metrics_only_when_sequences_do() -> None:
 def smollm2_url():
     from tinker_atropos.backends.local import create_sampler, load_base_model
     from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
-    from tinker_atropos.models import model_dir
+    from tinker_atropos.models import ensure_model
 
-    if not model_dir("smollm2-135m").exists():
-        pytest.skip("smollm2-135m is not built (make smollm2)")
+    try:  # built from its wheel on first use, as a run builds it: an empty HOME has no build yet
+        ensure_model("smollm2-135m")
+    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        pytest.skip(f"{exc} (make smollm2)")
     base = load_base_model("smollm2-135m", "cpu")
     handle = serve_in_thread(
         build_app(SamplerHolder(create_sampler(base)), "smollm2-135m", base.tokenizer), "127.0.0.1", 0
