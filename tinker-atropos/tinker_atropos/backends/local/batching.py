@@ -3,9 +3,9 @@ batch, one token per step; a request that arrives while others decode is prefill
 batch at the next step, and a finished (or cancelled) sample leaves it at once.
 
 One thread owns the model: scoring (`score`, the trainer's logprobs for sequences that came
-without them) runs on it too, between two steps. Rows (one per sample) share a KV cache, left-padded to a common
-length: a row's padding is masked out and its positions count only its own tokens, so each row
-computes what it would alone (up to float rounding). Logprobs are the model's own (temperature
+without them) runs on it too, between two steps. Rows (one per sample) share a KV cache,
+left-padded to a common length: a row's padding is masked out and its positions count only its
+own tokens, so each row computes what it would alone (up to float rounding). Logprobs are the model's own (temperature
 1) from the same forward pass that produced the token. The thread exits when idle and starts
 again on the next request; a sampler swapped out by the trainer finishes the rows it has and is
 never given another, so no sequence ever changes weights half way.
@@ -172,26 +172,29 @@ class ContinuousBatcher:
                 while self._pending and self._has_room(admitted, self._pending[0]):
                     admitted.append(self._pending.pop(0))
                 jobs, self._jobs = self._jobs, []
-            for job, future in jobs:
-                if not future.set_running_or_notify_cancel():
-                    continue  # its caller went away
+            with torch.inference_mode(), mixed(self.device, self.autocast):
+                self._run_jobs(jobs)
                 try:
-                    with torch.inference_mode(), mixed(self.device, self.autocast):
-                        result = job()
-                except Exception as exc:  # the job's caller gets its error; the batch goes on
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
-            try:
-                with torch.inference_mode(), mixed(self.device, self.autocast):
                     self._admit([r for r in admitted if not r.cancelled])
                     self._step()
-            except Exception as exc:  # fails the requests in flight; the batcher goes on with the next
-                logger.exception("batched decode step failed")
-                for row in self._rows:
-                    if not row.request.future.done():
-                        row.request.future.set_exception(exc)
-                self._reset()
+                except Exception as exc:  # fails the requests in flight; the batcher goes on with the next
+                    logger.exception("batched decode step failed")
+                    for row in self._rows:
+                        if not row.request.future.done():
+                            row.request.future.set_exception(exc)
+                    self._reset()
+
+    @staticmethod
+    def _run_jobs(jobs: list[tuple[Callable[[], Any], Future[Any]]]) -> None:
+        for job, future in jobs:
+            if not future.set_running_or_notify_cancel():
+                continue  # its caller went away
+            try:
+                result = job()
+            except Exception as exc:  # the job's caller gets its error; the batch goes on
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
 
     def _fail_all(self, exc: Exception) -> None:
         for request in [*self._pending, *(row.request for row in self._rows)]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,12 +92,16 @@ class LocalSampler:
         return _response(results)
 
     async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
-        return await asyncio.wrap_future(self.batcher.call(lambda: self.batcher.score(prompt.to_ints(), from_position)))
+        return await asyncio.wrap_future(self._scored(prompt, from_position))
 
     def compute_logprobs(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
+        return self._scored(prompt, from_position).result()
+
+    def _scored(self, prompt: types.ModelInput, from_position: int) -> Future[list[float | None]]:
         """Scored by the batching thread between two decode steps (a caller waiting on the model's
         lock would starve behind a busy batch), from the prefix cache where it holds the start."""
-        return self.batcher.call(lambda: self.batcher.score(prompt.to_ints(), from_position)).result()
+        ids = prompt.to_ints()
+        return self.batcher.call(lambda: self.batcher.score(ids, from_position))
 
     def sample(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
