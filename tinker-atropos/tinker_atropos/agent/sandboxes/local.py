@@ -39,9 +39,10 @@ from tinker_atropos.agent.sandboxes.procs import (
 
 logger = logging.getLogger(__name__)
 # A running command's directory is measured against max_disk_bytes every DISK_POLL_S, or 20
-# times as long as measuring took (a big tree is measured less often): writes at 1 GB/s overshoot
-# the cap by about 50 MB
-DISK_POLL_S = 0.05
+# times the CPU time measuring took (a big tree is measured less often): writes at 1 GB/s overshoot
+# the cap by about 50 MB. CPU time, not wall time: on a loaded machine a measurement waits for a
+# core, and pausing 20 times that wait let a writer run hundreds of MB past the cap.
+DISK_POLL_S = 0.02
 
 
 class LocalSandbox(Sandbox):
@@ -105,9 +106,8 @@ class LocalSandbox(Sandbox):
         pause = DISK_POLL_S
         while True:
             await asyncio.sleep(pause)
-            started = time.monotonic()
-            used = await asyncio.to_thread(disk_usage, self.workdir)
-            pause = max(DISK_POLL_S, 20 * (time.monotonic() - started))
+            used, cpu_s = await asyncio.to_thread(_timed_disk_usage, self.workdir)
+            pause = max(DISK_POLL_S, 20 * cpu_s)
             if used > cap:
                 for pgid in spawned:
                     kill_group(pgid)
@@ -154,6 +154,13 @@ def disk_usage(path: Path) -> int:
             except OSError:
                 pass
     return total
+
+
+def _timed_disk_usage(path: Path) -> tuple[int, float]:
+    """disk_usage and the CPU seconds this thread spent measuring it."""
+    started = time.thread_time()
+    used = disk_usage(path)
+    return used, time.thread_time() - started
 
 
 def make_sandbox_dir(config: SandboxConfig) -> Path:
