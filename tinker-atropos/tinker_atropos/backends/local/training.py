@@ -15,6 +15,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from safetensors.torch import load_file
 from tinker import types
+from transformers import DynamicCache
 
 from tinker_atropos.run_files import CheckpointKind
 
@@ -25,6 +26,7 @@ from .microbatches import first_trained, plan
 from .precision import compute_dtype, float32_head, for_sampling, mixed
 from .sampler import LocalSampler
 from .shared_prompt import SharedPrompt
+from .target_logprobs import fusable_head, target_logprobs
 
 LORA_ALPHA = 32
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -56,6 +58,9 @@ class LocalTrainingClient:
                 float32_head(model)
             self.model: PeftModel = get_peft_model(model, lora_config(rank))
         self.model.eval()  # no dropout anywhere: trainer logprobs must match the sampler's
+        causal_lm = self.model.get_base_model()
+        self._head = fusable_head(causal_lm)  # None: the model's own logits
+        self._body = causal_lm.model
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=0.0)
         self.steps = 0
@@ -144,13 +149,21 @@ class LocalTrainingClient:
         from its KV cache (gradients flowing back through it): the same numbers as running each
         row whole."""
         if shared is None:
-            logits = self.model(input_ids=input_ids).logits.float()
-            return -torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+            return self._logprobs_after(input_ids, targets, None)
         prefix = shared.length
-        cache = shared.cache(input_ids.shape[0])
-        tail = self.model(input_ids=input_ids[:, prefix:], cache=cache, use_cache=False).logits.float()
-        tail_targets = -torch.nn.functional.cross_entropy(tail.transpose(1, 2), targets[:, prefix:], reduction="none")
-        return torch.cat([shared.target_logprobs(targets[:, :prefix]), tail_targets], dim=1)
+        tail = self._logprobs_after(input_ids[:, prefix:], targets[:, prefix:], shared.cache(input_ids.shape[0]))
+        return torch.cat([shared.target_logprobs(targets[:, :prefix]), tail], dim=1)
+
+    def _logprobs_after(
+        self, input_ids: torch.Tensor, targets: torch.Tensor, cache: DynamicCache | None
+    ) -> torch.Tensor:
+        """Log-probabilities of `targets` at `input_ids`' positions (after `cache`, when given):
+        through the fused head where the model allows it, else from the model's logits."""
+        if self._head is not None:
+            hidden = self._body(input_ids=input_ids, cache=cache, use_cache=False).last_hidden_state
+            return target_logprobs(hidden, self._head, targets)
+        logits = self.model(input_ids=input_ids, cache=cache, use_cache=False).logits.float()
+        return -torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
 
     # -- optimizer ----------------------------------------------------------------------------
     async def optim_step_async(self, adam_params: types.AdamParams) -> types.OptimStepResponse:
