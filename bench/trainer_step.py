@@ -7,6 +7,8 @@
 3. On SmolLM2-135M-Instruct (when `make smollm2` has installed it): one forward_backward on an
    arithmetic batch (2 groups x 8 replies of 16 tokens), each group's prompt run once with its
    KV cache under the replies, against every row run whole (before that change).
+4. On SmolLM2: an agent-shaped batch's forward_backward with the fused output head
+   (backends/local/target_logprobs.py) against the model's logits and cross_entropy.
 """
 
 from __future__ import annotations
@@ -231,8 +233,60 @@ def bench_shared_prompt(groups: int = 2, group_size: int = 8, reply_tokens: int 
     )
 
 
+def bench_fused_head(groups: int = 2, group_size: int = 8, prompt_tokens: int = 249) -> None:
+    """An agent-shaped batch (tool_calculator's 249-token prompt; replies of 40-140 tokens whose
+    15-token tool result is not trained): the fused head against the model's logits and
+    cross_entropy, in float32, the same client, rounds interleaved."""
+    import tempfile
+
+    try:
+        base = load_base_model("smollm2-135m", "cpu")
+    except Exception as exc:  # the model's wheel is optional (make smollm2)
+        print(f"fused head: smollm2-135m unavailable ({exc})")
+        return
+    rng, vocab = np.random.default_rng(0), base.model.config.vocab_size
+    data = []
+    for _ in range(groups):
+        prompt = rng.integers(10, vocab, prompt_tokens).tolist()
+        for adv in rng.normal(size=group_size):
+            toks = prompt + rng.integers(10, vocab, int(rng.integers(40, 140))).tolist()
+            trained = np.zeros(len(toks) - 1, np.float32)
+            trained[prompt_tokens - 1 : prompt_tokens + 39] = 1.0  # the first turn
+            trained[prompt_tokens + 54 :] = 1.0  # the turn after the tool's result
+            data.append(
+                types.Datum(
+                    model_input=types.ModelInput.from_ints(toks[:-1]),
+                    loss_fn_inputs={
+                        "target_tokens": np.asarray(toks[1:], np.int64),
+                        "logprobs": np.full(len(toks) - 1, -2.0, np.float32),
+                        "advantages": trained * np.float32(adv),
+                    },
+                )
+            )
+    times: dict[str, list[float]] = {"fused head": [], "logits + cross_entropy": []}
+    with tempfile.TemporaryDirectory() as run_dir:
+        client = LocalTrainingClient(base, RANK, run_dir, "bench", seed=0)
+        head = client._head
+        for i in range(3):  # the first round warms up
+            for name in times:
+                client._head = head if name == "fused head" else None
+                start = time.perf_counter()
+                client.forward_backward(data, "ppo")
+                if i:
+                    times[name].append(time.perf_counter() - start)
+                client.optimizer.zero_grad(set_to_none=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    tokens = sum(d.model_input.length for d in data)
+    print(
+        f"forward_backward, smollm2-135m, agent-shaped batch ({groups} groups x {group_size}, {tokens} tokens), "
+        f"median of 2: fused head {med['fused head']:.2f} s, logits + cross_entropy "
+        f"{med['logits + cross_entropy']:.2f} s ({med['logits + cross_entropy'] / med['fused head']:.2f}x)"
+    )
+
+
 if __name__ == "__main__":
     bench_step()
     bench_conversion()
     bench_shared_prompt()
+    bench_fused_head()
     sys.exit(0)

@@ -292,3 +292,34 @@ async def test_environment_joins_its_run_and_rolls_out_without_atroposlibs_start
         await _close(env)
         if api is not None:
             api.kill()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("every", "old", "new", "evaluated"),
+    [
+        (1, 0, 1, True),  # atroposlib's `old % 1 > new % 1` is never true: no periodic eval at all
+        (2, 2, 4, True),  # a poll that lands on a multiple: 0 > 0
+        (3, 2, 7, True),  # a jump past one (6) that lands on 7: 2 > 1 is true, atroposlib's own eval
+        (4, 1, 7, True),  # past 4, landing at 7: 1 > 3 is false
+        (2, 4, 5, False),  # no multiple crossed
+    ],
+)
+async def test_an_eval_runs_at_every_multiple_of_steps_per_eval_a_step_crosses(
+    inference_url, tmp_path: Path, every: int, old: int, new: int, evaluated: bool
+) -> None:
+    from tinker_atropos.environments.letter_repeat import LetterRepeatEnv
+
+    env = _env(LetterRepeatEnv, inference_url, tmp_path, group_size=2, eval_size=2, steps_per_eval=every)
+    try:
+        await env.setup()
+        env.curr_step, env.status_dict = old, {"current_step": new}
+        await env.env_step_checks()
+        assert env.curr_step == new and (env.eval_runner is not None) == evaluated
+        if evaluated:
+            await env.eval_runner
+            await env.env_step_checks()  # the same step polled again: no second evaluation
+    finally:
+        await _close(env)
+    lines = (tmp_path / "eval.jsonl").read_text().splitlines() if evaluated else []
+    assert [json.loads(line)["step"] for line in lines] == ([new] if evaluated else [])

@@ -7,6 +7,11 @@ rollout. A run here has exactly one environment, so this base asks every REGISTE
 env_manager runs without that pause: atroposlib.envs.base sees an asyncio whose sleep of exactly
 that length returns at once (the only such sleep there; tests/test_environments.py pins it).
 
+It also evaluates every `steps_per_eval` steps, as the setting says: atroposlib evaluates when
+`old_step % k > new_step % k` between two status polls, which is never true for k = 1 and misses
+a poll that lands on a multiple of k or jumps past one (fast steps); here a step that crosses a
+multiple of k starts the evaluation atroposlib did not.
+
 Its log (logs/env.log) is configured by `tinker_atropos.env_logging`, as for every environment.
 """
 
@@ -18,7 +23,7 @@ import time
 from typing import Any
 
 import atroposlib.envs.base as atropos_base
-from atroposlib.envs.base import BaseEnv
+from atroposlib.envs.base import BaseEnv, EvalHandlingEnum
 
 from tinker_atropos import env_logging
 
@@ -71,3 +76,25 @@ class RunEnv(BaseEnv):
     async def env_manager(self) -> None:
         atropos_base.asyncio = _AsyncioWithoutStartPause()  # type: ignore[assignment]
         await super().env_manager()
+
+    async def env_step_checks(self) -> None:
+        """atroposlib's step checks, then the evaluation its modulo test missed (module doc)."""
+        old, new, runner = self.curr_step, self.status_dict["current_step"], self.eval_runner
+        await super().env_step_checks()
+        every = self.config.steps_per_eval
+        started_one = self.eval_runner is not runner
+        idle = self.eval_runner is None or self.eval_runner.done()
+        if every > 0 and new // every > old // every and not started_one and idle:
+            logger.info("step %d -> %d crossed a multiple of steps_per_eval %d: evaluating", old, new, every)
+            self._start_eval()
+
+    def _start_eval(self) -> None:
+        """Start an evaluation as atroposlib does: with STOP_TRAIN, the rollouts in flight go back
+        to the backlog and their workers stop until it ends."""
+        self.eval_runner = asyncio.create_task(self.evaluate())
+        if self.config.eval_handling == EvalHandlingEnum.STOP_TRAIN:
+            self.backlog.extend(x["item"] for x in self.running_items.values())
+            for worker in self.workers:
+                worker.cancel()
+            self.workers = set()
+            self.running_items = {}
