@@ -217,7 +217,7 @@ def test_shared_prompt_and_microbatches_give_the_whole_batch_numbers(client, bas
 def test_bfloat16_compute_trains_the_same_direction_within_its_precision(base, tmp_path: Path) -> None:
     """`local_compute: bfloat16` (mixed precision) gives the float32 trainer's logprobs within
     bfloat16's precision and a gradient pointing the same way; `auto` takes it only where native."""
-    from tinker_atropos.backends.local.precision import compute_dtype
+    from tinker_atropos.backends.local.precision import compute_dtype, emulation_warning
 
     data = _batch(base, k=6, seed=5)
     grads, logprobs = {}, {}
@@ -235,6 +235,10 @@ def test_bfloat16_compute_trains_the_same_direction_within_its_precision(base, t
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     assert compute_dtype("float32", cpu) is None and compute_dtype("bfloat16", cpu) is torch.bfloat16
     assert compute_dtype("auto", cpu) is (torch.bfloat16 if native else None)
+    # asked for explicitly where it is emulated (AVX2-only CPUs), the trainer's log says so and how to fix it
+    assert emulation_warning("float32", cpu) is None and emulation_warning("auto", cpu) is None
+    said = emulation_warning("bfloat16", cpu)
+    assert said is None if native else "set local_compute to 'auto' or 'float32'" in said
 
 
 def test_plan_shares_each_groups_prompt_and_runs_the_rest_whole() -> None:

@@ -23,13 +23,26 @@ def compute_dtype(compute: str, device: torch.device) -> torch.dtype | None:
     if compute == "bfloat16":
         return torch.bfloat16
     if compute == "auto":
-        native = (
-            torch.cuda.is_bf16_supported()
-            if device.type == "cuda"
-            else torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-        )
-        return torch.bfloat16 if native else None
+        return torch.bfloat16 if native_bfloat16(device) else None
     return None
+
+
+def native_bfloat16(device: torch.device) -> bool:
+    """Whether `device` computes bfloat16 natively (CPUs: AVX-512 BF16 or AMX)."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def emulation_warning(compute: str, device: torch.device) -> str | None:
+    """What to tell a user who asked for bfloat16 where it is emulated (AVX2-only CPUs): there a
+    bfloat16 matmul is many times slower than float32."""
+    if compute != "bfloat16" or native_bfloat16(device):
+        return None
+    return (
+        f"local_compute 'bfloat16' is emulated on this {device.type} (no AVX-512 BF16 or AMX): "
+        "training and sampling run many times slower than in float32; set local_compute to 'auto' or 'float32'"
+    )
 
 
 def mixed(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:

@@ -7,6 +7,7 @@ run in a worker thread so the caller's event loop (HTTP polling, signals) stays 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,10 +24,12 @@ from ..checkpoints import CheckpointStore
 from .engine import BaseModel
 from .losses import LOSS_INPUTS, elementwise_loss
 from .microbatches import first_trained, plan
-from .precision import compute_dtype, float32_head, for_sampling, mixed
+from .precision import compute_dtype, emulation_warning, float32_head, for_sampling, mixed
 from .sampler import LocalSampler
 from .shared_prompt import SharedPrompt
 from .target_logprobs import fusable_head, target_logprobs
+
+logger = logging.getLogger(__name__)
 
 LORA_ALPHA = 32
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -47,6 +50,9 @@ class LocalTrainingClient:
         self.base = base
         self.compute = compute
         self.autocast = compute_dtype(compute, base.device)  # None: float32 throughout
+        slow = emulation_warning(compute, base.device)
+        if slow is not None:
+            logger.warning(slow)
         self.base_model = base.name
         self.rank = rank
         self.device = base.device
