@@ -17,7 +17,10 @@ def _plain(hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor) -
 
 
 @pytest.mark.parametrize("chunk_elements", [1 << 22, 3 * 97])  # one chunk; three positions a chunk
-def test_fused_head_gives_the_plain_numbers_and_gradients(monkeypatch, chunk_elements: int) -> None:
+@pytest.mark.parametrize("live", ["where the loss has weight", "everywhere", "missing a position"])
+def test_fused_head_gives_the_plain_numbers_and_gradients(monkeypatch, chunk_elements: int, live: str) -> None:
+    """`live` tells the head where to keep the softmax; a gradient that arrives elsewhere (a
+    caller that got `live` wrong) is still computed, from the logits made again."""
     monkeypatch.setattr(fused, "CHUNK_ELEMENTS", chunk_elements)
     gen = torch.Generator().manual_seed(0)
     head = torch.nn.Linear(16, 97, bias=False).requires_grad_(False)
@@ -26,8 +29,11 @@ def test_fused_head_gives_the_plain_numbers_and_gradients(monkeypatch, chunk_ele
     weights = torch.randn(3, 11, generator=gen)
     weights[:, :4] = 0.0  # a prompt: no gradient there
     weights[2] = 0.0  # a row with no advantage
+    kept = {"where the loss has weight": weights != 0, "everywhere": None, "missing a position": weights != 0}[live]
+    if kept is not None and live == "missing a position":
+        kept[1, 6] = False
     results = []
-    for compute in (fused.target_logprobs, _plain):
+    for compute in (lambda h, w, t: fused.target_logprobs(h, w, t, kept), _plain):
         hidden = torch.randn(3, 11, 16, generator=torch.Generator().manual_seed(1), requires_grad=True)
         lp = compute(hidden, head, targets)
         (torch.exp(lp) * weights).sum().backward()  # a ratio-shaped loss, as importance sampling

@@ -135,7 +135,11 @@ class LocalTrainingClient:
                 fields[k][row, : len(ids)] = d.loss_fn_inputs[k].to_torch().float()
         inputs = {k: v.to(self.device) for k, v in fields.items() if k in present}
         inputs["target_tokens"] = targets.to(self.device)
-        lp = self._target_logprobs(input_ids.to(self.device), inputs["target_tokens"], shared)
+        live = mask.to(self.device)  # where the loss can have a gradient
+        for k in ("advantages", "weights"):
+            if k in inputs:
+                live = live & (inputs[k] != 0)
+        lp = self._target_logprobs(input_ids.to(self.device), inputs["target_tokens"], live, shared)
         loss_tok = elementwise_loss(loss_fn, lp, inputs) * mask.to(self.device)
         loss = loss_tok.sum()
         loss.backward()
@@ -149,25 +153,25 @@ class LocalTrainingClient:
         return float(loss.item())
 
     def _target_logprobs(
-        self, input_ids: torch.Tensor, targets: torch.Tensor, shared: SharedPrompt | None
+        self, input_ids: torch.Tensor, targets: torch.Tensor, live: torch.Tensor, shared: SharedPrompt | None
     ) -> torch.Tensor:
-        """Log-probabilities of `targets` [rows, time]. With a `shared` prompt, every row continues
-        from its KV cache (gradients flowing back through it): the same numbers as running each
-        row whole."""
+        """Log-probabilities of `targets` [rows, time] (`live`: where the loss can have a
+        gradient). With a `shared` prompt, every row continues from its KV cache (gradients
+        flowing back through it): the same numbers as running each row whole."""
         if shared is None:
-            return self._logprobs_after(input_ids, targets, None)
-        prefix = shared.length
-        tail = self._logprobs_after(input_ids[:, prefix:], targets[:, prefix:], shared.cache(input_ids.shape[0]))
+            return self._logprobs_after(input_ids, targets, live, None)
+        prefix, rows = shared.length, input_ids.shape[0]
+        tail = self._logprobs_after(input_ids[:, prefix:], targets[:, prefix:], live[:, prefix:], shared.cache(rows))
         return torch.cat([shared.target_logprobs(targets[:, :prefix]), tail], dim=1)
 
     def _logprobs_after(
-        self, input_ids: torch.Tensor, targets: torch.Tensor, cache: DynamicCache | None
+        self, input_ids: torch.Tensor, targets: torch.Tensor, live: torch.Tensor, cache: DynamicCache | None
     ) -> torch.Tensor:
         """Log-probabilities of `targets` at `input_ids`' positions (after `cache`, when given):
         through the fused head where the model allows it, else from the model's logits."""
         if self._head is not None:
             hidden = self._body(input_ids=input_ids, cache=cache, use_cache=False).last_hidden_state
-            return target_logprobs(hidden, self._head, targets)
+            return target_logprobs(hidden, self._head, targets, live)
         logits = self.model(input_ids=input_ids, cache=cache, use_cache=False).logits.float()
         return -torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
 
