@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from tinker_atropos.backends.local import target_logprobs as fused
 
@@ -49,8 +49,11 @@ def test_fused_head_only_where_the_model_is_head_after_body() -> None:
     config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
     model = LlamaForCausalLM(config)
-    assert fused.fusable_head(model) is model.lm_head
+    parts = fused.fused_parts(model)
+    assert parts is not None and parts[0] is model.model and parts[1] is model.lm_head
     config.final_logit_softcapping = 30.0  # the model changes its logits after the head
-    assert fused.fusable_head(model) is None
+    assert fused.fused_parts(model) is None
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=8, n_embd=16, n_layer=1, n_head=2))
+    assert fused.fused_parts(gpt2) is None  # its body is not `.model`: the model's own logits
     with pytest.raises(ValueError, match="frozen"):
         fused.target_logprobs(torch.zeros(1, 2, 16), model.lm_head, torch.zeros(1, 2, dtype=torch.long))

@@ -39,9 +39,10 @@ from tinker_atropos.agent.sandboxes.procs import (
 
 logger = logging.getLogger(__name__)
 # A running command's directory is measured against max_disk_bytes every DISK_POLL_S, or 20
-# times the CPU time measuring took (a big tree is measured less often): writes at 1 GB/s overshoot
-# the cap by about 50 MB. CPU time, not wall time: on a loaded machine a measurement waits for a
-# core, and pausing 20 times that wait let a writer run hundreds of MB past the cap.
+# times the CPU time measuring took (a big tree is measured less often): a `head -c 16M` loop
+# overshot a 64 MB cap by 3-13 MB, under a two-thread torch load too. CPU time, not wall time: on
+# a loaded machine a measurement waits for a core, and pausing 20 times that wait let a writer run
+# hundreds of MB past the cap.
 DISK_POLL_S = 0.02
 
 

@@ -85,12 +85,13 @@ def target_logprobs(
     return out.reshape(shape)
 
 
-def fusable_head(causal_lm: torch.nn.Module) -> torch.nn.Linear | None:
-    """The output head when `causal_lm` computes logits as `lm_head(model(...))` and nothing more
-    (no logit scaling or soft-capping), else None: then the trainer takes the model's logits."""
-    head = causal_lm.get_output_embeddings()
+def fused_parts(causal_lm: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Linear] | None:
+    """The body and the output head when `causal_lm` computes logits as `lm_head(model(...))` and
+    nothing more (no logit scaling or soft-capping), else None: then the trainer takes the model's
+    logits."""
+    head, body = causal_lm.get_output_embeddings(), getattr(causal_lm, "model", None)
     config = causal_lm.config
     plain = not any(getattr(config, name, None) for name in ("final_logit_softcapping", "logit_scale"))
-    if plain and type(head) is torch.nn.Linear and head.bias is None and hasattr(causal_lm, "model"):
-        return head
+    if plain and type(head) is torch.nn.Linear and head.bias is None and isinstance(body, torch.nn.Module):
+        return body, head
     return None

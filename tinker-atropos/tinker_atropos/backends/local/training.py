@@ -27,7 +27,7 @@ from .microbatches import first_trained, plan
 from .precision import compute_dtype, emulation_warning, float32_head, for_sampling, mixed
 from .sampler import LocalSampler
 from .shared_prompt import SharedPrompt
-from .target_logprobs import fusable_head, target_logprobs
+from .target_logprobs import fused_parts, target_logprobs
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +64,7 @@ class LocalTrainingClient:
                 float32_head(model)
             self.model: PeftModel = get_peft_model(model, lora_config(rank))
         self.model.eval()  # no dropout anywhere: trainer logprobs must match the sampler's
-        causal_lm = self.model.get_base_model()
-        self._head = fusable_head(causal_lm)  # None: the model's own logits
-        self._body = causal_lm.model
+        self._fused = fused_parts(self.model.get_base_model())  # None: the model's own logits
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=0.0)
         self.steps = 0
@@ -135,12 +133,13 @@ class LocalTrainingClient:
                 fields[k][row, : len(ids)] = d.loss_fn_inputs[k].to_torch().float()
         inputs = {k: v.to(self.device) for k, v in fields.items() if k in present}
         inputs["target_tokens"] = targets.to(self.device)
-        live = mask.to(self.device)  # where the loss can have a gradient
+        real = mask.to(self.device)
+        live = real  # where the loss can have a gradient
         for k in ("advantages", "weights"):
             if k in inputs:
                 live = live & (inputs[k] != 0)
         lp = self._target_logprobs(input_ids.to(self.device), inputs["target_tokens"], live, shared)
-        loss_tok = elementwise_loss(loss_fn, lp, inputs) * mask.to(self.device)
+        loss_tok = elementwise_loss(loss_fn, lp, inputs) * real
         loss = loss_tok.sum()
         loss.backward()
         lp_cpu, loss_cpu = lp.detach().cpu(), loss_tok.detach().cpu()
@@ -169,9 +168,10 @@ class LocalTrainingClient:
     ) -> torch.Tensor:
         """Log-probabilities of `targets` at `input_ids`' positions (after `cache`, when given):
         through the fused head where the model allows it, else from the model's logits."""
-        if self._head is not None:
-            hidden = self._body(input_ids=input_ids, cache=cache, use_cache=False).last_hidden_state
-            return target_logprobs(hidden, self._head, targets, live)
+        if self._fused is not None:
+            body, head = self._fused
+            hidden = body(input_ids=input_ids, cache=cache, use_cache=False).last_hidden_state
+            return target_logprobs(hidden, head, targets, live)
         logits = self.model(input_ids=input_ids, cache=cache, use_cache=False).logits.float()
         return -torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
 
