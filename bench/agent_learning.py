@@ -17,8 +17,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import anyio
 from learning import overrides, read_run, step_figures, train_through_mcp
+
+from rl_mcp import interrupts
 
 # The profile's defaults (lr 3e-4, ppo, rollouts one step behind) and the environment's own
 # (group 8 with 1 demonstration, batch 32, up to 3 turns of 48 tokens); the eval every 5 steps.
@@ -34,7 +35,7 @@ def main() -> int:
     edits = {**EDITS, **overrides(a.set)}
     home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-agent-bench-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
-    run_dir = anyio.run(train_through_mcp, a.minutes, home, "tool_calculator", edits)
+    run_dir = interrupts.run(train_through_mcp, a.minutes, home, "tool_calculator", edits)
     metrics, evals = read_run(run_dir)
     for e in evals:
         print(

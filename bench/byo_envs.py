@@ -6,6 +6,9 @@ unchanged; examples/hermes_port: written against Hermes with only the imports ch
 backend, profile smollm2, no keys, no network.
 
     .venv/bin/python bench/byo_envs.py [--steps 2] [--env walk_steps] [--env NAME ...] [--set FIELD=JSON]
+        [--profile smollm2]
+
+SIGINT, SIGTERM or SIGHUP stop the run under way (rl_mcp.interrupts) before the bench exits.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import anyio
 from learning import overrides
 from mcp import Client
 
+from rl_mcp import interrupts
 from tinker_atropos.run_files import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +65,7 @@ async def run_one(client: Client, env_name: str, steps: int, edits: dict[str, An
     }
 
 
-async def main(envs: list[str], steps: int, edits: dict[str, Any]) -> list[dict[str, Any]]:
+async def main(envs: list[str], steps: int, edits: dict[str, Any], profile: str) -> list[dict[str, Any]]:
     from rl_mcp.app import open_app
     from rl_mcp.mcp_api.server import build_server
     from rl_mcp.settings import Settings
@@ -70,7 +74,7 @@ async def main(envs: list[str], steps: int, edits: dict[str, Any]) -> list[dict[
         env = {
             **os.environ,
             "RL_MCP_HOME": home,
-            "RL_MCP_PROFILE": "smollm2",
+            "RL_MCP_PROFILE": profile,
             "RL_MCP_ENV_DIRS": os.pathsep.join(str(d) for d in ENV_DIRS if d.is_dir()),
             "RL_MCP_STATUS_MIN_INTERVAL": "0",
             "HF_HUB_OFFLINE": "1",
@@ -91,9 +95,10 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--env", action="append", help=f"environment name (default: {', '.join(DEFAULT_ENVS)})")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON", help="an rl_edit_config edit")
+    parser.add_argument("--profile", default="smollm2", help="the server's profile (local: the tiny model, quick)")
     args = parser.parse_args()
     edits = overrides(args.set)
-    rows = anyio.run(main, args.env or DEFAULT_ENVS, args.steps, edits)
+    rows = interrupts.run(main, args.env or DEFAULT_ENVS, args.steps, edits, args.profile)
     print(f"{'environment':<24} {'first reward':>12} {'last reward':>12} {'s/step':>8} {'wall s':>8}")
     for row in rows:
         steps_s = [s for s in row["step_seconds"] if s is not None]

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from rl_mcp import interrupts
 from rl_mcp.demo import call, server_environment
 from tinker_atropos.run_files import read_jsonl
 
@@ -143,7 +143,7 @@ async def ours(minutes: float, home: Path) -> dict[str, Any]:
     (final,) = run_dir.glob("checkpoints/*/sampler_weights/final")
     return {
         "before": evals[0]["eval_accuracy"],
-        "after": held_out_accuracy(final),
+        "after": await held_out_accuracy(final),
         "in_run_evals": {e["step"]: e["eval_accuracy"] for e in evals},
         "eval_seconds": sum(e["seconds"] for e in evals[1:]),
         **step_figures(metrics),
@@ -151,39 +151,48 @@ async def ours(minutes: float, home: Path) -> dict[str, Any]:
     }
 
 
-def held_out_accuracy(adapter: Path) -> float:
+async def held_out_accuracy(adapter: Path) -> float:
     """The final weights scored by heldout.py, the code that scores TRL's."""
     from tinker_atropos.models import resolve_model
 
     s = SETTINGS
-    argv = [str(ensure_bench_venv()), str(ROOT / "bench" / "baselines" / "heldout.py"), "--model"]
+    argv = [str(await ensure_bench_venv()), str(ROOT / "bench" / "baselines" / "heldout.py"), "--model"]
     argv += [resolve_model(MODEL), "--adapter", str(adapter), "--max-tokens", str(s["max_completion_tokens"])]
     argv += ["--eval-size", str(s["eval_size"]), "--level", str(s["level"]), "--eval-seed", str(s["eval_seed"])]
-    out = subprocess.run(argv, env=bench_env(), stdout=subprocess.PIPE, text=True, check=True)
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["accuracy"])
+    return float((await last_json_line(argv))["accuracy"])
+
+
+async def last_json_line(argv: list[str]) -> dict[str, Any]:
+    """A baseline script's answer, the last line of its stdout (the script is killed if the bench is stopped)."""
+    out = await anyio.run_process(argv, env=bench_env(), stderr=None)
+    answer: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    return answer
 
 
 def bench_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT / "tinker-atropos"), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
 
 
-def ensure_bench_venv() -> Path:
+async def ensure_bench_venv() -> Path:
     python = BENCH_VENV / "bin" / "python"
     if not python.exists():
         log("creating .venv-bench (torch's CPU wheel first, then TRL)")
-        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True)
         requirements = ROOT / "bench" / "baselines" / "requirements-trl.txt"
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
+        for argv in (
+            [sys.executable, "-m", "venv", str(BENCH_VENV)],
+            [str(python), "-m", "pip", "install", "-q", "torch==2.13.0"],
+            [str(python), "-m", "pip", "install", "-q", "-r", str(requirements)],
+        ):
+            await anyio.run_process(argv, stdout=None, stderr=None)
     return python
 
 
-def trl(minutes: float, threads: int) -> dict[str, Any]:
+async def trl(minutes: float, threads: int) -> dict[str, Any]:
     from tinker_atropos.models import resolve_model
 
     s = SETTINGS
     argv = [
-        str(ensure_bench_venv()),
+        str(await ensure_bench_venv()),
         str(ROOT / "bench" / "baselines" / "trl_grpo.py"),
         "--model",
         resolve_model(MODEL),
@@ -208,12 +217,19 @@ def trl(minutes: float, threads: int) -> dict[str, Any]:
         "--threads",
         str(threads),
     ]
-    out = subprocess.run(argv, env=bench_env(), stdout=subprocess.PIPE, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return await last_json_line(argv)
 
 
 def points(r: dict[str, Any]) -> float:
     return 100 * (r["after"] - r["before"])
+
+
+async def both_sides(a: argparse.Namespace, home: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """This project's figures, then TRL's (None for a side that is skipped)."""
+    mine = None if a.skip_ours else await ours(a.minutes, home)
+    if mine:
+        log(f"ours: {json.dumps(mine)}")
+    return mine, None if a.skip_trl else await trl(a.minutes, a.trl_threads)
 
 
 def main() -> int:
@@ -231,11 +247,8 @@ def main() -> int:
         (SETTINGS if field in SETTINGS else OURS_ONLY)[field] = value
     home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-bench-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
-    mine = None if a.skip_ours else anyio.run(ours, a.minutes, home)
-    if mine:
-        log(f"ours: {json.dumps(mine)}")
-    if not a.skip_trl:
-        base = trl(a.minutes, a.trl_threads)
+    mine, base = interrupts.run(both_sides, a, home)  # a signal stops the run and TRL's process first
+    if base:
         print(
             f"TRL GRPOTrainer: eval accuracy before {base['before']:.3f} after {base['after']:.3f} "
             f"({points(base):+.1f} points) in {a.minutes:g} min, {base['steps']} steps, "

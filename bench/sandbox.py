@@ -15,6 +15,7 @@ import asyncio
 import statistics
 import time
 
+from rl_mcp import interrupts
 from tinker_atropos.agent.sandboxes import SandboxConfig, open_sandbox
 from tinker_atropos.agent.sandboxes.bwrap import probe
 
@@ -83,4 +84,4 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--group", type=int, default=32)
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.group))
+    interrupts.run(main, args.runs, args.group)  # a signal closes the open sandboxes first

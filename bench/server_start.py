@@ -146,9 +146,9 @@ def main() -> int:
     )
     print(f"  target <= {COLD_START_TARGET_S} s: {'met' if start <= COLD_START_TARGET_S else 'MISSED'}")
 
-    import anyio
+    from rl_mcp import interrupts
 
-    latencies = anyio.run(tool_latencies, args.calls)
+    latencies = interrupts.run(tool_latencies, args.calls)
     met = True
     for tool, samples in latencies.items():
         p50, p99 = percentile(samples, 0.50), percentile(samples, 0.99)

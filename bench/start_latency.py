@@ -20,6 +20,8 @@ from pathlib import Path
 import anyio
 from mcp import Client
 
+from rl_mcp import interrupts
+
 SEED_SCHEDULE = {"api": 5.0, "trainer": 30.0, "env": 90.0, "settle": 10.0}
 SEED_RUNNING_S = sum(SEED_SCHEDULE.values())
 TARGET_RUNNING_S, TARGET_FIRST_STEP_S = 5.0, 10.0
@@ -86,7 +88,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--runs", type=int, default=1, help="median of this many starts")
     args = parser.parse_args()
-    runs = [anyio.run(measure, args.steps) for _ in range(args.runs)]
+    runs = [interrupts.run(measure, args.steps) for _ in range(args.runs)]  # a signal stops the run first
     figures = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     if args.runs > 1:
         print(

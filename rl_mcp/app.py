@@ -58,7 +58,8 @@ class AppContext:
         return self.runs_manager
 
     async def aclose(self) -> None:
-        """Release what the app holds (idempotent): on exit, and on SIGTERM before a stdio server exits."""
+        """Release what the app holds (once; a second call waits for the first): on exit, and when a
+        stdio server's stdin closes or it is sent SIGTERM."""
         if self.runs_manager is not None:
             await self.runs_manager.shutdown(stop_runs=self.settings.stop_runs_on_exit)
 

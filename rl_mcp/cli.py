@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
+from rl_mcp.interrupts import EXIT_SIGNALS
+from rl_mcp.logs import LOG_FORMAT
+
 if TYPE_CHECKING:  # imported where used: `rl-mcp doctor` and `demo` start without the SDK
     from mcp.server.mcpserver import MCPServer
 
@@ -27,7 +30,6 @@ if TYPE_CHECKING:  # imported where used: `rl-mcp doctor` and `demo` start witho
     from rl_mcp.settings import Settings
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-EXIT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 log = logging.getLogger("rl_mcp")
 
 
@@ -79,7 +81,7 @@ def configure_logging(log_file: Path | None, level: str) -> None:
         handler = logging.FileHandler(log_file)
     else:
         handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -169,6 +171,8 @@ async def _serve(settings: Settings, args: argparse.Namespace, sock: socket.sock
             await tg.start(_close_and_exit_on_signal, app)
             log.info("serving stdio")
             await build_server(app).run_stdio_async()
+            log.info("stdin closed: shutting down")
+            await app.aclose()  # while signals are still handled: the client's SIGTERM follows in 2 s
         else:
             assert sock is not None
             port = sock.getsockname()[1]
@@ -180,13 +184,19 @@ async def _serve(settings: Settings, args: argparse.Namespace, sock: socket.sock
 
 async def _close_and_exit_on_signal(app: AppContext, *, task_status: anyio.abc.TaskStatus[None]) -> None:
     """stdio: the SDK reads stdin in a thread that cannot be cancelled, so on SIGTERM/SIGINT
-    close the app here (honouring --stop-runs-on-exit) and exit without waiting for stdin."""
+    close the app here (honouring --stop-runs-on-exit; a close already under way, after stdin
+    closed, is waited for) and exit without waiting for stdin. os._exit skips the blocks of the tool
+    calls under way, so their children (rl_test_inference's, an export's) are stopped here too."""
+    from rl_mcp.processes import stop_supervised
+
     with anyio.open_signal_receiver(*EXIT_SIGNALS) as signals:
         task_status.started()
         async for signum in signals:
             log.info("received %s: shutting down", signal.Signals(signum).name)
             with anyio.move_on_after(60):
-                await app.aclose()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(app.aclose)
+                    tg.start_soon(stop_supervised)
             logging.shutdown()
             os._exit(0)
 

@@ -24,6 +24,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from rl_mcp import interrupts
+
 ENVIRONMENT = "arithmetic"
 PROFILE = "smollm2"
 STEPS = 10
@@ -362,15 +364,15 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     started = time.monotonic()
     try:
-        anyio.run(demo, opts, console)
+        interrupts.run(demo, opts, console)  # a signal stops the run and the server before the demo exits
     except DemoError as exc:
         console.end_bar()
         print(f"\ndemo failed: {exc}", file=sys.stderr, flush=True)
         return 1
-    except KeyboardInterrupt:
+    except interrupts.Interrupted as exc:
         console.end_bar()
-        print("\ndemo interrupted", file=sys.stderr, flush=True)
-        return 130
+        print(f"\ndemo interrupted ({exc.signum.name})", file=sys.stderr, flush=True)
+        return int(exc.code or 1)
     console.info(f"\ndone in {time.monotonic() - started:.0f}s")
     return 0
 

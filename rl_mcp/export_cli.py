@@ -8,8 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-import anyio
-
+from rl_mcp import interrupts
 from rl_mcp.errors import UserError
 
 
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         async def progress(done: float, total: float, message: str) -> None:
             print(f"[{100 * done / total:5.1f}%] {message}", file=sys.stderr, flush=True)
 
-        outcome = anyio.run(
+        outcome = interrupts.run(  # a signal stops the export child, then exits 128 + the signal
             lambda: run_export(
                 plan, environ=settings.environ, python=settings.python, hub_repo=args.hub_repo, progress=progress
             )

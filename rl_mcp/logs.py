@@ -1,4 +1,5 @@
-"""Log tails read from the end of the file, and a cheap change check for watchers.
+"""Log tails read from the end of the file, a cheap change check for watchers, and the server's own
+log (its line format, and where it goes, for a child that logs there too).
 
 A run's trainer log can grow to gigabytes; reading the last lines must cost the same for any
 size, so we read fixed-size blocks backwards from the end, with a hard cap on bytes read.
@@ -6,6 +7,7 @@ size, so we read fixed-size blocks backwards from the end, with a hard cap on by
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Sequence
@@ -14,6 +16,19 @@ from pathlib import Path
 
 _BLOCK = 8192
 MAX_TAIL_BYTES = 1 << 20  # lines longer than this on average are cut: the bound that keeps it O(1)
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def log_fd() -> int | None:
+    """The file descriptor this process logs to (stderr, or `serve --log-file`), for a child whose
+    lines belong in the same log; None when no handler writes to a real file."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler):  # FileHandler too
+            try:
+                return int(handler.stream.fileno())
+            except (AttributeError, OSError, ValueError):  # no stream yet, or one in memory
+                continue
+    return None
 
 
 def tail_lines(path: Path, n: int = 200, *, max_bytes: int = MAX_TAIL_BYTES) -> list[str]:

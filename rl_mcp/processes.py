@@ -11,6 +11,7 @@ so every record pairs it with the process start time psutil reports.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -25,8 +27,10 @@ import httpx
 import psutil
 
 from rl_mcp.errors import UserError
+from rl_mcp.tmpdirs import child_tmpdir, remove_tree
 
 _CREATE_TIME_TOLERANCE_S = 0.05
+log = logging.getLogger(__name__)
 
 
 class StageError(UserError):
@@ -199,6 +203,9 @@ async def stop(child: Child, *, grace_s: float = 10.0, poll_s: float = 0.1) -> i
                 if not child.running and not _group_alive(child.pid):
                     break
                 await anyio.sleep(poll_s)
+            left = [p.pid for p in tree if _alive(p)]
+            if child.running or _group_alive(child.pid) or left:  # e.g. stuck in the kernel (state D)
+                log.warning("could not stop %s (pid %d, log %s) with SIGKILL", child.name, child.pid, child.log_path)
     return child.poll()
 
 
@@ -229,15 +236,33 @@ async def supervised(
     stop_grace_s: float = 5.0,
 ) -> AsyncIterator[Child]:
     """A child that lives exactly as long as the block: ready (when `ready` is given) on entry,
-    stopped on exit, even when the block is cancelled."""
-    child = spawn(name, argv, log_path=log_path, env=env, cwd=cwd)
-    try:
-        if ready is not None:
-            await wait_ready(name, child, ready, timeout_s=ready_timeout_s)
-        yield child
-    finally:
-        with anyio.CancelScope(shield=True):
-            await stop(child, grace_s=stop_grace_s)
+    stopped on exit, even when the block is cancelled; then its own TMPDIR is removed."""
+    with child_tmpdir(env) as child_env:
+        child = spawn(name, argv, log_path=log_path, env=child_env, cwd=cwd)
+        _open_blocks[child.pid] = (child, Path(child_env["TMPDIR"]))
+        try:
+            if ready is not None:
+                await wait_ready(name, child, ready, timeout_s=ready_timeout_s)
+            yield child
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stop(child, grace_s=stop_grace_s)
+            _open_blocks.pop(child.pid, None)
+
+
+# The `supervised` blocks open in this process: their children and TMPDIRs, by pid.
+_open_blocks: dict[int, tuple[Child, Path]] = {}
+
+
+async def stop_supervised(grace_s: float = 5.0) -> None:
+    """Stop the child of every open `supervised` block and remove its TMPDIR, side by side: for an
+    exit that will not wait for the blocks to end (a stdio server's os._exit)."""
+    with anyio.CancelScope(shield=True):
+        async with anyio.create_task_group() as tg:
+            for child, _ in list(_open_blocks.values()):
+                tg.start_soon(partial(stop, child, grace_s=grace_s))
+    for _, tmp in list(_open_blocks.values()):
+        remove_tree(tmp)
 
 
 async def health_ok(client: httpx.AsyncClient, url: str) -> bool:

@@ -10,11 +10,11 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 
@@ -210,6 +210,15 @@ def default_profile(environ: Mapping[str, str]) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
+class EnvLimits:
+    """How long an environment that scores no group is waited on (runs and rl_test_inference)."""
+
+    error_timeout_s: float = 120.0  # its rollouts raise
+    discard_timeout_s: float = 120.0  # its rollouts return no group, raising nothing ...
+    discard_groups: int = 20  # ... or it discarded this many in a row, whichever comes first
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything the server reads from its environment, resolved once."""
 
@@ -226,7 +235,14 @@ class Settings:
     stop_runs_on_exit: bool = False
     # A run whose environment raises and scores no group for this long fails with its exception.
     env_error_timeout_s: float = 120.0
+    # One whose rollouts return no group (raising nothing) fails after this long or this many in a row.
+    env_discard_timeout_s: float = 120.0
+    env_discard_groups: int = 20
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
+
+    @property
+    def env_limits(self) -> EnvLimits:
+        return EnvLimits(self.env_error_timeout_s, self.env_discard_timeout_s, self.env_discard_groups)
 
     @property
     def env_process_vars(self) -> tuple[str, ...]:
@@ -274,15 +290,28 @@ class Settings:
             status_min_interval_s=_seconds(env, "RL_MCP_STATUS_MIN_INTERVAL", 1800.0),
             stop_runs_on_exit=stop_runs_on_exit,
             env_error_timeout_s=_seconds(env, "RL_MCP_ENV_ERROR_TIMEOUT", 120.0),
+            env_discard_timeout_s=_seconds(env, "RL_MCP_ENV_DISCARD_TIMEOUT", 120.0),
+            env_discard_groups=_count(env, "RL_MCP_ENV_DISCARD_GROUPS", 20),
             environ=env,
         )
 
 
+N = TypeVar("N", int, float)
+
+
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    return _number(env, name, default, float, 0.0, "seconds")
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    return _number(env, name, default, int, 1, "a whole number")
+
+
+def _number(env: Mapping[str, str], name: str, default: N, parse: Callable[[str], N], least: N, what: str) -> N:
     raw = env.get(name)
     if raw is None:
         return default
     try:
-        return max(float(raw), 0.0)
+        return max(parse(raw), least)
     except ValueError as exc:
-        raise SettingsError(f"{name} must be seconds, got {raw!r}") from exc
+        raise SettingsError(f"{name} must be {what}, got {raw!r}") from exc

@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"rl_mcp": ROOT / "rl_mcp", "tinker_atropos": ROOT / "tinker-atropos" / "tinker_atropos"}
 # rl_mcp's layers, lowest first: a module may import its own layer and the ones below it.
 LAYERS = [
-    ("files/settings", ("rl_mcp.errors", "rl_mcp.settings", "rl_mcp.logs", "rl_mcp.statelock")),
+    (
+        "files/settings",
+        ("rl_mcp.errors", "rl_mcp.settings", "rl_mcp.logs", "rl_mcp.statelock", "rl_mcp.tmpdirs", "rl_mcp.interrupts"),
+    ),
     (
         "domain",
         (
@@ -45,6 +48,7 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.export.model_facts",
     "tinker_atropos.models.paths",
     "tinker_atropos.models.smollm2_wheel",
+    "tinker_atropos.reply_cap",
     "tinker_atropos.run_files",
 }
 RUN_FILE_NAMES = {"metrics.jsonl", "eval.jsonl", "result.json", "checkpoints.jsonl", "config.yaml"}

@@ -52,6 +52,7 @@ def test_shift_alignment_and_group_mean_advantage():
     assert out.completion_tokens == 3
     assert out.tokens == 7
     assert out.num_sequences == 2
+    # batch statistics: float64 (numpy) over a few values; approx's default rel 1e-6 >> their rounding
     assert out.reward_mean == pytest.approx(0.5)
     assert out.reward_std == pytest.approx(0.5)
     assert out.advantage_mean == pytest.approx(0.0)
@@ -211,6 +212,18 @@ def test_groups_and_distinct_replies_are_counted() -> None:
     assert conv.distinct_reply_share == pytest.approx((1 / 3 + 2 / 3) / 2)
 
 
+def test_token_entropy_is_the_mean_negative_sampler_logprob_of_every_completion_token() -> None:
+    """All-equal groups count too (a collapse shows there first); prompt placeholders and groups
+    sent without sampler logprobs do not."""
+    same = _group([[1, 2, 3]] * 2, [[P, 2, 3]] * 2, [0.5, 0.5], [[1.0, -0.5, -0.25]] * 2)
+    mixed = _group([[1, 2], [1, 4]], [[P, 2], [P, 4]], [1.0, 0.0], [[1.0, -2.0], [1.0, -1.0]])
+    unsampled = _group([[1, 2], [1, 4]], [[P, 2], [P, 4]], [1.0, 0.0])
+    conv = groups_to_datums([same, mixed, unsampled])
+    assert conv.skipped_groups == 1
+    assert conv.token_entropy == pytest.approx((0.75 * 2 + 2.0 + 1.0) / 6)
+    assert groups_to_datums([unsampled]).token_entropy is None
+
+
 def test_group_std_scaling_divides_each_group_by_its_own_spread():
     """Two groups with the same ranking but spreads 100x apart get the same advantages."""
     wide = _group([[1, 2, 3]] * 3, [[P, P, 3]] * 3, [1.0, 0.0, 0.5], [[1.0, 1.0, -1.0]] * 3)
@@ -219,10 +232,12 @@ def test_group_std_scaling_divides_each_group_by_its_own_spread():
     scaled = groups_to_datums([wide, narrow], "group_std")
     plain_adv = [_arr(d, "advantages")[-1] for d in plain.datums]
     scaled_adv = [_arr(d, "advantages")[-1] for d in scaled.datums]
+    # advantages are stored as float32: half an ulp of 0.5 is 3e-8, of 0.005 below that
     assert plain_adv == pytest.approx([0.5, -0.5, 0.0, 0.005, -0.005, 0.0], abs=1e-6)
     # std (ddof 1) of each group: 0.5 and 0.005; TRL's 1e-4 keeps the narrow one bounded
-    assert scaled_adv[:3] == pytest.approx([0.5 / 0.5001, -0.5 / 0.5001, 0.0], rel=1e-5)
-    assert scaled_adv[3:] == pytest.approx([0.005 / 0.0051, -0.005 / 0.0051, 0.0], rel=1e-4)
+    # float32 storage after a float64 division: rel 2^-24 (6e-8); 1e-6 leaves room for the std's own sum
+    assert scaled_adv[:3] == pytest.approx([0.5 / 0.5001, -0.5 / 0.5001, 0.0], rel=1e-6)
+    assert scaled_adv[3:] == pytest.approx([0.005 / 0.0051, -0.005 / 0.0051, 0.0], rel=1e-6)
     # an all-equal group stays without signal
     flat = _group([[1, 2, 3]] * 2, [[P, P, 3]] * 2, [0.7, 0.7], [[1.0, 1.0, -1.0]] * 2)
     assert groups_to_datums([flat], "group_std").skipped_groups == 1

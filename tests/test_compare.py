@@ -111,10 +111,14 @@ async def test_two_runs_side_by_side(two_runs: dict[str, Any]) -> None:
         assert run["status"] == "completed" and run["steps_completed"] == run["total_steps"] == 3
         assert [s for s, _ in run["reward_curve"]] == [1, 2, 3]
         assert run["reward_first"] == metrics[0]["reward_mean"] and run["reward_last"] == metrics[-1]["reward_mean"]
-        assert run["reward_gain"] == pytest.approx(metrics[-1]["reward_mean"] - metrics[0]["reward_mean"], abs=1e-4)
+        # the answer rounds: the gain and reward per minute to 4 decimals, seconds to 1 (half a unit each)
+        gain = metrics[-1]["reward_mean"] - metrics[0]["reward_mean"]
+        assert run["reward_gain"] == pytest.approx(gain, abs=0.5e-4)
         training = sum(m["step_seconds"] + m["wait_seconds"] for m in metrics)
-        assert run["training_seconds"] == pytest.approx(training, abs=0.06)
-        assert run["reward_per_minute"] == pytest.approx(run["reward_gain"] / (run["training_seconds"] / 60), abs=1e-3)
+        assert run["training_seconds"] == pytest.approx(training, abs=0.05 + 1e-9)
+        assert run["reward_per_minute"] == pytest.approx(
+            run["reward_gain"] / (run["training_seconds"] / 60), abs=0.5e-4
+        )
         assert run["tokens_trained"] == sum(m["tokens"] for m in metrics) > 0
         assert run["cost_usd"] == 0.0 and run["budget_usd"] is None
         assert (run["backend"], run["model"]) == ("local", "tiny-chat")
@@ -223,6 +227,7 @@ def test_the_definitions_on_written_run_files(tmp_path: Path) -> None:
     ]
     comparison = compare_runs(records, MetricsCache(), usd_per_million_tokens=2.0, now=2000.0)
     base_high, early, no_evals = comparison.runs
+    # float64 sums of a few recorded values: approx's default rel 1e-6 is far above their rounding
     assert early.reward_gain == pytest.approx(0.6) and early.training_seconds == 8 * (3.0 + 1.0)
     assert early.reward_per_minute == pytest.approx(0.6 / (32 / 60))
     assert base_high.reward_gain == 0.0 and no_evals.reward_gain is None and no_evals.reward_per_minute is None

@@ -19,7 +19,7 @@ from mcp import Client
 from rl_mcp.app import open_app
 from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.facts import RunFacts
-from rl_mcp.diagnosis.findings import Finding
+from rl_mcp.diagnosis.findings import Evidence, Finding
 from rl_mcp.diagnosis.inputs import drops_equal_groups, latest_replies
 from rl_mcp.diagnosis.notified import sent_codes
 from rl_mcp.diagnosis.rules import diagnose
@@ -58,14 +58,45 @@ def by_code(found: list[Finding]) -> dict[str, Finding]:
     return {f.code: f for f in found}
 
 
+def numbers(evidence: Evidence) -> list[float]:
+    return [v for v in evidence.values if v is not None]
+
+
 # --- the recorded runs ---------------------------------------------------------------------
 
 
-def test_learning_run_raises_no_alarm() -> None:
+# Every recorded run's findings at its end, code: severity. A new fixture states its own here.
+EXPECTED: dict[str, dict[str, str]] = {
+    "learning_smollm2": {},
+    "learning": {"groups_narrowing": "warning", "off_policy_drift": "info"},
+    "collapsed_replies": {"groups_narrowing": "warning", "loss_unstable": "info", "off_policy_drift": "info"},
+    "collapsing": {"groups_narrowing": "warning", "off_policy_drift": "warning"},
+    "collapsing_stalled": {"off_policy_drift": "warning"},
+    "broken_reward": {"no_reward_signal": "error"},
+    "overfitting": {"reward_up_eval_flat": "warning", "loss_unstable": "info", "off_policy_drift": "info"},
+    "unstable": {"loss_unstable": "warning", "eval_regressed": "warning", "off_policy_drift": "warning"},
+}
+
+
+def test_every_recorded_run_gets_its_expected_findings() -> None:
+    assert {p.name for p in FIXTURES.iterdir() if p.is_dir()} == set(EXPECTED)
+    found = {name: {f.code: f.severity for f in diagnose(recorded(name))} for name in EXPECTED}
+    assert found == EXPECTED
+
+
+def test_learning_run_collapses_to_one_letter() -> None:
+    """letter_repeat at learning rate 1e-2: the reward rises from 0.02, but to one letter written
+    whatever the prompt (the held-out reward 0.5 is one letter of three right, accuracy stays 0)."""
     facts = recorded("learning")
     rewards = [m["reward_mean"] for m in facts.metrics]
-    assert sum(rewards[-6:]) / 6 > sum(rewards[:6]) / 6 + 0.3  # the fixture really learned
-    assert [f for f in diagnose(facts) if f.severity != "info"] == []
+    assert sum(rewards[-6:]) / 6 > sum(rewards[:6]) / 6 + 0.3
+    assert {e["eval_reward_mean"] for e in facts.evals if e["step"] >= 8} == {0.5}
+    assert {e["eval_accuracy"] for e in facts.evals} == {0.0}
+    found = by_code(diagnose(facts))
+    narrowing = found["groups_narrowing"]
+    assert [e.metric for e in narrowing.evidence] == ["distinct_reply_share"]  # recorded before token_entropy
+    assert narrowing.next_step.arguments == {"field": "temperature", "value": 1.3}
+    assert found["off_policy_drift"].evidence[0].steps == list(range(2, 9))
 
 
 def test_healthy_real_model_run_raises_nothing_at_any_step() -> None:
@@ -74,19 +105,29 @@ def test_healthy_real_model_run_raises_nothing_at_any_step() -> None:
     facts = recorded("learning_smollm2")
     evals = [e["eval_accuracy"] for e in facts.evals]
     assert evals[-1] > evals[0] + 0.2  # the fixture really learned, on held-out items
+    entropy = [m["token_entropy"] for m in facts.metrics]
+    assert sum(entropy[-3:]) < 0.4 * sum(entropy[:3])  # surer of its answers, yet not collapsed
     steps = len(facts.metrics)
     fired = {k: diagnose(recorded("learning_smollm2", upto=k, active=True)) for k in range(1, steps + 1)}
     assert all(found == [] for found in fired.values()), fired
     assert diagnose(facts) == []
 
 
+def replayed(name: str) -> dict[int, dict[str, str]]:
+    """The findings (code: severity) after each step, as rl_check_status gives them while the run runs."""
+    steps = len(recorded(name).metrics)
+    return {k: {f.code: f.severity for f in diagnose(recorded(name, upto=k, active=True))} for k in range(1, steps + 1)}
+
+
 def test_learning_run_replayed_step_by_step() -> None:
-    """While it runs, only its real off-policy phase is flagged: the tiny model at learning rate 1e-2
-    moves its logprobs by about 1.4 nats a token per step while rollouts are one step stale."""
-    steps = len(recorded("learning").metrics)
-    fired = {k: {f.code for f in diagnose(recorded("learning", upto=k, active=True))} for k in range(1, steps + 1)}
-    assert set().union(*fired.values()) == {"off_policy_drift"}, fired
-    assert not fired[1] and not fired[steps]  # on-policy at step 1; the drift has settled by the end
+    """While it runs, its off-policy phase is a warning: the tiny model at learning rate 1e-2 moves
+    its logprobs by about 1.4 nats a token per step while rollouts are one step stale; once it has
+    settled, it stays as info beside the collapse of the replies."""
+    fired = replayed("learning")
+    assert set().union(*fired.values()) == {"off_policy_drift", "groups_narrowing"}, fired
+    assert fired[1] == {}  # on-policy at step 1
+    assert all(fired[k] == {"off_policy_drift": "warning"} for k in range(2, 12)), fired
+    assert fired[len(fired)] == EXPECTED["learning"]
 
 
 def test_broken_reward_run_has_no_signal_from_the_start() -> None:
@@ -128,6 +169,41 @@ def test_collapsing_run_caught_while_its_first_steps_drift() -> None:
     assert set(found) == {"off_policy_drift"}
 
 
+def test_collapse_the_scores_hide_is_named_by_the_replies() -> None:
+    """letter_repeat as a new user first runs it (its settings, 24 steps at learning rate 1e-3): the
+    replies collapse to one letter whatever the prompt, and the partial credit keeps every group's
+    scores slightly apart, so no group is all-equal; before it, a drift and a gradient spike passed.
+    Each finding's next step is an edit for the next run."""
+    facts = recorded("collapsed_replies")
+    assert {m["no_signal_share"] for m in facts.metrics} == {0.0}
+    found = by_code(diagnose(facts))
+    narrowing = found["groups_narrowing"]
+    assert "scores still differ" in narrowing.title
+    distinct, entropy = narrowing.evidence
+    assert distinct.metric == "distinct_reply_share" and distinct.steps == [*range(1, 7), *range(19, 25)]
+    assert numbers(distinct)[:6] == [1.0] * 6 and max(numbers(distinct)[6:]) <= 0.32
+    assert entropy.metric == "token_entropy" and min(numbers(entropy)[:6]) > 4.5 and max(numbers(entropy)[6:]) < 0.2
+    assert narrowing.next_step.arguments == {"field": "temperature", "value": 1.3}
+    assert "items" not in narrowing.next_step.why  # groups still have a signal: harder or easier items are beside it
+    spike = found["loss_unstable"]
+    assert spike.severity == "info" and spike.title.startswith("Gradient norm spiked: 129 at step 6")
+    assert spike.next_step.arguments == {"field": "learning_rate", "value": 1e-4}
+    drift = found["off_policy_drift"]
+    assert drift.severity == "info" and drift.evidence[0].steps == list(range(2, 12))
+    assert max(numbers(drift.evidence[0])) > 4.0 and drift.evidence[1].steps == list(range(19, 25))
+    assert drift.next_step.arguments == {"field": "loss_fn", "value": "ppo"}
+
+
+def test_collapse_the_scores_hide_is_caught_while_it_runs() -> None:
+    """The drift is a warning while it lasts, the spike is named at its step, the collapse once the
+    latest steps' replies are a few (distinct share 0.38 at step 12, 0.25 at step 13)."""
+    fired = replayed("collapsed_replies")
+    assert fired[1] == {} and fired[2] == {"off_policy_drift": "warning"}
+    assert fired[6] == {"off_policy_drift": "warning", "loss_unstable": "info"}
+    assert "groups_narrowing" not in fired[13] and fired[14]["groups_narrowing"] == "warning"
+    assert all(fired[k] == EXPECTED["collapsed_replies"] for k in range(15, 25)), fired
+
+
 def test_collapsed_run_whose_groups_are_all_dropped_stalls() -> None:
     """The same collapse as letter_repeat ships: atroposlib drops every all-equal group, no step comes."""
     folder = FIXTURES / "collapsing_stalled"
@@ -150,19 +226,22 @@ def test_overfitting_run_reward_up_eval_flat() -> None:
     found = by_code(diagnose(recorded("overfitting")))
     finding = found["reward_up_eval_flat"]
     reward, held_out, replies = finding.evidence
-    assert reward.metric == "reward_mean" and reward.values[0] < 0.1 and reward.values[-1] > 0.9
+    assert reward.metric == "reward_mean" and numbers(reward)[0] < 0.1 and numbers(reward)[-1] > 0.9
     assert held_out.metric == "eval_reward_mean" and held_out.steps[0] == 0 and held_out.steps[-1] == 60
     assert held_out.values[-1] - held_out.values[0] < t.EVAL_FOLLOW_SHARE * 0.9  # type: ignore[operator]
     # what the reward paid for at the last step, quoted: the two training letters repeated
     kept = recorded("overfitting").replies
     assert replies.metric == "sample_replies" and replies.steps == [60] * len(kept) and kept
-    assert replies.values == [score for score, _ in kept] and min(replies.values) > 0.9  # type: ignore[type-var]
+    assert replies.values == [score for score, _ in kept] and min(numbers(replies)) > 0.9
     assert all(repr(text[: t.QUOTED_REPLY_CHARS]) in replies.summary for _, text in kept)
     # the next step samples the trained weights beside the base model: the replies show what it learned
     assert finding.next_step.tool == "rl_test_inference" and finding.next_step.arguments == {
         "run_id": "run-overfitting"
     }
-    assert set(found) == {"reward_up_eval_flat"}
+    # the jump to its two items came with a gradient spike and a drift that both passed
+    assert "40.7 at step 19" in found["loss_unstable"].title and found["loss_unstable"].severity == "info"
+    assert found["off_policy_drift"].severity == "info" and "since settled" in found["off_policy_drift"].title
+    assert "groups_narrowing" not in found  # one reply per item, at nearly the full reward: converged, not collapsed
 
 
 def test_unstable_run_spikes_and_its_eval_regresses() -> None:
@@ -198,9 +277,30 @@ def facts(metrics: list[dict[str, Any]], evals: list[dict[str, Any]] | None = No
     return RunFacts("r1", metrics, evals or [], kw.pop("env", ENV), kw.pop("tinker", TINKER), **kw)
 
 
+def test_fewer_distinct_replies_at_the_full_reward_converged_short_of_it_collapsed() -> None:
+    def fewer(reward: float) -> list[dict[str, Any]]:
+        return rows(12, no_signal_share=0.0, distinct_reply_share=lambda s: 1.0 if s < 5 else 0.25, reward_mean=reward)
+
+    assert diagnose(facts(fewer(t.CONVERGED_REWARD))) == []
+    finding = by_code(diagnose(facts(fewer(0.6))))["groups_narrowing"]
+    assert [e.metric for e in finding.evidence] == ["distinct_reply_share"]
+    assert finding.next_step.arguments == {"field": "temperature", "value": 1.3}
+
+
+def test_collapse_by_the_entropy_of_the_sampled_tokens() -> None:
+    """Replies too long to repeat exactly: every one differs, yet the policy samples nearly one."""
+
+    def entropy_to(late: float) -> list[dict[str, Any]]:
+        return rows(12, distinct_reply_share=1.0, token_entropy=lambda s: 2.0 if s < 5 else late, reward_mean=0.3)
+
+    assert 0.15 < 2.0 * t.COLLAPSED_ENTROPY_SHARE
+    finding = by_code(diagnose(facts(entropy_to(0.15))))["groups_narrowing"]
+    assert [e.metric for e in finding.evidence] == ["token_entropy"]
+    assert "2 (steps 1-3) -> 0.15 nats (steps 10-12)" in finding.evidence[0].summary
+    assert diagnose(facts(entropy_to(0.6))) == []  # 30%, as the healthy SmolLM2 run: surer, not collapsed
+
+
 def test_narrowing_needs_signal_lost_not_only_fewer_distinct_replies() -> None:
-    converging = rows(12, no_signal_share=0.0, distinct_reply_share=lambda s: 1.0 if s < 5 else 0.25, reward_mean=0.6)
-    assert diagnose(facts(converging)) == []
     narrowing = rows(
         12,
         no_signal_share=lambda s: 0.0 if s < 5 else 0.75,
@@ -267,12 +367,33 @@ def test_loss_not_finite_and_gradient_explosion() -> None:
     assert "loss_unstable" not in by_code(diagnose(facts(rows(12, grad_norm=lambda s: 1.0 + s % 3))))
 
 
+def test_a_gradient_spike_that_passed() -> None:
+    spiked = by_code(diagnose(facts(rows(12, grad_norm=lambda s: t.GRAD_NORM_SPIKE if s == 5 else 1.0))))
+    finding = spiked["loss_unstable"]
+    assert finding.severity == "info" and finding.title == (
+        "Gradient norm spiked: 4 at step 5, 4x its median before; 1 at step 12"
+    )
+    assert finding.next_step.arguments == {"field": "learning_rate", "value": 1e-4}
+    below = rows(12, grad_norm=lambda s: 0.9 * t.GRAD_NORM_SPIKE if s == 5 else 1.0)
+    assert diagnose(facts(below)) == []
+
+
 def test_off_policy_drift() -> None:
     finding = by_code(diagnose(facts(rows(6, logprob_drift=0.5))))["off_policy_drift"]
     assert finding.next_step.arguments == {"field": "loss_fn", "value": "ppo"}
     ppo = by_code(diagnose(facts(rows(6, logprob_drift=0.5), tinker={"learning_rate": 1e-3, "loss_fn": "ppo"})))
     assert ppo["off_policy_drift"].next_step.arguments["field"] == "learning_rate"
     assert diagnose(facts(rows(6, logprob_drift=t.DRIFT_WARN / 2))) == []
+
+
+def test_a_drift_that_passed() -> None:
+    passed = rows(12, logprob_drift=lambda s: 1.0 if 3 <= s <= 6 else 0.01)
+    finding = by_code(diagnose(facts(passed)))["off_policy_drift"]
+    assert finding.severity == "info" and "over steps 3-6" in finding.title and "since settled" in finding.title
+    assert finding.evidence[0].steps == [3, 4, 5, 6] and finding.evidence[1].steps == [10, 11, 12]
+    assert finding.next_step.arguments == {"field": "loss_fn", "value": "ppo"}
+    blip = rows(12, logprob_drift=lambda s: 2 * t.DRIFT_WARN if s == 4 else 0.01)  # one step: its window stays low
+    assert diagnose(facts(blip)) == []
 
 
 def test_stalled_and_slowed_down() -> None:
@@ -354,7 +475,7 @@ async def test_finding_sent_once_to_a_subscribed_client(tmp_path: Path) -> None:
             assert test["environment_working"] and scores == {1.0}, test
             # the recorded runs' edits are valid rl_edit_config calls for letter_repeat's fields
             await call("rl_select_environment", name="letter_repeat")
-            steps = [f.next_step for f in diagnose(recorded("collapsing"))]
+            steps = [f.next_step for name in ("collapsing", "collapsed_replies") for f in diagnose(recorded(name))]
             steps.append(by_code(diagnose(facts(rows(4, loss=math.nan))))["loss_unstable"].next_step)
             edits = [s.arguments for s in steps if s.tool == "rl_edit_config"]
             assert {e["field"] for e in edits} == {"temperature", "loss_fn", "learning_rate"}

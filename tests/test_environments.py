@@ -96,7 +96,7 @@ def test_hf_gsm8k_offline_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_letter_repeat_reward(reply: str, reward: float) -> None:
     got = letter_reward(reply, "b", 8, pool="abc", pool_credit=0.25, letter_credit=0.05)
-    assert got == pytest.approx(reward)
+    assert got == pytest.approx(reward)  # a float64 sum of a few credits: default rel 1e-6 >> its rounding
 
 
 def test_letter_repeat_reward_is_bounded_and_ordered() -> None:
@@ -159,7 +159,7 @@ async def test_letter_repeat_rollout_and_eval_through_the_managed_server(inferen
         assert 1 <= len(reply) <= env.config.max_completion_tokens
         assert all(lp < 0 for lp, m in zip(logprobs, masks) if m != -100)  # real sampler logprobs
         text = env.tokenizer.decode(reply, skip_special_tokens=True)
-        assert score == pytest.approx(env.score(item, text).reward)
+        assert score == pytest.approx(env.score(item, text).reward)  # one float64 reward, maybe via JSON
         assert override == {"correct": text == item.answer * env.config.repeat_count}
     line = json.loads((tmp_path / "eval.jsonl").read_text().splitlines()[-1])
     assert line["step"] == 7 and line["num_items"] == 3 and 0.0 <= line["eval_accuracy"] <= 1.0
@@ -219,7 +219,7 @@ async def test_openai_only_endpoint_is_scored_from_reply_text(inference_url, tmp
             env.tokenizer.apply_chat_template(env.messages(item), tokenize=False, add_generation_prompt=True),
             add_special_tokens=False,
         )
-        assert score == pytest.approx(env.score(item, env.tokenizer.decode(reply)).reward)
+        assert score == pytest.approx(env.score(item, env.tokenizer.decode(reply)).reward)  # float64, as above
 
 
 def test_atroposlib_has_the_one_start_pause_run_env_skips() -> None:

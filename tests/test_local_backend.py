@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 from pathlib import Path
 
@@ -12,11 +13,14 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from numerics import U, grad_rel, logprob_tol, loss_tol, sum_tol
 from tinker import types
 
 from tinker_atropos.backends.factory import BackendUnavailable, create_base_sampler, create_training_backend
 from tinker_atropos.backends.local import LocalTrainingClient, create_sampler, load_base_model
 from tinker_atropos.config import parse_run_config
+
+pytestmark = pytest.mark.kernels
 
 PROMPT = "<|im_start|>user\nRepeat the letter b.<|im_end|>\n<|im_start|>assistant\n"
 
@@ -87,24 +91,38 @@ def _grads(c: LocalTrainingClient) -> list[torch.Tensor]:
     return [p.grad.clone() for p in c.params]
 
 
+def _lp_tol(model, data: list[types.Datum]) -> float:
+    """Logprobs of `data` from two batch shapes or kernels (numerics.logprob_tol), at their size."""
+    longest = max(d.model_input.length for d in data)
+    magnitude = max(float(d.loss_fn_inputs["logprobs"].to_torch().abs().max()) for d in data) + 1.0
+    return logprob_tol(model.config, longest, magnitude)
+
+
+def _grad_rel(model, data: list[types.Datum]) -> float:
+    """A batch's gradient from two orders of summation (numerics.grad_rel)."""
+    return grad_rel(model.config, max(d.model_input.length for d in data), sum(d.model_input.length for d in data))
+
+
 def test_importance_sampling_loss_and_gradient_match_direct_torch(client, base) -> None:
     data = _batch(base)
     out = client.forward_backward(data, "importance_sampling")
     got = _grads(client)
     client.optimizer.zero_grad(set_to_none=True)
 
-    total = torch.zeros(())
+    total, terms = torch.zeros(()), []
+    lp_tol = _lp_tol(client.model, data)  # a padded batch against one datum at a time
     for d, o in zip(data, out.loss_fn_outputs):
         lp = _direct_logprobs(client.model, d)
         ratio = torch.exp(lp - d.loss_fn_inputs["logprobs"].to_torch())
         total = total - (ratio * d.loss_fn_inputs["advantages"].to_torch()).sum()
-        torch.testing.assert_close(o["logprobs"].to_torch(), lp.detach(), rtol=0, atol=1e-5)
+        terms += (ratio * d.loss_fn_inputs["advantages"].to_torch()).tolist()
+        torch.testing.assert_close(o["logprobs"].to_torch(), lp.detach(), rtol=0, atol=lp_tol)
     want = torch.autograd.grad(total, client.params)
-    assert out.metrics["loss:sum"] == pytest.approx(total.item(), rel=1e-5, abs=1e-5)
+    assert out.metrics["loss:sum"] == pytest.approx(total.item(), abs=loss_tol(terms, lp_tol))
     assert any(g.abs().sum() > 0 for g in got)
     got_flat, want_flat = torch.cat([g.flatten() for g in got]), torch.cat([w.flatten() for w in want])
-    # float32 sums in a different order (padded batch vs one datum at a time): relative to the norm
-    assert (got_flat - want_flat).norm() <= 1e-4 * want_flat.norm(), (got_flat - want_flat).norm() / want_flat.norm()
+    gap = (got_flat - want_flat).norm() / want_flat.norm()
+    assert gap <= _grad_rel(client.model, data), gap
 
 
 def test_ppo_clips_the_ratio(client, base) -> None:
@@ -123,8 +141,10 @@ def test_ppo_clips_the_ratio(client, base) -> None:
         for d, x in zip(data, lp)
     ]
     out = client.forward_backward(clipped, "ppo")
-    for o in out.loss_fn_outputs:
-        torch.testing.assert_close(o["elementwise_loss"].to_torch(), torch.full_like(o["logprobs"].to_torch(), -1.2))
+    for o in out.loss_fn_outputs:  # the clipped value -1.2 * A (A = 1): a constant, one rounding
+        torch.testing.assert_close(
+            o["elementwise_loss"].to_torch(), torch.full_like(o["logprobs"].to_torch(), -1.2), rtol=2 * U, atol=0
+        )
     assert all(p.grad is None or p.grad.abs().max() == 0 for p in client.params)  # clipped: no gradient
     # Negative advantages are not clipped from above: loss is -ratio * A.
     client.optimizer.zero_grad(set_to_none=True)
@@ -134,12 +154,13 @@ def test_ppo_clips_the_ratio(client, base) -> None:
     ]
     out = client.forward_backward(unclipped, "ppo")
     ratio = torch.exp(torch.tensor(1.0))
+    lp_tol = _lp_tol(client.model, clipped)  # e^(1 + lp gap): the ratio moves by e * lp_tol at most
     for o in out.loss_fn_outputs:
         torch.testing.assert_close(
             o["elementwise_loss"].to_torch(),
             torch.full_like(o["logprobs"].to_torch(), ratio.item()),
-            rtol=1e-4,
-            atol=1e-4,
+            rtol=0,
+            atol=ratio.item() * lp_tol * math.exp(lp_tol),
         )
     assert any(p.grad.abs().max() > 0 for p in client.params)
 
@@ -157,8 +178,11 @@ def test_cross_entropy_honours_weights_and_learns(client, base) -> None:
     for _ in range(15):
         out = client.forward_backward([datum], "cross_entropy")
         lp = out.loss_fn_outputs[0]["logprobs"].to_torch()
-        assert out.metrics["loss:sum"] == pytest.approx(-(lp * weights).sum().item(), rel=1e-5)
-        torch.testing.assert_close(out.loss_fn_outputs[0]["elementwise_loss"].to_torch(), -lp * weights)
+        # the same logprobs summed in another order; the same products, one rounding each
+        assert out.metrics["loss:sum"] == pytest.approx(-(lp * weights).sum().item(), abs=sum_tol(lp * weights))
+        torch.testing.assert_close(
+            out.loss_fn_outputs[0]["elementwise_loss"].to_torch(), -lp * weights, rtol=2 * U, atol=0
+        )
         losses.append(out.metrics["loss:sum"])
         client.optim_step(types.AdamParams(learning_rate=1e-2))
     assert losses[-1] < 0.5 * losses[0]
@@ -172,7 +196,7 @@ def test_gradients_accumulate_until_optim_step(client, base) -> None:
     client.optimizer.zero_grad(set_to_none=True)
     client.forward_backward(data, "importance_sampling")
     a, b = torch.cat([g.flatten() for g in two_calls]), torch.cat([g.flatten() for g in _grads(client)])
-    assert (a - b).norm() <= 1e-5 * b.norm()
+    assert (a - b).norm() <= _grad_rel(client.model, data) * b.norm()  # two batch shapes, two sum orders
     before = [p.detach().clone() for p in client.params]
     metrics = client.optim_step(types.AdamParams(learning_rate=1e-3, grad_clip_norm=0.5)).metrics
     assert metrics["grad_norm"] > 0
@@ -208,10 +232,21 @@ def test_shared_prompt_and_microbatches_give_the_whole_batch_numbers(client, bas
         assert len(cut_plan) == 1 and len(cut_plan[0].passes) > 1 and cut_plan[0].prefix == shared.prefix
     split = client.forward_backward(data, "importance_sampling")
     got = torch.cat([p.grad.flatten() for p in client.params])
-    assert (got - want).norm() <= 1e-5 * want.norm()
-    assert split.metrics["loss:sum"] == pytest.approx(whole.metrics["loss:sum"], rel=1e-5)
+    # other passes, other padding: each sum in another order (numerics.py)
+    gap = (got - want).norm() / want.norm()
+    assert gap <= _grad_rel(client.model, data), gap
+    lp_tol = _lp_tol(client.model, data)
+    terms = [
+        r * a
+        for o, d in zip(whole.loss_fn_outputs, data)
+        for r, a in zip(
+            torch.exp(o["logprobs"].to_torch() - d.loss_fn_inputs["logprobs"].to_torch()).tolist(),
+            d.loss_fn_inputs["advantages"].tolist(),
+        )
+    ]
+    assert split.metrics["loss:sum"] == pytest.approx(whole.metrics["loss:sum"], abs=loss_tol(terms, lp_tol))
     for a, b in zip(split.loss_fn_outputs, whole.loss_fn_outputs):  # outputs stay in datum order
-        torch.testing.assert_close(a["logprobs"].to_torch(), b["logprobs"].to_torch(), rtol=0, atol=1e-5)
+        torch.testing.assert_close(a["logprobs"].to_torch(), b["logprobs"].to_torch(), rtol=0, atol=lp_tol)
 
 
 def test_bfloat16_compute_trains_the_same_direction_within_its_precision(base, tmp_path: Path) -> None:
@@ -340,9 +375,25 @@ def test_sampler_from_saved_weights_matches_trainer(client, base) -> None:
         for s in res.sequences
     ]
     out = client.forward_backward(data, "cross_entropy")
+    # merged LoRA (one more rounding per weight) vs unmerged, a KV cache vs one pass: float noise only
+    tol = logprob_tol(client.model.config, len(prompt) + 12, float(abs(res.sequences[0].logprobs_np).max()) + 1.0)
     for s, o in zip(res.sequences, out.loss_fn_outputs):
         trainer_lp = o["logprobs"].to_numpy()[len(prompt) - 1 :]
-        assert abs(trainer_lp - s.logprobs_np).max() < 1e-4  # merged LoRA vs unmerged: float noise only
+        assert abs(trainer_lp - s.logprobs_np).max() <= tol
+
+
+def test_a_seeded_sampler_draws_the_same_replies_for_requests_without_a_seed(base) -> None:
+    """A run's seed reaches its samplers: the same requests in the same order sample alike."""
+    prompt = types.ModelInput.from_ints(base.tokenizer.encode(PROMPT))
+
+    def replies(seed: int | None) -> list[list[int]]:
+        sampler = create_sampler(base, seed=seed)
+        params = types.SamplingParams(max_tokens=8, stop=[])
+        return [list(s.tokens) for _ in range(2) for s in sampler.sample(prompt, 3, params).sequences]
+
+    first = replies(7)
+    assert first == replies(7) and first != replies(8) and first != replies(None)
+    assert len({tuple(r) for r in first}) > 1  # still a sample, not one reply repeated
 
 
 def test_sampling_params(base) -> None:
@@ -364,9 +415,10 @@ def test_sampling_params(base) -> None:
     assert sample(2, max_tokens=16, top_p=1e-6, seed=5, stop=[]).sequences[0].tokens == greedy[0].tokens
     top_k = sample(8, max_tokens=16, top_k=3, seed=5, stop=[]).sequences  # only top-3 tokens
     ids = base.tokenizer.encode(PROMPT)
-    for s in top_k:
-        full = sampler.compute_logprobs(types.ModelInput.from_ints(ids + s.tokens))[len(ids) :]
-        assert abs(torch.tensor(full) - torch.tensor(s.logprobs)).max() < 1e-4  # reported = model logprobs
+    for s in top_k:  # reported = model logprobs: a KV-cached decode against one pass over the whole
+        full = torch.tensor(sampler.compute_logprobs(types.ModelInput.from_ints(ids + s.tokens))[len(ids) :])
+        tol = logprob_tol(sampler.model.config, len(ids) + 16, float(full.abs().max()) + 1.0)
+        assert abs(full - torch.tensor(s.logprobs)).max() <= tol
 
     # Stop token ids: the sample ends at (and keeps) the first stop token.
     stop_ids = list(range(0, 256, 2))

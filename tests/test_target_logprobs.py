@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from numerics import network_rel
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from tinker_atropos.backends.local import target_logprobs as fused
+
+pytestmark = pytest.mark.kernels
 
 
 def _plain(hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor) -> torch.Tensor:
@@ -39,8 +42,11 @@ def test_fused_head_gives_the_plain_numbers_and_gradients(monkeypatch, chunk_ele
         (torch.exp(lp) * weights).sum().backward()  # a ratio-shaped loss, as importance sampling
         results.append((lp.detach(), hidden.grad))
     (lp_fused, grad_fused), (lp_plain, grad_plain) = results
-    torch.testing.assert_close(lp_fused, lp_plain, rtol=0, atol=1e-5)
-    torch.testing.assert_close(grad_fused, grad_plain, rtol=1e-5, atol=1e-6)
+    # chunks against one matmul, logsumexp against cross_entropy: the head's 16-term dot products
+    # and the softmax's 97-term sums in another order (numerics.py); the gradient runs them again
+    rel = 2 * network_rel([16, 97])
+    torch.testing.assert_close(lp_fused, lp_plain, rtol=0, atol=rel * float(lp_plain.abs().max()))
+    torch.testing.assert_close(grad_fused, grad_plain, rtol=0, atol=2 * rel * float(grad_plain.abs().max()))
     assert grad_fused[2].abs().sum() == 0 and grad_fused[0, 0].abs().sum() == 0
     assert grad_fused[0, 5].abs().sum() > 0
 

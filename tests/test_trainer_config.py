@@ -27,7 +27,7 @@ def test_shipped_configs_load() -> None:
     assert tinker_cfg.tinker.backend == "tinker"
     assert tinker_cfg.tinker.base_model == "Qwen/Qwen3-8B"
     assert tinker_cfg.tinker.lora_rank == 32
-    assert tinker_cfg.tinker.learning_rate == pytest.approx(4e-5)
+    assert tinker_cfg.tinker.learning_rate == 4e-5  # the same literal parsed: exactly equal
     assert (tinker_cfg.tinker.beta1, tinker_cfg.tinker.beta2) == (0.9, 0.95)
     local_cfg = load_run_config(CONFIGS / "local.yaml")
     assert local_cfg.tinker.backend == "local"

@@ -32,6 +32,7 @@ DOC_FIELDS = [
     "groups",
     "no_signal_share",
     "distinct_reply_share",
+    "token_entropy",
     "grad_norm",
     "wait_seconds",
     "forward_backward_seconds",
@@ -123,6 +124,7 @@ def test_logprob_drift_counts_completion_tokens_only():
         loss_fn_outputs=[{"logprobs": types.TensorData.from_numpy(a)} for a in trainer_lps],
     )
     # |−1.5 − (−1)| + |−2 − (−2)| + |−0.25 − (−0.5)| over 3 completion tokens; prompt ignored
+    # float32 logprobs (exact binary fractions here) summed in float64: approx's default suffices
     assert logprob_drift(output, conv.datums, conv.completion_masks) == pytest.approx(0.75 / 3)
     no_lps = types.ForwardBackwardOutput(loss_fn_output_type="x", loss_fn_outputs=[{}, {}])
     assert logprob_drift(no_lps, conv.datums, conv.completion_masks) is None

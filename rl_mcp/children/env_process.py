@@ -6,7 +6,8 @@ Runs (stage env) and rl_test_inference start every environment through this, so 
 Atropos file runs unchanged: atroposlib's two silent breakages are fixed first
 (`tinker_atropos.atropos_compat`), and its log gets timestamps and atroposlib's progress lines
 ("Successfully processed group k/n", which rl_test_inference reads) as soon as a group is scored,
-and where the server asks for it, its rollouts' health (scored groups, the latest exception).
+and where the server asks for it, its rollouts' health (scored and discarded groups, the latest
+exception, its model requests: timeouts, retries, replies cut at their cap).
 This runs in the child process only: the MCP server never imports environment code.
 """
 

@@ -24,6 +24,7 @@ TRAINING_FIELDS = (
     "advantage_scale",
     "local_compute",
     "max_token_trainer_length",
+    "max_reply_tokens",
     "seed",
     "wandb_project",
     "wandb_group",

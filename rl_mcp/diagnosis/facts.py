@@ -8,6 +8,7 @@ from typing import Any
 
 from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.findings import Evidence
+from rl_mcp.runs.env_health import Discards
 from rl_mcp.runs.metrics import Points
 
 
@@ -26,11 +27,35 @@ class RunFacts:
     env_drops_equal_groups: bool = False  # its env.log's latest lines: atroposlib drops all-equal groups
     replies_step: int | None = None  # the step of `replies`
     replies: list[tuple[float, str]] = field(default_factory=list)  # its best-scored replies (score, text)
+    discards: Discards | None = None  # the groups its environment discarded (env_health.json)
 
 
 def window(points: Points) -> int:
     """How many steps an early or a recent window holds."""
     return max(t.MIN_WINDOW_STEPS, min(t.MAX_WINDOW_STEPS, round(len(points) * t.WINDOW_SHARE)))
+
+
+def ends(points: Points) -> tuple[Points, Points]:
+    """The run's first window of steps and its latest one (they overlap below MIN_TREND_STEPS)."""
+    w = min(window(points), len(points))
+    return points[:w], points[-w:]
+
+
+def episode(points: Points, above: float) -> Points:
+    """Where a metric ran highest: the MIN_WINDOW_STEPS steps with the highest mean, widened to the
+    neighbouring steps still above `above`; [] when that window's mean is not above it."""
+    size = t.MIN_WINDOW_STEPS
+    if len(points) < size:
+        return []
+    start = max(range(len(points) - size + 1), key=lambda i: mean_of(points[i : i + size]))
+    if not mean_of(points[start : start + size]) > above:
+        return []
+    end = start + size
+    while start > 0 and points[start - 1][1] > above:
+        start -= 1
+    while end < len(points) and points[end][1] > above:
+        end += 1
+    return points[start:end]
 
 
 def mean_of(points: Points) -> float:

@@ -10,6 +10,7 @@ from typing import Any
 from rl_mcp.diagnosis.facts import RunFacts
 from rl_mcp.logs import tail_lines
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
+from rl_mcp.runs.env_health import read_health
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName
@@ -48,6 +49,7 @@ def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> 
     env, tinker = run_config_sections(rec.config_path)
     drops = rec.active and drops_equal_groups(tail_lines(rec.log_path(ProcessName.ENV), ENV_LOG_LINES))
     replies_step, replies = latest_replies(rec.files.latest_replies)
+    health = read_health(rec.files.env_health)
     return RunFacts(
         run_id=rec.run_id,
         metrics=metrics,
@@ -60,4 +62,5 @@ def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> 
         env_drops_equal_groups=drops,
         replies_step=replies_step,
         replies=replies,
+        discards=health.discards if health else None,
     )

@@ -8,27 +8,17 @@ server's tools for the run's environment (config fields it really has).
 from __future__ import annotations
 
 import itertools
-import math
 import statistics
 from collections.abc import Callable
 from typing import Any
 
 from rl_mcp.diagnosis import thresholds as t
+from rl_mcp.diagnosis.collapse import collapse_evidence, converged
 from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, sample_replies, span_of, window
 from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
+from rl_mcp.diagnosis.next_steps import edit, lower_learning_rate
+from rl_mcp.diagnosis.update_rules import loss_unstable, off_policy_drift
 from rl_mcp.runs.metrics import Points, series
-
-
-def _edit(field_name: str, value: Any, why: str) -> NextStep:
-    return NextStep("rl_edit_config", {"field": field_name, "value": value}, why)
-
-
-def _lower_learning_rate(facts: RunFacts, why: str) -> NextStep:
-    lr = facts.tinker.get("learning_rate")
-    if not isinstance(lr, (int, float)):  # a run config that could not be read
-        return NextStep("rl_get_current_config", {}, f"{why}: set learning_rate to a tenth of its value")
-    value = float(f"{lr * t.LEARNING_RATE_CUT:.3g}")
-    return _edit("learning_rate", value, f"{why} (from {lr}); then start a new run or fork this one")
 
 
 def _test_reward(facts: RunFacts, why: str) -> NextStep:
@@ -40,21 +30,23 @@ def _test_reward(facts: RunFacts, why: str) -> NextStep:
 # --- signal ---------------------------------------------------------------------------------
 
 
-def _widen_groups(facts: RunFacts, *, collapsed: bool) -> NextStep:
-    """Collapsed replies: a higher temperature where the environment has one; else more samples per group."""
+def _widen_groups(facts: RunFacts, *, collapsed: bool, equal_groups: bool = True) -> NextStep:
+    """Collapsed replies: a higher temperature where the environment has one; else more samples per
+    group. `equal_groups`: groups whose replies all scored the same, which harder or easier items
+    (by the reward) also make rarer."""
     temperature, group = facts.env.get("temperature"), facts.env.get("group_size")
     rewards = series(facts.metrics, "reward_mean")[-t.MIN_WINDOW_STEPS :]
     harder = "harder items" if rewards and mean_of(rewards) > t.MOSTLY_RIGHT_REWARD else "easier items"
+    items = f" or {harder}" if equal_groups else ""
     if collapsed and isinstance(temperature, (int, float)):
-        return _edit(
+        return edit(
             "temperature",
             round(temperature + t.TEMPERATURE_STEP, 2),
-            f"sample more varied replies (from {temperature}); more samples per group or {harder} also widen groups",
+            f"sample more varied replies (from {temperature}); more samples per group{items} also widen groups",
         )
     size = min(int(group) * 2, t.MAX_GROUP_SIZE) if isinstance(group, int) else 16
-    return _edit(
-        "group_size", size, f"more samples per group make an all-equal group rarer (from {group}); or {harder}"
-    )
+    why = f"more samples per group: more varied replies, fewer all-equal groups (from {group}){items}"
+    return edit("group_size", size, why)
 
 
 def no_reward_signal(facts: RunFacts) -> Finding | None:
@@ -94,38 +86,35 @@ def no_reward_signal(facts: RunFacts) -> Finding | None:
 
 
 def groups_narrowing(facts: RunFacts) -> Finding | None:
-    """More groups without signal, fewer distinct replies: the policy stops exploring."""
+    """More groups without signal, or replies collapsed to a few short of the full reward: the policy
+    stops exploring. Fewer distinct replies alone, at nearly the full reward, is a policy that found
+    its answer."""
     if no_reward_signal(facts) is not None:
         return None
-    shares, distinct = series(facts.metrics, "no_signal_share"), series(facts.metrics, "distinct_reply_share")
-    if not shares:
-        return None
-    w = min(window(shares), len(shares))
-    first, recent = shares[:w], shares[-w:]
-    rose = len(shares) >= t.MIN_TREND_STEPS and mean_of(recent) - mean_of(first) >= t.NO_SIGNAL_RISE
+    shares = series(facts.metrics, "no_signal_share")
     evidence: list[Evidence] = []
-    if mean_of(recent) > t.NARROWING_NO_SIGNAL_SHARE or rose:
-        rise = f", up from {mean_of(first):.0%} over {span_of(first)}" if len(shares) >= t.MIN_TREND_STEPS else ""
-        summary = f"{mean_of(recent):.0%} of groups all-equal over {span_of(recent)}{rise}"
-        evidence.append(evidence_of("no_signal_share", recent, summary))
-    fell = False
-    if rose and len(distinct) >= t.MIN_TREND_STEPS:
-        w = window(distinct)
-        first, recent = distinct[:w], distinct[-w:]
-        fell = mean_of(recent) <= t.COLLAPSED_DISTINCT_SHARE and mean_of(first) - mean_of(recent) >= t.DISTINCT_FALL
-        if fell:
-            summary = (
-                f"distinct replies per group {mean_of(first):.0%} ({span_of(first)}) -> "
-                f"{mean_of(recent):.0%} ({span_of(recent)})"
-            )
-            evidence.append(evidence_of("distinct_reply_share", first + recent, summary))
+    rose = False
+    if shares:
+        w = min(window(shares), len(shares))
+        first, recent = shares[:w], shares[-w:]
+        rose = len(shares) >= t.MIN_TREND_STEPS and mean_of(recent) - mean_of(first) >= t.NO_SIGNAL_RISE
+        if mean_of(recent) > t.NARROWING_NO_SIGNAL_SHARE or rose:
+            rise = f", up from {mean_of(first):.0%} over {span_of(first)}" if len(shares) >= t.MIN_TREND_STEPS else ""
+            summary = f"{mean_of(recent):.0%} of groups all-equal over {span_of(recent)}{rise}"
+            evidence.append(evidence_of("no_signal_share", recent, summary))
+    equal_groups = bool(evidence)
+    collapsed = collapse_evidence(facts) if rose or not converged(facts) else []
+    evidence += collapsed
     if not evidence:
         return None
-    next_step = _widen_groups(facts, collapsed=fell)
-    title = "Groups are narrowing: " + (
-        "replies collapse to a few and groups stop giving a signal" if fell else "most groups give no learning signal"
-    )
-    return Finding("groups_narrowing", "warning", title, next_step, evidence)
+    next_step = _widen_groups(facts, collapsed=bool(collapsed), equal_groups=equal_groups)
+    if not collapsed:
+        title = "most groups give no learning signal"
+    elif equal_groups:
+        title = "replies collapse to a few and groups stop giving a signal"
+    else:
+        title = "replies collapse to a few short of the full reward (their scores still differ slightly)"
+    return Finding("groups_narrowing", "warning", "Groups are narrowing: " + title, next_step, evidence)
 
 
 # --- evaluation -----------------------------------------------------------------------------
@@ -190,7 +179,7 @@ def eval_regressed(facts: RunFacts) -> Finding | None:
         return None
     summary = f"{name} best {best[1]:.3f} at step {best[0]}, now {last[1]:.3f} at step {last[0]}"
     if best[0] == 0:
-        next_step = _lower_learning_rate(facts, "training made the base model worse: take smaller steps")
+        next_step = lower_learning_rate(facts, "training made the base model worse: take smaller steps")
     else:
         next_step = NextStep(
             "rl_export_model",
@@ -204,74 +193,6 @@ def eval_regressed(facts: RunFacts) -> Finding | None:
         f"Held-out eval regressed from its best (step {best[0]})",
         next_step,
         [evidence_of(name, evals, summary)],
-    )
-
-
-# --- optimisation ---------------------------------------------------------------------------
-
-
-def loss_unstable(facts: RunFacts) -> Finding | None:
-    """A loss or gradient norm that is not finite, or a gradient norm that explodes."""
-    bad = [(key, p) for key in ("loss", "grad_norm") for p in series(facts.metrics, key) if not math.isfinite(p[1])]
-    if bad:
-        key, head = bad[0]
-        points = [p for k, p in bad if k == key]
-        return Finding(
-            "loss_unstable",
-            "error",
-            f"{key} is not finite (first at step {head[0]})",
-            _lower_learning_rate(facts, "non-finite updates: cut the learning rate"),
-            [evidence_of(key, points, f"{key} {head[1]} at steps {', '.join(str(s) for s, _ in points[:10])}")],
-        )
-    norms = series(facts.metrics, "grad_norm")
-    if len(norms) < t.MIN_TREND_STEPS:
-        return None
-    w = window(norms)
-    before, recent = norms[:-w], norms[-w:]
-    base, peak = statistics.median(v for _, v in before), max(recent, key=lambda p: p[1])
-    if base <= 0 or peak[1] < t.GRAD_NORM_EXPLOSION * base:
-        return None
-    return Finding(
-        "loss_unstable",
-        "warning",
-        f"Gradient norm spiking: {peak[1]:.3g} at step {peak[0]}, {peak[1] / base:.0f}x its median before",
-        _lower_learning_rate(facts, "gradient spikes: cut the learning rate"),
-        [
-            evidence_of(
-                "grad_norm",
-                norms,
-                f"median {base:.3g} over {span_of(before)}, up to {peak[1]:.3g} over {span_of(recent)}",
-            )
-        ],
-    )
-
-
-def off_policy_drift(facts: RunFacts) -> Finding | None:
-    """The sampler's logprobs far from the trainer's: importance ratios far from 1."""
-    drift = series(facts.metrics, "logprob_drift")
-    if not drift:
-        return None
-    recent = drift[-window(drift) :]
-    mean = mean_of(recent)
-    if not mean > t.DRIFT_WARN:
-        return None
-    ratio = math.exp(mean)
-    if facts.tinker.get("loss_fn") == "importance_sampling":
-        next_step = _edit(
-            "loss_fn", "ppo", "ppo clips the importance ratio, so stale rollouts cannot push the update far"
-        )
-    else:
-        next_step = _lower_learning_rate(facts, "smaller updates keep the sampler close to the trained policy")
-    return Finding(
-        "off_policy_drift",
-        "warning",
-        f"The sampler's logprobs drift from the trainer's (typical importance ratio {ratio:.3g} or {1 / ratio:.3g})",
-        next_step,
-        [
-            evidence_of(
-                "logprob_drift", recent, f"mean |trainer - sampler logprob| {mean:.3f} per token over {span_of(recent)}"
-            )
-        ],
     )
 
 
@@ -324,6 +245,26 @@ def stalled(facts: RunFacts) -> Finding | None:
                 f"{since:.0f} s since step {times[-1][0]}; median step {typical:.1f} s",
             )
         ],
+    )
+
+
+def groups_discarded(facts: RunFacts) -> Finding | None:
+    """An active run whose environment discards group after group: its rollouts return no group and
+    raise nothing (Atropos' own environments skip groups whose scores are all equal)."""
+    d = facts.discards
+    if not facts.active or d is None or d.in_a_row < t.DISCARDED_IN_A_ROW:
+        return None
+    if d.scores and len(set(d.scores)) == 1:
+        next_step = _widen_groups(facts, collapsed=True)
+    else:
+        next_step = _test_reward(facts, "read the replies the environment discards and how it scores them")
+    return Finding(
+        "groups_discarded",
+        "error" if d.groups == 0 else "warning",
+        f"The environment discarded its last {d.in_a_row} groups ({d.groups} scored in all)"
+        + (f": likely {d.likely}" if d.likely else ": its rollouts return no group"),
+        next_step,
+        [Evidence("env_health.discarded_in_a_row", [], [float(d.in_a_row)], d.line)],
     )
 
 
@@ -382,6 +323,7 @@ RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
     loss_unstable,
     off_policy_drift,
     stalled,
+    groups_discarded,
     throughput_drop,
 )
 

@@ -24,8 +24,16 @@ COLLAPSED_DISTINCT_SHARE = 0.5
 # ... and that share fell by this much since the first steps (a task with short fixed answers
 # starts low; only a fall is narrowing).
 DISTINCT_FALL = 0.2
-# ... while the share of groups without signal rose by this much: fewer distinct replies alone is a
-# policy that found its answer (a learning run converges so); it is narrowing once groups lose signal.
+# ... or the entropy per sampled token fell to this share of the first steps' or below: replies too
+# long to repeat exactly collapse too. letter_repeat at lr 1e-3 fell from 5.1 to 0.14 nats (3%);
+# the healthy SmolLM2 run from 1.8 to 0.53 (30%), a policy growing surer of its answers.
+COLLAPSED_ENTROPY_SHARE = 0.1
+# Fewer distinct replies is a policy that found its answer when the latest steps earn at least this
+# reward (rewards in [0, 1]; the overfitting run's two items at 0.99); below it the few replies left
+# are not the right ones (the collapses on letter_repeat: one letter whatever the prompt, 0.43-0.68).
+CONVERGED_REWARD = 0.9
+# The share of groups without signal rose by this much since the first steps: narrowing whatever
+# the reward (groups that stopped giving a signal train nothing).
 NO_SIGNAL_RISE = 0.25
 # Temperature raised by this step: enough to widen a narrowing group, not enough to make it noise.
 TEMPERATURE_STEP = 0.3
@@ -48,15 +56,26 @@ QUOTED_REPLY_CHARS = 200
 # (one item of a 12-item eval set is 0.083, so one flipped item does not fire).
 EVAL_REGRESSION_DROP = 0.1
 
-# A recent gradient norm this many times the median of the steps before: the updates blow up
-# (a learning run's norm falls as it converges; one that spikes an order of magnitude does not).
+# A gradient norm in the latest steps this many times the median of the steps before it: the
+# updates blow up now (a warning; a learning run's norm falls as it converges).
 GRAD_NORM_EXPLOSION = 10.0
+# A gradient norm this many times the median of the steps before it, at any step: a spike, reported
+# (info) also once it passed. The healthy SmolLM2 run's steps stay within 2x of theirs, the tiny
+# model's first steps within 1.9x; letter_repeat at lr 1e-3 climbed to 5.3x (129 at step 6) before
+# its replies collapsed, the overfitting run jumped 20x.
+GRAD_NORM_SPIKE = 4.0
 # A learning rate cut by this factor: an order of magnitude, the usual first step when updates blow up.
 LEARNING_RATE_CUT = 0.1
 
 # Mean |trainer logprob - sampler logprob| per token above this: importance ratios of exp(0.2) =
-# 1.22 or below 0.82 on a typical token, beyond PPO's usual clip range of 0.2.
+# 1.22 or below 0.82 on a typical token, beyond PPO's usual clip range of 0.2. Over the latest steps
+# a warning; over MIN_WINDOW_STEPS steps that passed, info (the episode: the neighbouring steps above it).
 DRIFT_WARN = 0.2
+
+# The environment discarded this many groups in a row (returned none, raising nothing): more than
+# a chance run of all-equal groups, early enough to read before the run fails on it (settings'
+# RL_MCP_ENV_DISCARD_GROUPS, 20 by default).
+DISCARDED_IN_A_ROW = 5
 
 # A step is late when no line came for this many typical step times ...
 STALL_FACTOR = 5.0

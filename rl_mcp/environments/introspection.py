@@ -22,6 +22,7 @@ from rl_mcp.children.introspect import RESULT_MARKER
 from rl_mcp.environments.discovery import EnvironmentInfo
 from rl_mcp.errors import UserError
 from rl_mcp.settings import PROJECT_ROOT, Settings, without_secrets
+from rl_mcp.tmpdirs import child_tmpdir
 from tinker_atropos.run_files import atomic_write_text
 
 TRACEBACK_TAIL_LINES = 15
@@ -157,9 +158,9 @@ class Introspector:
         )
         started = time.monotonic()
         try:
-            with anyio.fail_after(self.settings.introspect_timeout_s):
+            with anyio.fail_after(self.settings.introspect_timeout_s), child_tmpdir(env) as child_env:
                 proc = await anyio.run_process(
-                    cmd, env=env, check=False, cwd=str(info.file.parent), stdin=subprocess.DEVNULL
+                    cmd, env=child_env, check=False, cwd=str(info.file.parent), stdin=subprocess.DEVNULL
                 )
         except TimeoutError as exc:
             raise IntrospectionError(

@@ -16,7 +16,7 @@ import anyio
 
 from rl_mcp.export.card import write_card
 from rl_mcp.export.plan import ExportError, ExportPlan, verify_prompts
-from rl_mcp.inference.runner import ProgressFn
+from rl_mcp.inference.progress import ProgressFn
 from rl_mcp.logs import last_error_line, tail_lines
 from rl_mcp.processes import supervised, wait_exit
 from rl_mcp.settings import without_secrets

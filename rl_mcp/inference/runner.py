@@ -2,7 +2,9 @@
 
 One `process` child per model, each with a fresh output folder (atroposlib would write
 `x_1.jsonl` next to an old `x.jsonl`), W&B off unless WANDB_API_KEY is set, a per-model
-timeout, a few models at a time. Scores come from the JSONL atroposlib writes.
+timeout, a few models at a time. Scores come from the JSONL atroposlib writes; what the
+environment does meanwhile (exceptions, discarded groups, its requests) from env_health.json.
+An environment that only raises or only discards is stopped early and said so.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from typing import Any, Literal
 import anyio
 import httpx
 
+from rl_mcp.inference.progress import Progress, ProgressFn, waiting_line
 from rl_mcp.inference.scores import ScoreSummary, read_groups, summarize
 from rl_mcp.inference.target import InferenceRequest, Target, child_env, model_slug, process_config
 from rl_mcp.logs import last_error_line, marked_lines, tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models
 from rl_mcp.processes import StageError, health_ok, supervised
-from rl_mcp.runs.env_health import latest_error, stalled
+from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
+from rl_mcp.runs.env_health import EnvHealth, discarding, raising, read_health
 from rl_mcp.runs.ports import PortReservations
+from rl_mcp.runs.reply_length import Limit, at_cap
 from rl_mcp.session.run_config import write_run_config
 from tinker_atropos.run_files import ENV_HEALTH_VAR, WARNING_MARK, InferenceTestFiles
 
@@ -33,13 +38,13 @@ LOG_TAIL_LINES = 25
 MAX_PARALLEL = 3
 RAISING_STOP_S = 20.0  # an environment that raises and scores nothing for this long is stopped
 
-ProgressFn = Callable[[float, float, str], Awaitable[None]]
+LiveTokens = Callable[[], Awaitable[int | None]]  # tokens the local server has generated so far
 
 
 @dataclass
 class ModelOutcome:
     model: str
-    status: Literal["ok", "failed", "timeout"]
+    status: Literal["ok", "failed", "timeout", "discarded"]
     seconds: float
     output_dir: Path
     log: Path
@@ -50,24 +55,8 @@ class ModelOutcome:
     error: str | None = None
     log_tail: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-class _Progress:
-    """Counts scored groups over all models and reports each new one."""
-
-    def __init__(self, per_model: int, models: int, report: ProgressFn | None) -> None:
-        self.per_model = per_model
-        self.total = per_model * models
-        self.done: dict[str, int] = {}
-        self._report = report
-
-    async def update(self, model: str, groups: int) -> None:
-        if groups <= self.done.get(model, 0):
-            return
-        self.done[model] = groups
-        if self._report is not None:
-            message = f"{model}: group {groups}/{self.per_model} scored"
-            await self._report(float(sum(self.done.values())), float(self.total), message)
+    health: EnvHealth | None = None  # what the environment process reported last
+    at_cap: Limit | None = None  # what cut the replies that ran to their cap
 
 
 async def run_inference_test(
@@ -87,7 +76,7 @@ async def run_inference_test(
     spent is stopped and reported as a timeout."""
     deadline = time.monotonic() + req.timeout_s
     ports = ports or PortReservations()
-    tracker = _Progress(req.num_steps, len(target.models), progress)
+    tracker = Progress(req.num_steps, len(target.models), progress)
     limiter = anyio.CapacityLimiter(1 if target.kind == "local" else max_parallel)  # local: one model in RAM
     outcomes: dict[str, ModelOutcome] = {}
 
@@ -110,7 +99,7 @@ async def _test_model(
     environ: Mapping[str, str],
     python: str,
     ports: PortReservations,
-    tracker: _Progress,
+    tracker: Progress,
     deadline: float,
 ) -> ModelOutcome:
     started = time.monotonic()
@@ -141,7 +130,7 @@ async def _test_local_model(
     wandb: bool,
     python: str,
     ports: PortReservations,
-    tracker: _Progress,
+    tracker: Progress,
     deadline: float,
 ) -> None:
     """The same test against a local inference server started for it on a reserved port."""
@@ -156,18 +145,27 @@ async def _test_local_model(
         argv = [python, "-m", "tinker_atropos.inference_server", "--config", str(files.config)]
         argv += ["--adapter", weights.adapter] if weights.adapter else []
         async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:  # loopback: no proxy
+            health_url = f"http://127.0.0.1:{port}/health"
+
+            async def live_tokens() -> int | None:
+                try:
+                    tokens = (await http.get(health_url)).json().get("generated_tokens")
+                except (httpx.HTTPError, ValueError, AttributeError):
+                    return None
+                return tokens if isinstance(tokens, int) else None
+
             try:
                 server = supervised(
                     "inference server",
                     argv,
                     log_path=files.server_log,
                     env=env,
-                    ready=lambda: health_ok(http, f"http://127.0.0.1:{port}/health"),
+                    ready=lambda: health_ok(http, health_url),
                     ready_timeout_s=max(1.0, deadline - time.monotonic()),
                 )
                 async with server:
                     ports.release([port])  # bound now: nobody else can take it
-                    await _run_process(req, model, files, out, env, python, tracker, deadline)
+                    await _run_process(req, model, files, out, env, python, tracker, deadline, live_tokens)
             except StageError as exc:
                 out.error = f"the local inference server did not start: {exc}"
                 out.log_tail = tail_lines(files.server_log, LOG_TAIL_LINES)
@@ -182,8 +180,9 @@ async def _run_process(
     out: ModelOutcome,
     env: dict[str, str],
     python: str,
-    tracker: _Progress,
+    tracker: Progress,
     deadline: float,
+    live_tokens: LiveTokens | None = None,
 ) -> None:
     argv = [
         python,
@@ -200,17 +199,17 @@ async def _run_process(
         "--env.group_size",
         str(req.group_size),
     ]
-    offset, started, raising = 0, time.time(), None
+    offset, started, stop = 0, time.time(), None
     env = {**env, ENV_HEALTH_VAR: str(files.env_health)}
     async with supervised(
         "environment process", argv, log_path=out.log, env=env, cwd=files.folder, stop_grace_s=3.0
     ) as child:
         while child.running and time.monotonic() < deadline:
             offset = await _watch_log(out.log, offset, model, tracker)
-            if raising := stalled(files.env_health, started, RAISING_STOP_S):
-                break  # every rollout raises: say so now rather than at the call's timeout
+            if stop := await _watch_health(req, model, files, started, tracker, live_tokens):
+                break  # every rollout raises, or is discarded: say so now rather than at the call's timeout
             await anyio.sleep(0.25)
-        timed_out = child.running and raising is None
+        timed_out = child.running and stop is None
     code = child.poll()
     await _watch_log(out.log, offset, model, tracker)
     out.warnings = marked_lines(out.log, WARNING_MARK)
@@ -218,30 +217,71 @@ async def _run_process(
     out.jsonl = files.groups if files.groups.exists() else None
     out.html = files.groups_html if files.groups_html.exists() else None
     out.scores = summarize(groups) if groups else None
+    out.health = health = read_health(files.env_health)
+    out.at_cap = _at_cap(health, files.config)
     if not timed_out and code == 0 and groups:
         out.status = "ok"
         return
     out.log_tail = tail_lines(out.log, LOG_TAIL_LINES)
-    if raising is not None:
-        out.error = raising
+    discards = health.discards if health and health.discards and health.discards.in_a_row else None
+    if stop is not None:
+        out.status, out.error = stop
     elif timed_out:
         out.status = "timeout"
-        out.error = (
-            f"no result within the call's {req.timeout_s:.0f} s limit: {len(groups)} of {req.num_steps} groups scored "
-            f"(atroposlib retries failed groups forever; see the log tail for why they fail)"
+        why = (
+            discards.line
+            if discards
+            else "atroposlib retries failed groups forever; see the log tail for why they fail"
         )
+        scored = f"{len(groups)} of {req.num_steps} groups scored"
+        out.error = f"no result within the call's {req.timeout_s:.0f} s limit: {scored} ({why})"
+    elif code == 0 and discards:
+        out.status, out.error = "discarded", f"the environment exited having discarded every group: {discards.line}"
     elif code == 0:
         out.error = (
             "the environment exited without writing a scored group: it ran out of items, or "
             "atroposlib skipped its groups as invalid (see the log tail)"
         )
     else:  # the environment's own record of its latest exception says where it was raised
-        latest = latest_error(files.env_health)
+        latest = health.error if health else None
         why = latest.line if latest else last_error_line(out.log_tail) or "see the log tail"
         out.error = f"the environment process exited with code {code}: {why}"
 
 
-async def _watch_log(log: Path, offset: int, model: str, tracker: _Progress) -> int:
+async def _watch_health(
+    req: InferenceRequest,
+    model: str,
+    files: InferenceTestFiles,
+    started: float,
+    tracker: Progress,
+    live_tokens: LiveTokens | None,
+) -> tuple[Literal["failed", "discarded"], str] | None:
+    """Why to stop the environment now (it only raises, or only discards), else None; while no group
+    comes, a progress report of what it is doing, now and then."""
+    health, now = read_health(files.env_health), time.time()
+    if health is not None:
+        if why := raising(health, started, RAISING_STOP_S, now):
+            return "failed", why
+        if why := discarding(health, started, req.env_limits, now):
+            return "discarded", why
+    if tracker.due(model):
+        tokens = await live_tokens() if live_tokens is not None else None
+        await tracker.waiting(model, waiting_line(health, tokens, now - started, now))
+    return None
+
+
+def _at_cap(health: EnvHealth | None, config_file: Path) -> Limit | None:
+    """What cut the replies that ran to their cap (the process's own config says what caps them)."""
+    if health is None or not health.requests.replies_at_cap:
+        return None
+    try:
+        config = read_run_config(config_file)
+    except RUN_CONFIG_ERRORS:
+        config = {}
+    return at_cap(health.requests, config.get("env") or {}, config.get("tinker"))
+
+
+async def _watch_log(log: Path, offset: int, model: str, tracker: Progress) -> int:
     """Read what the log gained since `offset`; report progress lines. Returns the new offset."""
     try:
         with open(log, "rb") as fh:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from rl_mcp.errors import UserError
-from rl_mcp.settings import without_secrets
+from rl_mcp.settings import EnvLimits, without_secrets
 
 OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
 OPENROUTER_KEY_ENV = "OPENROUTER_API_KEY"
@@ -73,6 +73,7 @@ class InferenceRequest:
     group_size: int
     timeout_s: float
     out_dir: Path
+    env_limits: EnvLimits = field(default_factory=EnvLimits)  # when an environment that only discards is stopped
 
 
 def resolve_target(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rl_mcp.environments.discovery import Catalog, EnvironmentInfo
 from rl_mcp.environments.introspection import ConfigSchema
 from rl_mcp.mcp_api import descriptions
@@ -14,6 +16,7 @@ from rl_mcp.mcp_api.answers import (
     ScanProblem,
     ShadowedEnvironment,
 )
+from rl_mcp.runs.reply_length import config_note
 from rl_mcp.session.fields import constraints, resolve_field
 from rl_mcp.session.state import SessionState
 from rl_mcp.settings import BUNDLED_ENV_DIR, Profile
@@ -44,8 +47,10 @@ def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
 def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, state: SessionState) -> ConfigView:
     """The rl_get_current_config answer."""
     fields = []
+    values: dict[str, dict[str, Any]] = {"env": {}, "tinker": {"base_model": profile.model}}
     for name, spec in schema.fields.items():
         value, status = resolve_field(schema, profile, state, name)
+        values[spec.section][name] = value
         fields.append(
             ConfigField(
                 name=name,
@@ -69,5 +74,6 @@ def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, s
         fields=fields,
         edits=dict(state.edits),
         note=schema.training_error,
+        generation_cap=config_note(values["env"], values["tinker"], profile.model),
         next_step=descriptions.NEXT_AFTER_CONFIG,
     )

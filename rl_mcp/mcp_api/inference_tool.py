@@ -19,9 +19,9 @@ from rl_mcp.inference.target import (
     resolve_target,
 )
 from rl_mcp.mcp_api import descriptions
-from rl_mcp.mcp_api.answers import InferenceTestResult
 from rl_mcp.mcp_api.descriptions import tool_annotations
 from rl_mcp.mcp_api.errors import tool_errors
+from rl_mcp.mcp_api.inference_answers import InferenceTestResult
 from rl_mcp.mcp_api.inference_views import inference_answer
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.session.run_config import render_run_config
@@ -133,6 +133,7 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
             group_size=group_size,
             timeout_s=timeout_s,
             out_dir=out_dir,
+            env_limits=settings.env_limits,
         )
         outcomes = await run_inference_test(
             req,

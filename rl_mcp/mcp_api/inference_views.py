@@ -8,7 +8,8 @@ from rl_mcp.inference.run_weights import RunCheckpoint
 from rl_mcp.inference.runner import ModelOutcome
 from rl_mcp.inference.target import InferenceRequest, Target
 from rl_mcp.mcp_api import descriptions
-from rl_mcp.mcp_api.answers import InferenceSample, InferenceTestResult, ModelInferenceResult, RunComparison
+from rl_mcp.mcp_api.env_health_views import at_cap_view, discarded_view
+from rl_mcp.mcp_api.inference_answers import InferenceSample, InferenceTestResult, ModelInferenceResult, RunComparison
 from tinker_atropos.run_files import InferenceTestFiles
 
 
@@ -23,7 +24,12 @@ def inference_answer(
     ran = [r for r in results if r.status == "ok"]
     best = max(ran, key=lambda r: (r.accuracy, r.mean_score), default=None)
     working = bool(ran)
-    next_step = descriptions.NEXT_INFERENCE_WORKING if working else descriptions.NEXT_INFERENCE_BROKEN
+    if working:
+        next_step = descriptions.NEXT_INFERENCE_WORKING
+    elif any(r.status == "discarded" for r in results):
+        next_step = descriptions.NEXT_INFERENCE_DISCARDED
+    else:
+        next_step = descriptions.NEXT_INFERENCE_BROKEN
     return InferenceTestResult(
         environment=req.env_name,
         target=target.kind,
@@ -67,6 +73,8 @@ def _model_result(o: ModelOutcome) -> ModelInferenceResult:
         warnings=o.warnings,
         server_log=str(o.server_log) if o.server_log else None,
         config=str(InferenceTestFiles(o.output_dir).config),
+        discarded=discarded_view(o.health.discards if o.health else None),
+        replies_at_cap=at_cap_view(o.at_cap, o.health.requests if o.health else None),
         error=o.error,
         log_tail=o.log_tail,
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_mcp.diagnosis import findings as diagnosis
-from rl_mcp.diagnosis.inputs import run_facts
+from rl_mcp.diagnosis.inputs import run_config_sections, run_facts
 from rl_mcp.diagnosis.rules import diagnose
 from rl_mcp.logs import tail_lines
 from rl_mcp.mcp_api import descriptions
@@ -24,10 +24,11 @@ from rl_mcp.mcp_api.answers import (
     RunSummary,
     TrainingStateView,
 )
+from rl_mcp.mcp_api.env_health_views import requests_view
 from rl_mcp.mcp_api.finding_answers import Finding, FindingEvidence, FindingNextStep
 from rl_mcp.processes import Child
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
-from rl_mcp.runs.env_health import EnvError, latest_error
+from rl_mcp.runs.env_health import EnvError, read_health
 from rl_mcp.runs.metrics import (
     MetricsCache,
     downsample,
@@ -148,11 +149,15 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
     result = read_result(Path(rec.run_dir)) or {}
     end = rec.ended_at or time.time()
     running_s = round(end - rec.running_at, 1) if rec.running_at else None
-    env_error = latest_error(rec.files.env_health)
+    health = read_health(rec.files.env_health)
+    env_error = health.error if health else None
+    requests = requests_view(health.requests, *run_config_sections(rec.config_path), time.time()) if health else None
     found = diagnose(run_facts(rec, cache))
     top = found[0] if found and found[0].rank >= diagnosis.SEVERITY_RANK["warning"] else None
     if rec.active and env_error is not None and env_error.at > (env_error.last_group_at or 0.0):
         hint = descriptions.next_status_env_raising(env_error.line, env_error.errors, settings.env_error_timeout_s)
+    elif rec.active and requests is not None and requests.timeouts_summary:
+        hint = descriptions.next_status_requests(requests.timeouts_summary)
     elif rec.active and top is not None:
         hint = descriptions.next_status_finding(top.title, top.next_step.call, top.next_step.why)
     elif rec.active:
@@ -178,6 +183,7 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
         latest=_latest(metrics, evals),
         processes=processes_view(rec, children),
         environment_error=_env_error_view(env_error),
+        environment_requests=requests,
         findings=findings_view(found),
         logs={name: tail_lines(rec.log_path(name), STATUS_LOG_LINES) for name in rec.processes},
         wandb_url=result.get("wandb_url") or wandb_url_from_log(rec.log_path(ProcessName.TRAINER)),

@@ -3,7 +3,7 @@
 One `RunManager` per server process, used as an async context manager (it owns its HTTP client
 and, on exit, ends supervision). Its tasks run in the anyio task group that `main()` holds
 (outside the MCP SDK's per-connection lifespan), so a client disconnecting never touches a run.
-Children run in their own sessions and keep going when the server exits, unless asked otherwise.
+Children run in their own sessions and outlive the server unless asked to stop with it (exit_stop.py).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import anyio
 import httpx
 from anyio.abc import TaskGroup
 
-from rl_mcp import processes
+from rl_mcp import processes, tmpdirs
 from rl_mcp.logs import tail_lines
 from rl_mcp.processes import Child, StageError
 from rl_mcp.runs import stages
 from rl_mcp.runs.env_health import stalled
+from rl_mcp.runs.exit_stop import stop_on_exit
 from rl_mcp.runs.live import Live, Progress, RunEvents, RunPlan, no_progress, read_run_identity
 from rl_mcp.runs.outcomes import ADOPTED_EXIT, settle_exit
 from rl_mcp.runs.ports import PortReservations
@@ -62,7 +63,7 @@ class RunManager:
         self._live: dict[str, Live] = {}
         self._tg: TaskGroup | None = None
         self._http = httpx.AsyncClient(timeout=2.0, trust_env=False)  # loopback probes: no proxy
-        self._shut = False
+        self._closed: anyio.Event | None = None  # set once shutdown is done
 
     # ------------------------------------------------------------------ lifetime
 
@@ -82,21 +83,19 @@ class RunManager:
                 await self._recover(rec)
 
     async def shutdown(self, *, stop_runs: bool) -> None:
-        """End supervision, once; running runs keep going unless `stop_runs` (--stop-runs-on-exit).
-
-        A run still starting cannot finish its start without this server: it is stopped.
-        """
-        if self._shut:
+        """End supervision, once (a second call waits for the first); running runs keep going unless
+        `stop_runs` (--stop-runs-on-exit). Runs still starting are stopped too (exit_stop.py)."""
+        if self._closed is not None:
+            await self._closed.wait()
             return
-        self._shut = True
-        lives = list(self._live.values())
+        self._closed = closed = anyio.Event()
         with anyio.CancelScope(shield=True):
-            for live in lives:
-                if stop_runs or live.rec.status == RunStatus.STARTING:
-                    await self.stop(live.rec.run_id)
-            for live in lives:
-                live.scope.cancel()
-            await self._http.aclose()
+            try:
+                lives, grace = list(self._live.values()), self.stop_grace_s
+                await stop_on_exit(self.settings, lives, stop_runs=stop_runs, grace_s=grace, save=self._save)
+                await self._http.aclose()
+            finally:
+                closed.set()
 
     # ------------------------------------------------------------------ start
 
@@ -241,7 +240,7 @@ class RunManager:
                 await self._on_exit(live, name, code)
                 if not rec.active:
                     return
-            if why := stalled(rec.files.env_health, rec.running_at, self.settings.env_error_timeout_s):
+            if why := stalled(rec.files.env_health, rec.running_at, self.settings.env_limits):
                 return await self._finish(live, RunStatus.FAILED, why, tail_of=ProcessName.ENV)
             await anyio.sleep(SUPERVISE_INTERVAL_S)
 
@@ -265,6 +264,7 @@ class RunManager:
         self._save(rec)
         with anyio.CancelScope(shield=True):
             await self._stop_children(live)
+        tmpdirs.remove_run_tmpdir(rec.files)  # what killed children left in their TMPDIR goes too
         rec.status, rec.error, rec.ended_at = status, error, time.time()
         if tail_of is not None:
             rec.log_tail = tail_lines(rec.log_path(tail_of), FAILURE_TAIL_LINES)
@@ -300,7 +300,7 @@ class RunManager:
 
     # ------------------------------------------------------------------ stop / recover
 
-    async def stop(self, run_id: str) -> RunRecord:
+    async def stop(self, run_id: str, *, reason: str | None = None) -> RunRecord:
         rec = self.get(run_id)
         live = self._live.get(run_id)
         if live is None and rec.active:  # recorded active, supervised by no one here: stop by pid
@@ -317,7 +317,7 @@ class RunManager:
         with anyio.CancelScope(shield=True):
             await live.done.wait()
             if live.rec.active:
-                await self._finish(live, RunStatus.STOPPED, None)
+                await self._finish(live, RunStatus.STOPPED, reason)
         self._live.pop(run_id, None)
         return live.rec
 

@@ -21,6 +21,7 @@ from rl_mcp.processes import Child, StageError, health_ok
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.runs.vocab import Stage
 from rl_mcp.settings import Settings, without_secrets
+from rl_mcp.tmpdirs import run_tmpdir
 from tinker_atropos.run_files import ENV_HEALTH_VAR, MODEL_BUILD, ProcessName
 
 Ready = Callable[[], Awaitable[bool]]
@@ -39,12 +40,14 @@ CHILD_SECRETS = {
 
 
 def child_env(settings: Settings, rec: RunRecord, name: ProcessName) -> dict[str, str]:
-    """The environment of one process of a run: the server's, less the secrets it has no use for; the
-    environment's also says where to keep its rollouts' health (env_health.json)."""
+    """The environment of one process of a run: the server's, less the secrets it has no use for, and
+    the run's own TMPDIR (removed when the run ends); the environment's also says where to keep its
+    rollouts' health (env_health.json)."""
+    own = {"PYTHONUNBUFFERED": "1", "TMPDIR": str(run_tmpdir(rec.files))}
     if name != ProcessName.ENV:
-        return {**without_secrets(settings.environ, allow=CHILD_SECRETS[name]), "PYTHONUNBUFFERED": "1"}
+        return {**without_secrets(settings.environ, allow=CHILD_SECRETS[name]), **own}
     env = without_secrets(settings.environ, allow=(*CHILD_SECRETS[name], *settings.env_process_vars))
-    return {**env, "PYTHONUNBUFFERED": "1", ENV_HEALTH_VAR: str(rec.files.env_health)}
+    return {**env, **own, ENV_HEALTH_VAR: str(rec.files.env_health)}
 
 
 @dataclass(frozen=True)

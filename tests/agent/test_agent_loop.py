@@ -50,6 +50,7 @@ async def test_tokens_are_one_prefix_extended_sequence_with_only_sampled_tokens_
     assert [tokens[i] for i in trained] == replies[0] + replies[1]
     assert all(masks[i] == tokens[i] for i in trained)
     expected = [-0.1 - 0.01 * k for r in replies for k in range(len(r))]
+    # float64 values through JSON; 1e-6 covers a float32 hop (|lp| < 1: u * |lp| < 6e-8)
     assert [lps[i] for i in trained] == pytest.approx(expected, abs=1e-6)
     assert all(lps[i] == 1.0 for i in range(len(tokens)) if masks[i] == -100)
     assert trained[0] == len(turn_prompts[0]) and trained[-1] == len(tokens) - 1

@@ -55,6 +55,10 @@ class BatchConversion:
       (mismatched lengths), dropped with a warning so one bad group cannot end a run.
     - `groups`: well-formed groups; `distinct_reply_share`: the mean over groups of distinct
       completions / completions (1.0: every reply differs; near 1/group_size: collapsed).
+    - `token_entropy`: the mean negative sampler logprob over the completion tokens of every
+      group that came with them (skipped groups too): a free estimate of the policy's entropy per
+      token, exact in expectation at temperature 1. It falls toward 0 as replies collapse, also
+      where replies are too long to repeat exactly; None when no group sent sampler logprobs.
     - `completion_masks[k]`: bool per target of `datums[k]` (True = completion token).
     - `missing_logprobs`: indices of datums whose group came without `inference_logprobs`; the
       trainer must fill them (see `with_sampler_logprobs`) before an importance-sampling step.
@@ -77,6 +81,7 @@ class BatchConversion:
     invalid_groups: int = 0
     groups: int = 0
     distinct_reply_share: float | None = None
+    token_entropy: float | None = None
 
     @property
     def completion_tokens(self) -> int:
@@ -94,6 +99,7 @@ def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none"
     correct_flags: list[bool] = []
     agent: dict[str, list[float]] = {"turns": [], "tool_calls": [], "tool_errors": []}
     distinct: list[float] = []
+    nll_sum, nll_tokens = 0.0, 0  # negative sampler logprobs of completion tokens, and their count
 
     for g_index, group in enumerate(groups):
         try:
@@ -105,6 +111,9 @@ def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none"
         out.groups += 1
         replies = {tuple(t for t, m in zip(r.tokens, r.masks) if m != PROMPT_MASK) for r in rows}
         distinct.append(len(replies) / len(rows))
+        for row in rows:
+            total, count = _completion_nll(row)
+            nll_sum, nll_tokens = nll_sum + total, nll_tokens + count
         scores = np.asarray(group["scores"], dtype=np.float64)
         scores_all.append(scores)
         out.num_sequences += len(scores)
@@ -138,6 +147,8 @@ def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none"
         out.percent_correct = float(np.mean(correct_flags))
     if distinct:
         out.distinct_reply_share = float(np.mean(distinct))
+    if nll_tokens:
+        out.token_entropy = nll_sum / nll_tokens
     if agent["turns"]:
         out.agent_turns_mean = float(np.mean(agent["turns"]))
     if agent["tool_calls"]:
@@ -274,6 +285,14 @@ def _sequence(row: _Row) -> _Sequence | None:
         sampler_logprobs=sampler,
         advantages=advantages.astype(np.float32, copy=False),
     )
+
+
+def _completion_nll(row: _Row) -> tuple[float, int]:
+    """The summed negative sampler logprob of the row's completion tokens and their count (0, 0 without logprobs)."""
+    if row.logprobs is None:
+        return 0.0, 0
+    completion = np.asarray(row.masks) != PROMPT_MASK
+    return -float(np.asarray(row.logprobs, np.float64)[completion].sum()), int(completion.sum())
 
 
 def _per_item(overrides: Any, n: int) -> list[dict[str, Any]]:

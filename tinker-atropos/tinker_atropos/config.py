@@ -14,6 +14,8 @@ import annotated_types as at
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tinker_atropos.reply_cap import DEFAULT_MAX_REPLY_TOKENS
+
 
 class ConfigError(ValueError):
     """A missing or invalid run-config value; `key` is the dotted path, `expected` its type."""
@@ -58,6 +60,14 @@ class TinkerConfig(_Strict):
         "auto (bfloat16 where the CPU or GPU has it natively, else float32).",
     )
     max_token_trainer_length: int = Field(9000, gt=0)
+    max_reply_tokens: int = Field(
+        DEFAULT_MAX_REPLY_TOKENS,
+        gt=0,
+        description="The most tokens the product's inference server generates for one request (one turn) "
+        "where the environment asks for more than the model's context holds; a request that asks for less "
+        "gets what it asks for. 1024 SmolLM2 tokens take about 90 s on a CPU, inside the 120 s request "
+        "timeout; a reply cut here ends with finish_reason 'length'.",
+    )
     total_steps: int = Field(gt=0)
     api_url: str = Field(pattern=r"^https?://\S+$")
     inference_host: str = "127.0.0.1"

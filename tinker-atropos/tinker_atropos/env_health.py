@@ -1,10 +1,14 @@
-"""What an environment process reports about its rollouts: scored groups and the latest exception.
+"""What an environment process reports about its rollouts: scored groups, discarded groups, the
+latest exception, and its model requests (`env_requests`).
 
 atroposlib catches an exception from `collect_trajectories`, logs one line without its type or
 where it was raised, and tries the next item, forever: a run whose every rollout raises sits at
-`running` with the trainer waiting for a batch. The launcher installs this recorder, which wraps
-each environment's `collect_trajectories` and keeps `env_health.json` (docs/run-files.md) current,
-so the server can show the exception within seconds and fail a run that only raises.
+`running` with the trainer waiting for a batch. A rollout that returns no group (an environment
+that skips groups whose scores are all equal, as Atropos' own do) only gets "Failed to process
+group, retrying...". The launcher installs this recorder, which wraps each environment's
+`collect_trajectories` and keeps `env_health.json` (docs/run-files.md) current, so the server can
+show the exception or the discarded groups (their replies and scores) within seconds and fail a
+run that only raises or discards.
 """
 
 from __future__ import annotations
@@ -18,9 +22,33 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tinker_atropos import env_requests
+from tinker_atropos.env_requests import Answered, collecting_replies
 from tinker_atropos.run_files import atomic_write_text
 
 _LIBRARY_DIRS = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]})
+REPLY_CHARS = 400  # a discarded group's sample reply is cut here
+SCORES_KEPT = 64  # a discarded group's scores: at most this many of the latest
+
+
+@dataclass
+class Requests:
+    """The model requests' tries so far (each try of a request atroposlib retries counts)."""
+
+    sent: int = 0
+    answered: int = 0
+    timeouts: int = 0  # tries that outlived the client's timeout
+    failed: int = 0  # tries that raised something else
+    client_retries: int = 0  # requests the openai client sent again (after a timeout or a server error)
+    client_timeout_s: float | None = None
+    max_asked: int | None = None  # the most tokens a request asked for (max_tokens)
+    in_flight: int = 0
+    oldest_in_flight_at: float | None = None
+    last_timeout_at: float | None = None
+    replies: int = 0
+    replies_at_cap: int = 0  # finish_reason "length"
+    reply_tokens: int = 0  # of answered tries whose server counted them
+    last_at_cap: dict[str, Any] | None = None  # asked, prompt_tokens, reply_tokens (per reply), at
 
 
 @dataclass
@@ -30,6 +58,10 @@ class Health:
     last_group_at: float | None = None
     last_error: dict[str, Any] | None = None  # type, message, where, at
     started_at: float = field(default_factory=time.time)
+    discarded: int = 0  # rollouts that returned no group (and nothing to retry)
+    discarded_in_a_row: int = 0  # ... since the last scored group
+    last_discard: dict[str, Any] | None = None  # at, replies, scores (None: the environment shows none)
+    requests: Requests = field(default_factory=Requests)
 
 
 def where(exc: BaseException) -> str:
@@ -46,11 +78,24 @@ class HealthRecorder:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.health = Health()
+        self._started: dict[int, float] = {}  # request tries in flight: ticket -> start
+        self._tickets = 0
         self._write()
 
     def scored(self) -> None:
         self.health.groups += 1
+        self.health.discarded_in_a_row = 0
         self.health.last_group_at = time.time()
+        self._write()
+
+    def discarded(self, replies: list[str], scores: list[float] | None) -> None:
+        self.health.discarded += 1
+        self.health.discarded_in_a_row += 1
+        self.health.last_discard = {
+            "at": time.time(),
+            "replies": [r[:REPLY_CHARS] for r in replies],
+            "scores": scores,
+        }
         self._write()
 
     def raised(self, exc: BaseException) -> None:
@@ -64,15 +109,88 @@ class HealthRecorder:
         }
         self._write()
 
+    # -- model requests (env_requests) ----------------------------------------------------------
+
+    def client_timeout(self, seconds: float | None) -> None:
+        self.health.requests.client_timeout_s = seconds
+
+    def client_retried(self) -> None:
+        self.health.requests.client_retries += 1
+        self._write()
+
+    def request_started(self, asked: int | None) -> int:
+        self._tickets += 1
+        self._started[self._tickets] = time.time()
+        req = self.health.requests
+        req.sent += 1
+        if asked is not None:
+            req.max_asked = max(asked, req.max_asked or 0)
+        self._in_flight_changed()
+        return self._tickets
+
+    def request_failed(self, ticket: int, *, timed_out: bool) -> None:
+        self._started.pop(ticket, None)
+        req = self.health.requests
+        if timed_out:
+            req.timeouts += 1
+            req.last_timeout_at = time.time()
+        else:
+            req.failed += 1
+        self._in_flight_changed()
+
+    def request_answered(self, ticket: int, reply: Answered) -> None:
+        self._started.pop(ticket, None)
+        req = self.health.requests
+        req.answered += 1
+        req.replies += len(reply.replies)
+        req.reply_tokens += reply.reply_tokens or 0
+        at_cap = sum(r.at_cap for r in reply.replies)
+        if at_cap:
+            req.replies_at_cap += at_cap
+            per_reply = reply.reply_tokens // len(reply.replies) if reply.reply_tokens else None
+            req.last_at_cap = {
+                "asked": reply.asked,
+                "prompt_tokens": reply.prompt_tokens,
+                "reply_tokens": per_reply,
+                "at": time.time(),
+            }
+        self._in_flight_changed()
+
+    def _in_flight_changed(self) -> None:
+        self.health.requests.in_flight = len(self._started)
+        self.health.requests.oldest_in_flight_at = min(self._started.values(), default=None)
+        self._write()
+
     def _write(self) -> None:
         atomic_write_text(self.path, json.dumps(asdict(self.health)))
 
 
+def _has_group(result: Any) -> bool:
+    """A ScoredDataGroup, or a list holding at least one."""
+    if isinstance(result, list):
+        return any(_has_group(r) for r in result)
+    return isinstance(result, dict) and bool(result)
+
+
+def _scores_since(env: Any, before: int) -> list[float] | None:
+    """What the environment added to `percent_correct_buffer` (Atropos' convention: each reply's
+    score or correctness) since it held `before` values; None where it keeps no such list."""
+    buffer = getattr(env, "percent_correct_buffer", None)
+    if not isinstance(buffer, list):
+        return None
+    added = buffer[before:] if len(buffer) >= before else buffer  # emptied meanwhile (logged to W&B)
+    try:
+        return [round(float(x), 4) for x in added[-SCORES_KEPT:]]
+    except (TypeError, ValueError):
+        return None
+
+
 def install(path: Path) -> None:
-    """Record every environment instance's `collect_trajectories` (created after this call)."""
+    """Record every environment instance's `collect_trajectories` and model requests (created after this call)."""
     from atroposlib.envs.base import BaseEnv
 
     recorder = HealthRecorder(path)
+    env_requests.install(recorder)
     original_init = BaseEnv.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -80,13 +198,19 @@ def install(path: Path) -> None:
         collect = self.collect_trajectories
 
         async def collect_trajectories(item: Any) -> Any:
+            buffer = getattr(self, "percent_correct_buffer", None)
+            before = len(buffer) if isinstance(buffer, list) else 0
             try:
-                result = await collect(item)
+                with collecting_replies() as replies:
+                    result = await collect(item)
             except Exception as exc:
                 recorder.raised(exc)
                 raise
-            if isinstance(result, tuple) and result and result[0]:
-                recorder.scored()
+            if isinstance(result, tuple) and result:
+                if _has_group(result[0]):
+                    recorder.scored()
+                elif not (len(result) > 1 and result[1]):  # nothing to score, nothing put back to retry
+                    recorder.discarded(replies, _scores_since(self, before))
             return result
 
         self.collect_trajectories = collect_trajectories

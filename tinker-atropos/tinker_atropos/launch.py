@@ -61,6 +61,7 @@ async def _launch(cfg: RunConfig) -> int:
         build_app,
         serve_in_thread,
     )
+    from tinker_atropos.reply_cap import served_cap
     from tinker_atropos.run_api_client import RunApiClient, RunApiUnavailable
 
     run_dir = Path(cfg.tinker.run_dir)
@@ -81,7 +82,8 @@ async def _launch(cfg: RunConfig) -> int:
     logger.info("backend %s ready: %s", cfg.tinker.backend, cfg.tinker.base_model)
 
     holder = SamplerHolder()
-    app = build_app(holder, _served_model_name(cfg), training.get_tokenizer())
+    cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
+    app = build_app(holder, _served_model_name(cfg), training.get_tokenizer(), cap)
     try:
         server = serve_in_thread(app, cfg.tinker.inference_host, cfg.tinker.inference_port)
     except PortBindError as exc:

@@ -34,6 +34,8 @@ class StepMetrics:
       the step had nothing to train on (every group had zero advantage).
     - `logprob_drift`: mean |trainer logprob - sampler logprob| over completion tokens, i.e. how
       far the weights that produced the rollouts are from the weights being trained.
+    - `token_entropy`: mean negative sampler logprob of the completion tokens of every group, an
+      estimate of the policy's entropy per token (batches.BatchConversion); falls as replies collapse.
     - `grad_norm`: the gradient's global norm before clipping, as the backend's optim_step reports
       it (the local backend does; None where a backend does not, and on a step with nothing to train).
     - `checkpoint`: the sampler weights serving after this step (folder or tinker:// path).
@@ -67,6 +69,7 @@ class StepMetrics:
     groups: int = 0
     no_signal_share: float | None = None
     distinct_reply_share: float | None = None
+    token_entropy: float | None = None
     grad_norm: float | None = None
     wait_seconds: float | None = None
     forward_backward_seconds: float | None = None

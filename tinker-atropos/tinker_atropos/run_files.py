@@ -175,6 +175,11 @@ class RunFiles:
         return self.run_dir / "wandb"
 
     @property
+    def tmp_link(self) -> Path:
+        """A link to the TMPDIR of the run's processes, while the run lives (rl_mcp/tmpdirs.py)."""
+        return self.run_dir / "tmp"
+
+    @property
     def training_states(self) -> Path:
         """The index of full training states (adapter + optimizer) a run can resume from."""
         return self.run_dir / "training_states.jsonl"

@@ -253,6 +253,7 @@ class Trainer:
             groups=conv.groups,
             no_signal_share=round(conv.skipped_groups / conv.groups, 4) if conv.groups else None,
             distinct_reply_share=None if conv.distinct_reply_share is None else round(conv.distinct_reply_share, 4),
+            token_entropy=None if conv.token_entropy is None else round(conv.token_entropy, 4),
             grad_norm=None if grad_norm is None else float(grad_norm),
             wait_seconds=round(wait_seconds, 4),
             forward_backward_seconds=phases.seconds.get("forward_backward"),

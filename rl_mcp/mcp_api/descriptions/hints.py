@@ -13,6 +13,13 @@ NEXT_INFERENCE_WORKING = (
     "The environment works: rl_start_training to train on it. Read samples / output_html "
     "to check the rewards make sense; all-equal scores in a group give no learning signal."
 )
+NEXT_INFERENCE_DISCARDED = (
+    "The environment discarded every group: its rollouts returned no group and raised nothing, so a "
+    "run would never get a batch. Read each model's `discarded` (sample replies, scores, the likely "
+    "cause): equal scores call for more varied replies (a higher temperature, a larger group_size) or "
+    "items the model sometimes gets right; replies too short or unparsable call for a fix in the "
+    "environment or its prompt. Then rl_test_inference again."
+)
 NEXT_INFERENCE_BROKEN = (
     "Nothing ran end to end: read each model's error and log_tail, fix the environment "
     "(rl://environments/{name} shows its source) or the endpoint, then call rl_test_inference again."
@@ -35,6 +42,13 @@ def next_status_env_raising(line: str, errors: int, timeout_s: float) -> str:
         "is retried on the next item and scores nothing; if no group is scored for "
         f"{timeout_s:.0f} s the run fails with this error. Fix the environment (see environment_error "
         "and logs/env.log) and check it with rl_test_inference."
+    )
+
+
+def next_status_requests(summary: str) -> str:
+    return (
+        f"The environment's model requests outlive their timeout: {summary}. Until replies fit the timeout "
+        "the run waits for rollouts; see environment_requests, and rl_edit_config the field named for the next run."
     )
 
 

@@ -92,8 +92,9 @@ bounds. Read-only and cheap.
 The active profile (backend, model, locked values), every config field (section `env` for the
 environment, `tinker` for training) with its value, default, type, constraints and status:
 `locked` (operator's profile, cannot be edited), `managed` (set per run: ports, run directory),
-`edited` (your edit), `profile_default` / `default`, `selection` (wandb_name). Errors if no
-environment is selected.
+`edited` (your edit), `profile_default` / `default`, `selection` (wandb_name). `generation_cap`:
+where a field asks for more tokens a reply than the model's context holds, the per-turn cap the
+inference server applies instead (`max_reply_tokens`). Errors if no environment is selected.
 </returns>
 
 <next_step>
@@ -170,8 +171,10 @@ failing one with the error and the end of that process's log, step / total_steps
 ETA, latest metrics (reward mean, loss, percent correct, eval accuracy), each process's state and
 exit code, the last lines of each log, and the W&B URL when online. `findings`: what the metrics
 say is wrong (no reward signal, narrowing groups, eval flat or regressing, unstable loss, drift,
-a stall), each with its evidence and a ready `next_step` call; subscribers to the run's resources
-also get each one once as a log message (logger rl-mcp.diagnosis).
+a stall, groups the environment discards), each with its evidence and a ready `next_step` call;
+subscribers to the run's resources also get each one once as a log message (logger
+rl-mcp.diagnosis). `environment_requests`: the environment's model requests, those that outlive
+the client's timeout and are retried, replies cut at their cap, and the field to change.
 </returns>
 
 <rate_limit>
@@ -322,7 +325,11 @@ Runs the environment's atroposlib `process` mode once per model in its own proce
 output folder each time; `timeout_s` bounds the whole call (all models; default 270 s, under
 Hermes' default 300 s tool timeout): models still running then stop and report `timeout` with
 what they scored. Sends a progress notification after each scored group when the client asked
-for progress. Takes seconds to minutes: the local tiny model
+for progress, and every 5 s while none comes: tokens generated so far, requests in flight,
+replies cut at their cap, groups discarded. An environment whose rollouts only raise is stopped
+after 20 s (`failed`); one that discards every group it rolls out (returns none, raising nothing,
+as Atropos' own do when all scores are equal) after RL_MCP_ENV_DISCARD_GROUPS in a row or
+RL_MCP_ENV_DISCARD_TIMEOUT seconds (`discarded`). Takes seconds to minutes: the local tiny model
 on a CPU needs about half a minute for a few small groups. Keys travel only as environment
 variables: never in arguments, files, logs or this answer. W&B is off unless WANDB_API_KEY is set.
 </behaviour>
@@ -331,6 +338,9 @@ variables: never in arguments, files, logs or this answer. W&B is off unless WAN
 Per model: status, steps_tested, completions, correct, accuracy, step_success_rate, mean_score,
 step_scores, real_logprobs, two samples (best and worst), and the paths of the scored-groups
 JSONL, its HTML rendering, the log and the config; on failure the error and the log's last lines.
+`discarded`: the groups the environment threw away, sample replies, their scores where the
+environment records them, and the likely cause. `replies_at_cap`: replies cut at their token cap or
+the model's context, and the config field that caps them.
 Summary: best_model, mean_accuracy, environment_working. An unreachable endpoint, a missing key
 or an environment that no longer imports is an error that says what to fix.
 </returns>

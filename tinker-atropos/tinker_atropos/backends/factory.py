@@ -36,7 +36,7 @@ def create_base_sampler(cfg: RunConfig, adapter: str | None = None) -> SamplingB
     from .local import create_sampler
 
     try:
-        return create_sampler(_local_base(cfg), adapter, cfg.tinker.local_compute)
+        return create_sampler(_local_base(cfg), adapter, cfg.tinker.local_compute, seed=cfg.tinker.seed)
     except (OSError, ValueError) as exc:
         raise BackendUnavailable(f"cannot load adapter {adapter!r}: {exc}") from exc
 

@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from tinker_atropos.config import ConfigError, load_run_config
     from tinker_atropos.inference_server import PortBindError, SamplerHolder, build_app
     from tinker_atropos.inference_server.serve import bind_socket, make_server
+    from tinker_atropos.reply_cap import served_cap
 
     try:
         cfg = load_run_config(args.config)
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     holder = SamplerHolder()
     model_name = cfg.openai[0].get("model_name") if cfg.openai else None
     model_name = model_name or cfg.tinker.base_model
-    server = make_server(build_app(holder, model_name, _tokenizer(cfg)))
+    cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
+    server = make_server(build_app(holder, model_name, _tokenizer(cfg), cap))
     failure: dict[str, int] = {}
 
     def load() -> None:

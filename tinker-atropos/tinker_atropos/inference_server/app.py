@@ -29,6 +29,7 @@ from tinker_atropos.inference_server.schemas import (
     SglangGenerateRequest,
     VllmGenerateRequest,
 )
+from tinker_atropos.reply_cap import ReplyCap
 
 DEFAULT_CHAT_MAX_TOKENS = 256
 
@@ -97,9 +98,14 @@ def _parse(model: type[BaseModel], body: Any) -> Any:
         raise BadRequest(str(exc)) from exc
 
 
-def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI:
-    """The inference API for `model_name`, always served by `holder`'s newest sampler."""
+def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: ReplyCap | None = None) -> FastAPI:
+    """The inference API for `model_name`, always served by `holder`'s newest sampler; `cap`: the
+    product's per-turn generation cap (reply_cap.py; None: requests get the tokens they ask for)."""
     codec = _Codec(tokenizer)
+
+    def limit(asked: int) -> int:
+        return cap.limit(asked) if cap is not None else asked
+
     loop_box: dict[str, SamplerLoop] = {}
 
     @asynccontextmanager
@@ -130,7 +136,10 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
     async def health() -> JSONResponse:
         if not holder.ready:
             return JSONResponse(status_code=503, content={"status": "loading"})
-        return JSONResponse({"status": "ok", "sampler": holder.label})
+        sampler, _ = holder.current()
+        # the local sampler counts the tokens it decodes as it goes (rl_test_inference's progress)
+        generated = getattr(sampler, "generated_tokens", None)
+        return JSONResponse({"status": "ok", "sampler": holder.label, "generated_tokens": generated})
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -147,7 +156,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
         prompts = _completion_prompts(req.prompt, codec)
         stops = _string_stops(req.stop)
         spec = SampleSpec(
-            max_tokens=req.max_tokens if req.max_tokens is not None else 16,
+            max_tokens=limit(req.max_tokens) if req.max_tokens is not None else 16,
             temperature=req.temperature,
             top_p=req.top_p,
             top_k=req.top_k,
@@ -185,7 +194,8 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
             raise BadRequest("stream is not supported")
         prompt = codec.chat_prompt(req.messages, req.tools)
         stops = _string_stops(req.stop)
-        max_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_CHAT_MAX_TOKENS
+        asked = req.max_completion_tokens or req.max_tokens
+        max_tokens = limit(asked) if asked else DEFAULT_CHAT_MAX_TOKENS
         spec = SampleSpec(
             max_tokens=max_tokens,
             temperature=req.temperature,
@@ -248,7 +258,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
             raise BadRequest("input_ids or text is required")
         sp = req.sampling_params
         spec = SampleSpec(
-            max_tokens=sp.max_new_tokens,
+            max_tokens=limit(sp.max_new_tokens),
             temperature=sp.temperature,
             top_p=sp.top_p,
             top_k=sp.top_k,
@@ -272,7 +282,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any) -> FastAPI
             prompt = list(req.prompt.prompt_token_ids)
             prompt_text = codec.decode(prompt)
         spec = SampleSpec(
-            max_tokens=req.max_tokens,
+            max_tokens=limit(req.max_tokens),
             temperature=req.temperature,
             top_p=req.top_p,
             top_k=req.top_k,

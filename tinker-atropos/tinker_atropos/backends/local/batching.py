@@ -106,6 +106,7 @@ class ContinuousBatcher:
         self._logits = torch.zeros(0, 0)  # [rows, vocab]: the next token's, per row
         self.prefix_cache = prefix_cache
         self.steps = 0  # decode steps run (for tests and the bench)
+        self.generated_tokens = 0  # tokens sampled so far, every row's (a long reply's progress)
         self.prefilled_tokens = 0  # prompt tokens run through the model
         self.cached_tokens = 0  # prompt tokens whose keys and values came from the prefix cache
         self.peak_rows = 0
@@ -313,6 +314,7 @@ class ContinuousBatcher:
         if not self._rows:
             return
         nxt, logprobs = self._sample()
+        self.generated_tokens += len(self._rows)
         done = []
         for i, row in enumerate(self._rows):
             token = int(nxt[i])

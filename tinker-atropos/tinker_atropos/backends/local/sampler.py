@@ -10,6 +10,7 @@ what the trainer recomputes.
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -67,12 +68,16 @@ class LocalSampler:
         max_positions: int,
         path: str | None = None,
         autocast: torch.dtype | None = None,
+        seed: int | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
         self.max_positions = max_positions
         self.path = path  # the adapter folder it was built from; None for the base model
+        # requests without a seed draw one from this stream: a seeded run samples the same way
+        # when its requests arrive in the same order (None: fresh entropy every request)
+        self._seeds = None if seed is None else random.Random(seed)
         self.device = next(model.parameters()).device
         self.batcher = ContinuousBatcher(
             model, tokenizer, _filter_logits, prefix_cache=PrefixCache(), autocast=autocast
@@ -90,6 +95,11 @@ class LocalSampler:
             self.batcher.cancel(request)  # the client went away: its samples leave the batch
             raise
         return _response(results)
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens sampled so far, counted as they are decoded (the inference server's /health)."""
+        return self.batcher.generated_tokens
 
     async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
         return await asyncio.wrap_future(self._scored(prompt, from_position))
@@ -125,10 +135,12 @@ class LocalSampler:
         max_tokens = room if wanted is None else max(0, min(wanted, room))
         stop = StopRule.from_params(params.stop, self.eos_token_ids)
         gen = torch.Generator(device=self.device)
-        if params.seed is None:
-            gen.seed()
-        else:
+        if params.seed is not None:
             gen.manual_seed(int(params.seed))
+        elif self._seeds is not None:
+            gen.manual_seed(self._seeds.getrandbits(63))
+        else:
+            gen.seed()
         return Request(ids, num_samples, max_tokens, params, stop.token_ids, stop.strings, gen)
 
 

@@ -54,6 +54,7 @@ class LocalTrainingClient:
         if slow is not None:
             logger.warning(slow)
         self.base_model = base.name
+        self.seed = seed
         self.rank = rank
         self.device = base.device
         self.checkpoints = CheckpointStore(run_dir, run_name)
@@ -238,7 +239,9 @@ class LocalTrainingClient:
 
     # -- samplers -----------------------------------------------------------------------------
     async def create_sampling_client_async(self, path: str) -> LocalSampler:
-        return await asyncio.to_thread(create_sampler, self.base, path, self.compute)
+        # each step's sampler its own stream, fixed by the run's seed and the step
+        seed = self.seed * 1_000_003 + self.steps
+        return await asyncio.to_thread(create_sampler, self.base, path, self.compute, seed)
 
 
 def _loss_weights(datum: types.Datum) -> list[float]:
@@ -249,7 +252,9 @@ def _loss_weights(datum: types.Datum) -> list[float]:
     return [1.0] if field is None else field.to_torch().tolist()
 
 
-def create_sampler(base: BaseModel, adapter: str | None = None, compute: str = "float32") -> LocalSampler:
+def create_sampler(
+    base: BaseModel, adapter: str | None = None, compute: str = "float32", seed: int | None = None
+) -> LocalSampler:
     """A sampler on a private copy of the base model, with the adapter at `adapter` merged in (in
     float32), computing as `compute` says (the trainer's `local_compute`)."""
     model = base.copy_model()
@@ -258,4 +263,6 @@ def create_sampler(base: BaseModel, adapter: str | None = None, compute: str = "
     model.eval()
     dtype = compute_dtype(compute, base.device)
     for_sampling(model, dtype)
-    return LocalSampler(model, base.tokenizer, base.eos_token_ids, base.max_positions, path=adapter, autocast=dtype)
+    return LocalSampler(
+        model, base.tokenizer, base.eos_token_ids, base.max_positions, path=adapter, autocast=dtype, seed=seed
+    )

@@ -1,0 +1,55 @@
+"""The answers' views of what an environment process reports (env_health.json): its discarded
+groups, its replies cut at their cap, its requests (rl_test_inference, rl_check_status)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rl_mcp.mcp_api.env_health_answers import DiscardedGroups, EnvRequests, RepliesAtCap
+from rl_mcp.runs.env_health import Discards, Requests
+from rl_mcp.runs.reply_length import Limit, at_cap, timeouts_line
+
+
+def discarded_view(discards: Discards | None) -> DiscardedGroups | None:
+    if discards is None:
+        return None
+    return DiscardedGroups(
+        groups_discarded=discards.total,
+        in_a_row=discards.in_a_row,
+        groups_scored=discards.groups,
+        scores=discards.scores,
+        sample_replies=discards.replies,
+        likely_cause=discards.likely,
+        usual_causes=discards.causes,
+    )
+
+
+def at_cap_view(cut: Limit | None, requests: Requests | None) -> RepliesAtCap | None:
+    if cut is None or requests is None:
+        return None
+    return RepliesAtCap(
+        replies_at_cap=requests.replies_at_cap,
+        replies=requests.replies,
+        cut_by=cut.cut_by,
+        field=cut.field,
+        summary=f"{requests.replies_at_cap} of {requests.replies} replies ran to their cap, cut by {cut.summary}",
+    )
+
+
+def requests_view(requests: Requests, env: dict[str, Any], tinker: dict[str, Any], now: float) -> EnvRequests | None:
+    """A run's environment requests, once it has sent any."""
+    if not requests.sent:
+        return None
+    oldest = requests.oldest_in_flight_at
+    return EnvRequests(
+        sent=requests.sent,
+        answered=requests.answered,
+        timeouts=requests.timeouts,
+        client_retries=requests.client_retries,
+        client_timeout_s=requests.client_timeout_s,
+        in_flight=requests.in_flight,
+        oldest_in_flight_s=round(now - oldest, 1) if oldest else None,
+        reply_tokens=requests.reply_tokens,
+        replies_at_cap=at_cap_view(at_cap(requests, env, tinker), requests),
+        timeouts_summary=timeouts_line(requests, env, tinker, now),
+    )
