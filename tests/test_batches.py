@@ -220,6 +220,7 @@ def test_token_entropy_is_the_mean_negative_sampler_logprob_of_every_completion_
     unsampled = _group([[1, 2], [1, 4]], [[P, 2], [P, 4]], [1.0, 0.0])
     conv = groups_to_datums([same, mixed, unsampled])
     assert conv.skipped_groups == 1
+    # a mean of a few exact binary fractions (float32 logprobs): approx's default rel 1e-6 >> its rounding
     assert conv.token_entropy == pytest.approx((0.75 * 2 + 2.0 + 1.0) / 6)
     assert groups_to_datums([unsampled]).token_entropy is None
 
