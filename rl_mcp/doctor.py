@@ -26,6 +26,7 @@ def _version(package: str) -> str | None:
 
 def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     """The report's lines, and whether the server can start with this environment."""
+    from rl_mcp.engines.doctor_lines import engine_lines
     from rl_mcp.environments.discovery import Discovery
     from rl_mcp.settings import SECRET_ENV_VARS, Settings, SettingsError, unexpanded_placeholders
 
@@ -64,6 +65,8 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
         lines.append(
             f"local model   {profile.model}: {folder} ({'built' if built else 'not built yet: built on first run'})"
         )
+    if profile.engine is not None:
+        lines.extend(engine_lines(settings))
     lines.append(f"state dir     {settings.home}")
     catalog = Discovery(settings.env_dirs).scan()
     for env_dir in settings.env_dirs:

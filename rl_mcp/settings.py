@@ -32,7 +32,14 @@ class SettingsError(UserError):
 
 
 # Secrets the server may hold. Child processes get them only by name, where their job needs one.
-SECRET_ENV_VARS = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP_AUTH_TOKEN", "HF_TOKEN")
+SECRET_ENV_VARS = (
+    "TINKER_API_KEY",
+    "TINKER_ENGINE_API_KEY",  # a self-hosted Tinker engine's own key, where it checks one
+    "WANDB_API_KEY",
+    "OPENROUTER_API_KEY",
+    "RL_MCP_AUTH_TOKEN",
+    "HF_TOKEN",
+)
 
 
 # A value that is exactly an unexpanded `${NAME}` (or Cursor-style `${env:NAME}`): what an MCP client
@@ -86,11 +93,14 @@ class Profile:
     # Operator's price for a paid backend (`pricing: {usd_per_million_tokens: X}`): the cost estimate
     # shown before a run starts; without it only the token budget is shown.
     usd_per_million_tokens: float | None = None
+    # A self-hosted Tinker-API engine (`engine:`): `kind: skyrl` (started and stopped by the server,
+    # with `backend_config`), or `url` (one the operator runs). Runs reach it keyless.
+    engine: dict[str, Any] | None = None
 
     @property
     def spends_money(self) -> bool:
-        """Runs on this profile cost money (a remote backend): starts are confirmed first."""
-        return self.backend == "tinker"
+        """Runs on this profile cost money (Tinker's service): starts are confirmed first."""
+        return self.backend == "tinker" and self.engine is None
 
     @cached_property
     def tokenizer_name(self) -> str:
@@ -125,6 +135,7 @@ class Profile:
             "pass_env": list(self.pass_env),
             "locked": locked,
             "defaults": {s: dict(v) for s, v in self.defaults.items()},
+            "engine": self.engine,
         }
 
 
@@ -180,7 +191,23 @@ def _profile_from_mapping(raw: Mapping[str, Any], path: Path) -> Profile:
         requires_env=tuple(str(k) for k in raw.get("requires_env") or ()),
         pass_env=tuple(str(k) for k in raw.get("pass_env") or ()),
         usd_per_million_tokens=_price(raw.get("pricing"), path),
+        engine=_engine(raw.get("engine"), backend, path),
     )
+
+
+def _engine(engine: Any, backend: str, path: Path) -> dict[str, Any] | None:
+    if engine is None:
+        return None
+    if backend != "tinker" or not isinstance(engine, dict):
+        raise SettingsError(f"profile {path}: 'engine' must be a mapping, on a profile with backend: tinker")
+    url, kind, config = engine.get("url"), engine.get("kind"), engine.get("backend_config") or {}
+    if url is not None and not (isinstance(url, str) and re.match(r"^https?://\S+$", url)):
+        raise SettingsError(f"profile {path}: 'engine.url' must be an http(s) URL, got {url!r}")
+    if url is None and kind != "skyrl":
+        raise SettingsError(f"profile {path}: 'engine' needs 'url' (an engine you run) or 'kind: skyrl', got {kind!r}")
+    if not isinstance(config, dict):
+        raise SettingsError(f"profile {path}: 'engine.backend_config' must be a mapping")
+    return {"kind": kind or "attached", "url": url, "backend_config": dict(config)}
 
 
 def _price(pricing: Any, path: Path) -> float | None:

@@ -30,6 +30,7 @@ LAYERS = [
             "rl_mcp.children",
             "rl_mcp.export",
             "rl_mcp.diagnosis",
+            "rl_mcp.engines",
         ),
     ),
     ("app wiring", ("rl_mcp.app",)),

@@ -1,7 +1,10 @@
 """The introspection child: import FILE, call CLASS.config_init(), print every field as JSON.
 
 `python -m rl_mcp.children.introspect FILE CLASS`; the answer follows RESULT_MARKER on stdout
-(anything the environment prints on import comes before it). Imports nothing of rl_mcp.
+(anything the environment prints on import comes before it). `... --product-fields` imports no
+environment: atroposlib's `BaseEnvConfig` fields and the training fields, the fields every run has
+(beside those of a file the child cannot import: a verifiers environment's, read from its AST).
+Imports nothing of rl_mcp.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ TRAINING_FIELDS = (
     "keep_states",
 )
 RESULT_MARKER = "\n@@RL_MCP_INTROSPECTION@@"
+PRODUCT_FIELDS = "--product-fields"
 
 
 def _type_name(annotation: Any) -> str:
@@ -60,21 +64,29 @@ def _model_fields(
     return out, schema.get("$defs", {})
 
 
-def _child_main(argv: list[str]) -> int:
-    """Import FILE, call CLASS.config_init(), print every field as JSON after a marker."""
+def _env_config(argv: list[str]) -> Any:
+    """CLASS.config_init()'s config after importing FILE; with PRODUCT_FIELDS, a default BaseEnvConfig."""
+    if argv[0] == PRODUCT_FIELDS:
+        from atroposlib.envs.base import BaseEnvConfig
+
+        return BaseEnvConfig()
     import importlib.util
 
     file, class_name = Path(argv[0]).resolve(), argv[1]
     sys.path.insert(0, str(file.parent))
     spec = importlib.util.spec_from_file_location(f"_rl_mcp_env_{file.stem}", file)
     if spec is None or spec.loader is None:
-        print(f"cannot load {file}", file=sys.stderr)
-        return 1
+        raise ImportError(f"cannot load {file}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    cls = getattr(module, class_name)
-    env_config, _servers = cls.config_init()
+    env_config, _servers = getattr(module, class_name).config_init()
+    return env_config
+
+
+def _child_main(argv: list[str]) -> int:
+    """Print the config's fields and the training fields as JSON after a marker."""
+    env_config = _env_config(argv)
     fields, defs = _model_fields(type(env_config), env_config.model_dump(mode="json"), "env")
     training_error = None
     try:

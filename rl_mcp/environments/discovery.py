@@ -1,7 +1,9 @@
 """Environment discovery: env dirs parsed with `ast`, nothing imported or run.
 
 A class is an environment when `BaseEnv` is among its ancestors, followed by name through every
-scanned file (so a shared base class in another file counts).
+scanned file (so a shared base class in another file counts): format `hermes` when
+`HermesAgentBaseEnv` is among them, else `atropos`. A file defining verifiers' `load_environment` is
+one too, named by its stem (`verifiers_format.py` says which and its format).
 """
 
 from __future__ import annotations
@@ -10,10 +12,15 @@ import ast
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from rl_mcp.environments.verifiers_format import ENTRY_POINT, VerifiersEnv, read_module
 
 # atroposlib's BaseEnv, and the agent base (a BaseEnv in tinker_atropos/agent, outside the env dirs).
 BASE_CLASSES = frozenset({"BaseEnv", "HermesAgentBaseEnv"})
+HERMES_BASES = frozenset({"HermesAgentBaseEnv"})
 MAX_SCAN_DEPTH = 3
+EnvFormat = Literal["atropos", "hermes", "verifiers", "verifiers-v1"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,7 @@ class EnvironmentInfo:
     line: int
     description: str
     config_class: str
+    format: EnvFormat = "atropos"
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,7 @@ class _ClassDef:
 class _FileScan:
     classes: tuple[_ClassDef, ...]
     error: str | None = None
+    verifiers: VerifiersEnv | None = None  # the file's `load_environment`, when it is a verifiers environment
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -102,7 +111,7 @@ def _is_abstract(body: list[ast.stmt]) -> bool:
 
 
 def scan_file(path: Path) -> _FileScan:
-    """Top-level classes of one file, or the reason it could not be parsed."""
+    """Top-level classes of one file and its verifiers `load_environment`, or why it could not be parsed."""
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except (SyntaxError, ValueError, OSError) as exc:
@@ -125,7 +134,7 @@ def scan_file(path: Path) -> _FileScan:
                 line=node.lineno,
             )
         )
-    return _FileScan(classes=tuple(classes))
+    return _FileScan(classes=tuple(classes), verifiers=read_module(tree))
 
 
 def _python_files(root: Path) -> list[Path]:
@@ -178,47 +187,69 @@ class Discovery:
         for _, _, scanned in files:
             for cls in scanned.classes:
                 by_name.setdefault(cls.name, []).append(cls)
-        memo: dict[str, bool] = {}
+        memo: dict[tuple[str, frozenset[str]], bool] = {}
 
-        def is_env(name: str, seen: frozenset[str] = frozenset()) -> bool:
-            if name in BASE_CLASSES:
+        def reaches(name: str, targets: frozenset[str], seen: frozenset[str] = frozenset()) -> bool:
+            if name in targets:
                 return True
-            if name in memo:
-                return memo[name]
+            if (name, targets) in memo:
+                return memo[name, targets]
             if name in seen:
                 return False
-            result = any(is_env(b, seen | {name}) for c in by_name.get(name, ()) for b in c.bases)
-            memo[name] = result
+            result = any(reaches(b, targets, seen | {name}) for c in by_name.get(name, ()) for b in c.bases)
+            memo[name, targets] = result
             return result
 
         used_as_base = {b for _, _, scanned in files for c in scanned.classes for b in c.bases}
         environments: dict[str, EnvironmentInfo] = {}
         shadowed: list[dict[str, str]] = []
+
+        def add(info: EnvironmentInfo) -> None:
+            kept = environments.get(info.name)
+            if kept is None:
+                environments[info.name] = info
+            else:  # first wins: env dirs in order, then path, then line
+                shadowed.append(
+                    {
+                        "name": info.name,
+                        "file": str(info.file),
+                        "class_name": info.class_name,
+                        "shadowed_by": f"{kept.file}:{kept.class_name}",
+                    }
+                )
+
         for env_dir, path, scanned in files:
+            found: list[EnvironmentInfo] = []
             for cls in scanned.classes:
-                if not any(is_env(b) for b in cls.bases):
+                if not any(reaches(b, BASE_CLASSES) for b in cls.bases):
                     continue
                 if cls.abstract or (cls.name in used_as_base and cls.env_name is None):
                     continue  # a shared base class, not a runnable environment
-                info = EnvironmentInfo(
-                    name=cls.env_name or path.stem,
-                    class_name=cls.name,
-                    file=path,
-                    env_dir=env_dir,
-                    line=cls.line,
-                    description=cls.docstring,
-                    config_class=cls.config_class or "BaseEnvConfig",
-                )
-                kept = environments.get(info.name)
-                if kept is None:
-                    environments[info.name] = info
-                else:  # first wins: env dirs in order, then path, then line
-                    shadowed.append(
-                        {
-                            "name": info.name,
-                            "file": str(info.file),
-                            "class_name": info.class_name,
-                            "shadowed_by": f"{kept.file}:{kept.class_name}",
-                        }
+                found.append(
+                    EnvironmentInfo(
+                        name=cls.env_name or path.stem,
+                        class_name=cls.name,
+                        file=path,
+                        env_dir=env_dir,
+                        line=cls.line,
+                        description=cls.docstring,
+                        config_class=cls.config_class or "BaseEnvConfig",
+                        format="hermes" if any(reaches(b, HERMES_BASES) for b in cls.bases) else "atropos",
                     )
+                )
+            if (vf := scanned.verifiers) is not None:
+                found.append(
+                    EnvironmentInfo(
+                        name=path.stem,
+                        class_name=ENTRY_POINT,
+                        file=path,
+                        env_dir=env_dir,
+                        line=vf.line,
+                        description=vf.description,
+                        config_class=vf.config_class,
+                        format=vf.format,
+                    )
+                )
+            for info in sorted(found, key=lambda i: i.line):
+                add(info)
         return Catalog(environments=environments, shadowed=shadowed, errors=errors, env_dirs=self.env_dirs)

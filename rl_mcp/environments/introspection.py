@@ -3,6 +3,11 @@
 The child (`python -m rl_mcp.children.introspect FILE CLASS`) imports the file, calls
 `config_init()` and prints JSON; import side effects, heavy dependencies and crashes stay there.
 Its answer is cached by the file's mtime, in memory and on disk.
+
+A verifiers environment cannot be imported there (nor in the server): its own fields are read from
+its AST (`verifiers_format.py`), before the fields every run has, which the same child reports
+without importing any environment (`--product-fields`: atroposlib's BaseEnvConfig, the training
+fields), cached once.
 """
 
 from __future__ import annotations
@@ -18,14 +23,16 @@ from typing import Any, Literal
 
 import anyio
 
-from rl_mcp.children.introspect import RESULT_MARKER
+from rl_mcp.children.introspect import PRODUCT_FIELDS, RESULT_MARKER
 from rl_mcp.environments.discovery import EnvironmentInfo
+from rl_mcp.environments.verifiers_format import FORMATS, read_file
 from rl_mcp.errors import UserError
 from rl_mcp.settings import PROJECT_ROOT, Settings, without_secrets
 from rl_mcp.tmpdirs import child_tmpdir
 from tinker_atropos.run_files import atomic_write_text
 
 TRACEBACK_TAIL_LINES = 15
+_PRODUCT_WHAT = "the fields every run has (atroposlib's BaseEnvConfig and the training fields)"
 CACHE_VERSION = "2"  # bump when the shape of a cached introspection changes
 # BaseEnvConfig leaves these unbounded, but a run cannot work below these values (GRPO needs
 # at least two completions per group to compare).
@@ -41,7 +48,7 @@ class FieldSpec:
     """One config field as the child process reported it."""
 
     name: str
-    section: Literal["env", "tinker"]
+    section: Literal["env", "tinker", "verifiers"]  # verifiers: load_environment's arguments (or its EnvConfig)
     type: str
     default: Any
     description: str | None
@@ -95,9 +102,10 @@ def _trainer_config_file() -> Path:
     return PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "config.py"
 
 
-def _cache_key(info: EnvironmentInfo) -> str:
-    parts = [CACHE_VERSION, str(info.file), info.class_name]
-    for path in (info.file, _trainer_config_file()):
+def _cache_key(info: EnvironmentInfo | None) -> str:
+    """The key of an environment's cached fields (None: the product's own fields)."""
+    parts = [CACHE_VERSION, str(info.file), info.class_name] if info else [CACHE_VERSION, PRODUCT_FIELDS]
+    for path in ([info.file] if info else []) + [_trainer_config_file()]:
         try:
             st = path.stat()
             parts.append(f"{st.st_mtime_ns}:{st.st_size}")
@@ -116,7 +124,12 @@ class Introspector:
         self._lock = anyio.Lock()
 
     def cached(self, info: EnvironmentInfo) -> ConfigSchema | None:
-        key = _cache_key(info)
+        if info.format in FORMATS:
+            product = self._cached(_cache_key(None))
+            return None if product is None else verifiers_schema(info, product)
+        return self._cached(_cache_key(info))
+
+    def _cached(self, key: str) -> ConfigSchema | None:
         hit = self._memory.get(key)
         if hit is not None:
             return hit
@@ -130,26 +143,36 @@ class Introspector:
 
     async def schema(self, info: EnvironmentInfo) -> ConfigSchema:
         """The config schema of `info`, from cache or a fresh child process."""
-        if (hit := self.cached(info)) is not None:
+        if info.format in FORMATS:
+            return verifiers_schema(info, await self._schema(None))
+        return await self._schema(info)
+
+    async def _schema(self, info: EnvironmentInfo | None) -> ConfigSchema:
+        """An environment's schema (None: the product's own fields), from cache or a child process."""
+        key = _cache_key(info)
+        if (hit := self._cached(key)) is not None:
             return hit
         async with self._lock:  # one child at a time: each costs seconds of CPU
-            if (hit := self.cached(info)) is not None:
+            if (hit := self._cached(key)) is not None:
                 return hit
             data = await self._run_child(info)
             schema = ConfigSchema(
-                environment=info.name,
+                environment=info.name if info else "",
                 config_class=data["config_class"],
                 fields={n: FieldSpec(name=n, **_with_core_bounds(n, f)) for n, f in data["fields"].items()},
                 defs=data.get("defs") or {},
                 training_error=data.get("training_error"),
             )
-            key = _cache_key(info)
             self._memory[key] = schema
             atomic_write_text(self.cache_dir / f"{key}.json", json.dumps(schema.to_json()))
             return schema
 
-    async def _run_child(self, info: EnvironmentInfo) -> dict[str, Any]:
-        cmd = [self.settings.python, "-m", "rl_mcp.children.introspect", str(info.file), info.class_name]
+    async def _run_child(self, info: EnvironmentInfo | None) -> dict[str, Any]:
+        args = [str(info.file), info.class_name] if info else [PRODUCT_FIELDS]
+        cmd = [self.settings.python, "-m", "rl_mcp.children.introspect", *args]
+        what = f"environment {info.name!r} ({info.file}, class {info.class_name})" if info else _PRODUCT_WHAT
+        fix = "Fix the file and select it again" if info else "Check the server's venv (rl-mcp doctor)"
+        cwd = info.file.parent if info else self.settings.project_root
         # Reading a config needs no credentials: keys stay out of environment code run here.
         env = without_secrets(self.settings.environ)
         env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
@@ -159,12 +182,10 @@ class Introspector:
         started = time.monotonic()
         try:
             with anyio.fail_after(self.settings.introspect_timeout_s), child_tmpdir(env) as child_env:
-                proc = await anyio.run_process(
-                    cmd, env=child_env, check=False, cwd=str(info.file.parent), stdin=subprocess.DEVNULL
-                )
+                proc = await anyio.run_process(cmd, env=child_env, check=False, cwd=str(cwd), stdin=subprocess.DEVNULL)
         except TimeoutError as exc:
             raise IntrospectionError(
-                f"introspecting {info.name!r} ({info.file}) took longer than "
+                f"introspecting {what} took longer than "
                 f"{self.settings.introspect_timeout_s:.0f} s and was stopped: does importing it block "
                 "or download something? (raise RL_MCP_INTROSPECT_TIMEOUT if it is just slow)"
             ) from exc
@@ -174,9 +195,35 @@ class Introspector:
         if proc.returncode != 0 or marker < 0:
             tail = "\n".join((stderr or stdout).strip().splitlines()[-TRACEBACK_TAIL_LINES:])
             raise IntrospectionError(
-                f"environment {info.name!r} ({info.file}, class {info.class_name}) failed to load "
+                f"{what} failed to load "
                 f"(exit code {proc.returncode} after {time.monotonic() - started:.1f} s). "
-                f"Fix the file and select it again. Traceback tail:\n{tail}"
+                f"{fix}. Traceback tail:\n{tail}"
             )
         answer: dict[str, Any] = json.loads(stdout[marker + len(RESULT_MARKER) :])
         return answer
+
+
+def verifiers_schema(info: EnvironmentInfo, product: ConfigSchema) -> ConfigSchema:
+    """A verifiers environment's fields, read from its file now (section `verifiers`), then the
+    product's fields; where a name is both, the environment's field is kept (as an Atropos config's is)."""
+    found = read_file(info.file)
+    if found is None or found.format != info.format:
+        raise IntrospectionError(
+            f"{info.file} no longer defines the {info.format} environment {info.name!r} (or no longer parses): "
+            "fix it, or call rl_list_environments and select again"
+        )
+    fields: dict[str, FieldSpec] = {}
+    for name, spec in found.fields.items():
+        if name in product.fields:
+            shadows = f"hides the {product.fields[name].section} field {name!r} of every run"
+            spec = {**spec, "description": "; ".join(filter(None, [spec["description"], shadows]))}
+        fields[name] = FieldSpec(name=name, section="verifiers", **spec)
+    for name, product_spec in product.fields.items():
+        fields.setdefault(name, product_spec)
+    return ConfigSchema(
+        environment=info.name,
+        config_class=found.config_class,
+        fields=fields,
+        defs=product.defs,
+        training_error=product.training_error,
+    )

@@ -42,6 +42,7 @@ class ExportPlan:
     name: str  # the model's name in GGUF metadata and the Modelfile
     tinker_state: str | None  # a Tinker run: the training state Tinker exports the weights from
     tinker_base_url: str | None
+    self_hosted: bool = False  # a self-hosted engine's run: the sampler checkpoint's archive is downloaded
 
 
 def plan_export(
@@ -59,7 +60,8 @@ def plan_export(
         )
     chosen, why = _choose(rec, saved, checkpoint)
     backend = str(tinker.get("backend") or "local")
-    state = _tinker_state(rec, chosen) if backend == "tinker" else None
+    self_hosted = backend == "tinker" and bool(tinker.get("self_hosted"))
+    state = _tinker_state(rec, chosen) if backend == "tinker" and not self_hosted else None
     label = f"{chosen.name}-{fmt}" + (f"-{dtype}" if dtype else "")
     return ExportPlan(
         run_id=rec.run_id,
@@ -75,6 +77,7 @@ def plan_export(
         name=f"{rec.environment}-{rec.run_id.rsplit('-', 1)[-1]}".replace("_", "-"),
         tinker_state=state,
         tinker_base_url=tinker.get("tinker_base_url"),
+        self_hosted=self_hosted,
     )
 
 

@@ -57,11 +57,14 @@ async def run_export(
     prompts, progress_file, result_file = work / "prompts.json", work / "progress.jsonl", work / "export.json"
     prompts.write_text(json.dumps(verify_prompts(plan.run_dir)))
     argv = [python, "-m", "tinker_atropos.export", "--base-model", plan.base_model, "--format", plan.format]
-    if plan.tinker_state:
+    if plan.self_hosted:  # the sampler checkpoint's archive, from the engine
+        argv += ["--engine-checkpoint", plan.checkpoint.path]
+    elif plan.tinker_state:
         argv += ["--tinker-state", plan.tinker_state]
-        argv += ["--tinker-base-url", plan.tinker_base_url] if plan.tinker_base_url else []
     else:
         argv += ["--adapter", plan.checkpoint.path]
+    if (plan.self_hosted or plan.tinker_state) and plan.tinker_base_url:
+        argv += ["--tinker-base-url", plan.tinker_base_url]
     argv += ["--dtype", plan.dtype] if plan.dtype else []
     argv += ["--out", str(plan.out), "--name", plan.name, "--prompts", str(prompts)]
     argv += ["--progress", str(progress_file), "--result", str(result_file)]

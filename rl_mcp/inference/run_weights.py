@@ -73,7 +73,17 @@ def run_target(rec: RunRecord, checkpoint: RunCheckpoint) -> Target:
     if not base:
         raise InferenceTestError(f"run {rec.run_id}'s config names no tinker.base_model")
     trained = f"{rec.run_id}@{checkpoint.name}"
-    weights = {base: LocalWeights(base, None, backend), trained: LocalWeights(base, checkpoint.path, backend)}
+    engine = None
+    if backend == "tinker" and tinker.get("self_hosted"):
+        # a self-hosted engine's checkpoint is downloaded and both models sampled here: this works
+        # after the run ended and the engine unloaded its model, and takes none of its adapter slots
+        backend, engine = "local", tinker.get("tinker_base_url")
+        if not engine:
+            raise InferenceTestError(f"run {rec.run_id}'s config names no tinker.tinker_base_url (its engine)")
+    weights = {
+        base: LocalWeights(base, None, backend),
+        trained: LocalWeights(base, checkpoint.path, backend, engine_url=engine),
+    }
     return Target("local", (base, trained), None, None, "sglang", weights=weights)
 
 

@@ -45,6 +45,7 @@ class LocalWeights:
     base_model: str
     adapter: str | None = None  # a run's sampler checkpoint (a folder, or tinker://)
     backend: str = "local"  # where the weights are sampled: local, or tinker (needs TINKER_API_KEY)
+    engine_url: str | None = None  # the self-hosted engine `adapter` (tinker://) is downloaded from
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,8 @@ def process_config(
             run_dir=str(run_dir),
             use_wandb=False,
         )
+        if weights.engine_url:  # the server downloads the checkpoint from there, then samples it itself
+            tinker.update(self_hosted=True, tinker_base_url=weights.engine_url)
     return cfg
 
 

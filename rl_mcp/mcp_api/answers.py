@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from rl_mcp.environments.discovery import EnvFormat
 from rl_mcp.mcp_api.env_health_answers import EnvRequests
 from rl_mcp.mcp_api.finding_answers import Diagnosed
 from rl_mcp.runs import vocab
@@ -14,11 +15,19 @@ from tinker_atropos.run_files import ProcessName
 
 class EnvironmentSummary(BaseModel):
     name: str = Field(description="The name to pass to rl_select_environment")
-    class_name: str = Field(description="The BaseEnv subclass")
+    class_name: str = Field(description="The BaseEnv subclass (verifiers: `load_environment`)")
     file: str = Field(description="The Python file that defines it")
     description: str = Field(description="First line of the class docstring")
-    config_class: str = Field(description="Its config class (a BaseEnvConfig subclass)")
+    config_class: str = Field(
+        description="Its config class (a BaseEnvConfig subclass; verifiers: `load_environment` for its "
+        "arguments, or its v1 EnvConfig class)"
+    )
     bundled: bool = Field(description="True for environments shipped with rl-mcp, false for RL_MCP_ENV_DIRS")
+    format: EnvFormat = Field(
+        description="atropos (a BaseEnv), hermes (a HermesAgentBaseEnv), verifiers (classic `load_environment`) "
+        "or verifiers-v1 (Taskset + Harness): verifiers environments are listed and configurable, not "
+        "trainable yet"
+    )
 
 
 class ShadowedEnvironment(BaseModel):
@@ -55,7 +64,10 @@ class ProfileInfo(BaseModel):
 
 class ConfigField(BaseModel):
     name: str
-    section: Literal["env", "tinker"] = Field(description="env: the environment's config; tinker: training")
+    section: Literal["env", "tinker", "verifiers"] = Field(
+        description="env: the environment's config; tinker: training; verifiers: a verifiers environment's "
+        "own arguments (load_environment's, or its v1 EnvConfig's)"
+    )
     type: str
     value: Any = Field(description="What a run started now would use")
     default: Any = Field(description="The environment's (or trainer's) own default")
@@ -70,6 +82,7 @@ class ConfigField(BaseModel):
 
 class ConfigView(BaseModel):
     environment: str
+    format: EnvFormat = Field(description="As in rl_list_environments")
     file: str
     class_name: str
     config_class: str

@@ -37,7 +37,7 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
         info = app.environment(name)
         fresh = app.introspector.cached(info) is None
         if fresh:  # seconds of importing in a child: tell clients that asked for progress
-            await ctx.report_progress(0, 1, f"loading the config fields of {name} (imports it in a child process)")
+            await ctx.report_progress(0, 1, f"loading the config fields of {name} (in a child process)")
         schema = await app.introspector.schema(info)
         if fresh:
             await ctx.report_progress(1, 1, f"loaded {len(schema.fields)} config fields")

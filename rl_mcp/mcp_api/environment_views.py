@@ -33,6 +33,7 @@ def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
                 description=e.description,
                 config_class=e.config_class,
                 bundled=e.env_dir == BUNDLED_ENV_DIR,
+                format=e.format,
             )
             for e in sorted(catalog.environments.values(), key=lambda e: e.name)
         ],
@@ -47,7 +48,7 @@ def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
 def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, state: SessionState) -> ConfigView:
     """The rl_get_current_config answer."""
     fields = []
-    values: dict[str, dict[str, Any]] = {"env": {}, "tinker": {"base_model": profile.model}}
+    values: dict[str, dict[str, Any]] = {"env": {}, "tinker": {"base_model": profile.model}, "verifiers": {}}
     for name, spec in schema.fields.items():
         value, status = resolve_field(schema, profile, state, name)
         values[spec.section][name] = value
@@ -66,6 +67,7 @@ def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, s
         )
     return ConfigView(
         environment=info.name,
+        format=info.format,
         file=str(info.file),
         class_name=info.class_name,
         config_class=schema.config_class,

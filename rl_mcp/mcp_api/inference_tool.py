@@ -95,7 +95,9 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
         ] = None,
     ) -> InferenceTestResult:
         settings, profile = app.settings, app.settings.profile
-        info, schema = await app.selected_schema()
+        # the local backend's model, or a self-hosted engine's (the same offline folder it loads)
+        on_this_machine = profile.backend == "local" or profile.engine is not None
+        info, schema = await app.runnable_schema()
         run: tuple[str, RunCheckpoint] | None = None
         if run_id is not None:
             if models or base_url or api_key_env or target not in (None, "local"):
@@ -114,16 +116,22 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
                 base_url=base_url,
                 api_key_env=api_key_env,
                 environ=settings.environ,
-                local_model=profile.model if profile.backend == "local" else TINY_CHAT,
+                local_model=profile.model if on_this_machine else TINY_CHAT,
                 target=target,
-                local_default=profile.backend == "local",
+                local_default=on_this_machine,
             )
         if where.base_url and (why := await probe_reachable(where.base_url)):
             raise InferenceTestError(why)
         out_dir = new_test_dir(settings.home / "inference_tests", info.name)
         # Ports are per model (local server) or unused (process mode talks to no run-api): 0 here.
         base = render_run_config(
-            profile=profile, schema=schema, state=app.session.state, api_port=0, inference_port=0, run_dir=out_dir
+            profile=profile,
+            schema=schema,
+            state=app.session.state,
+            api_port=0,
+            inference_port=0,
+            run_dir=out_dir,
+            engine_url=app.engine_url,
         )
         req = InferenceRequest(
             env_name=info.name,

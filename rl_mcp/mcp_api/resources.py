@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
@@ -15,7 +17,7 @@ from rl_mcp.logs import tail_lines
 from rl_mcp.mcp_api import run_views
 from rl_mcp.mcp_api.environment_views import environment_list
 from rl_mcp.mcp_api.inputs import ENV_NAME_PATTERN, RUN_ID_PATTERN
-from rl_mcp.mcp_api.subscriptions import RUNS_URI
+from rl_mcp.mcp_api.subscriptions import ENGINE_LOG_URI, RUNS_URI
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName
@@ -60,7 +62,31 @@ def register_environment_resources(server: MCPServer, app: AppContext) -> None:
         mime_type="application/json",
     )
     async def profile_resource() -> str:
-        return json.dumps({**app.settings.profile.public(), "chosen_because": app.settings.profile_reason}, indent=2)
+        engine = app.engine.state() if app.engine is not None else None
+        public = {**app.settings.profile.public(), "chosen_because": app.settings.profile_reason}
+        return json.dumps({**public, "engine_state": engine}, indent=2)
+
+    @server.resource(
+        ENGINE_LOG_URI,
+        name="engine-log",
+        title="Engine log",
+        mime_type="text/plain",
+        description="The last 200 lines of the self-hosted Tinker engine's log (the skyrl profile's SkyRL "
+        "engine, started with the first run). Subscribable: updates are pushed at most twice a second.",
+    )
+    def engine_log() -> str:
+        if app.engine is None:
+            raise ResourceNotFoundError(
+                f"profile {app.settings.profile.name!r} has no engine managed by this server (the skyrl profile has)"
+            )
+        if not app.engine.log_path.is_file():
+            return f"(the engine has not started yet; its log will be {app.engine.log_path})"
+        return "\n".join(tail_lines(app.engine.log_path, LOG_LINES))
+
+
+def engine_files(app: AppContext) -> Callable[[], dict[str, list[Path]]]:
+    """The engine's log, watched for subscribers of rl://engine/log."""
+    return lambda: {ENGINE_LOG_URI: [app.engine.log_path]} if app.engine is not None else {}
 
 
 def register_run_resources(server: MCPServer, app: AppContext, cache: MetricsCache) -> None:

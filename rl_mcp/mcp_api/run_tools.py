@@ -107,7 +107,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         elif not fork:
             plan = _resume_plan(app, resume_from, checkpoint_step, total_steps)
             return await _started(plan)
-        info, schema = await app.selected_schema()
+        info, schema = await app.runnable_schema()
         state, profile = app.session.state, app.settings.profile
 
         def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:
@@ -119,6 +119,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
                 inference_port=inference_port,
                 run_dir=run_dir,
                 run_name=run_name,
+                engine_url=app.engine_url,
             )
             atomic_write_text(RunFiles(run_dir).edits, json.dumps(state.edits, indent=1, default=str))
             return write_run_config(RunFiles(run_dir).config, config)
@@ -129,7 +130,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
             saved = resume.choose_state(parent, checkpoint_step)
             preview = render_run_config(
                 profile=profile, schema=schema, state=state, api_port=1, inference_port=1, run_dir=Path(parent.run_dir)
-            )
+            )  # its model identity only: no engine needed
             plan = resume.fork_plan(parent, saved, plan, resume.identity_of(preview["tinker"]), total_steps=total_steps)
         return await _started(plan)
 

@@ -8,6 +8,7 @@ which the client sees as isError with a message that names the problem and the f
 from __future__ import annotations
 
 import hmac
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -25,7 +26,7 @@ from rl_mcp.mcp_api.export_tool import register_export_tool
 from rl_mcp.mcp_api.finding_notices import FindingNotices
 from rl_mcp.mcp_api.guide import register_guide
 from rl_mcp.mcp_api.inference_tool import register_inference_tool
-from rl_mcp.mcp_api.resources import register_environment_resources, register_run_resources
+from rl_mcp.mcp_api.resources import engine_files, register_environment_resources, register_run_resources
 from rl_mcp.mcp_api.run_tools import register_run_tools
 from rl_mcp.mcp_api.run_view import run_view_extension
 from rl_mcp.mcp_api.spend import register_spend_gate
@@ -75,7 +76,7 @@ def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MC
     register_spend_gate(server, app)
     if app.runs_manager is not None:
         app.runs_manager.events.add_listener(publisher)
-        app.task_group.start_soon(publisher.run, app.runs_manager.supervised)
+        app.task_group.start_soon(partial(publisher.run, app.runs_manager.supervised, other_files=engine_files(app)))
         app.task_group.start_soon(FindingNotices(publisher, cache).run, app.runs_manager.supervised)
         install_legacy_subscriptions(server, publisher)
     return server

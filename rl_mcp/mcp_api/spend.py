@@ -53,12 +53,13 @@ def register_spend_gate(server: MCPServer, app: AppContext) -> None:
 
 async def figures_for(app: AppContext) -> tuple[CostFigures, str] | None:
     """The figures of a run started now, or None: nothing paid, or a start that would fail anyway
-    (no selection, no key: rl_start_training then says so without asking)."""
+    (no selection, no key, an environment that cannot train yet: rl_start_training then says so
+    without asking)."""
     settings, profile = app.settings, app.settings.profile
     if not profile.spends_money:
         return None
     try:
-        info, schema = await app.selected_schema()
+        info, schema = await app.runnable_schema()
         preflight(settings, info.name, info.file)
     except UserError:
         return None

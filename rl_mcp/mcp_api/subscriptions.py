@@ -28,6 +28,7 @@ from tinker_atropos.run_files import ProcessName
 log = logging.getLogger(__name__)
 
 RUNS_URI = "rl://runs"
+ENGINE_LOG_URI = "rl://engine/log"
 # MCP's log levels, least severe first (logging/setLevel: a session gets its level and above).
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -119,11 +120,19 @@ class ResourcePublisher:
 
     # the push loop
 
-    async def run(self, supervised: Callable[[], list[RunRecord]], *, interval_s: float | None = None) -> None:
-        """Forever: mark URIs whose files changed, then flush what the throttle allows."""
+    async def run(
+        self,
+        supervised: Callable[[], list[RunRecord]],
+        *,
+        interval_s: float | None = None,
+        other_files: Callable[[], dict[str, list[Path]]] = dict,
+    ) -> None:
+        """Forever: mark URIs whose files changed (the runs', and `other_files`, e.g. the engine's log),
+        then flush what the throttle allows."""
         tick = interval_s or self.min_interval_s / 2
         while True:
             watched = {uri: paths for rec in supervised() for uri, paths in run_file_uris(rec).items()}
+            watched.update(other_files())
             for uri, paths in watched.items():
                 # every path is stamped each tick, so one change is never reported twice
                 if sum(self._watch.changed(p) for p in paths):

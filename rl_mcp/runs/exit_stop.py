@@ -31,23 +31,35 @@ log = logging.getLogger(__name__)
 STOPPER = "rl_mcp.children.stop_runs"
 STOP_REASON = "stopped because the server exited (--stop-runs-on-exit)"
 STARTING_REASON = "stopped because the server exited while the run was starting; start it again"
+ENGINE_EXIT_REASON = (
+    "stopped because the server exited, and with it the SkyRL engine the run trains on (runs cannot "
+    "outlive it); its saved state resumes with rl_start_training(resume_from=...)"
+)
 # The stopper's worst case at the default 30 s grace: 10 + 30 + 10 s of grace and 5 s after each
 # SIGKILL (environment, trainer, run-api; runs in parallel), plus its own start.
 EXIT_WAIT_S = 90.0
 
 
 async def stop_on_exit(
-    settings: Settings, lives: list[Live], *, stop_runs: bool, grace_s: float, save: Callable[[RunRecord], None]
+    settings: Settings,
+    lives: list[Live],
+    *,
+    stop_runs: bool,
+    grace_s: float,
+    save: Callable[[RunRecord], None],
+    reason: str | None = None,
 ) -> None:
-    """End the supervision of `lives`; hand the runs to stop (all active ones with `stop_runs`, else
-    those still starting, whose start cannot finish without this server) to the stopper."""
+    """End the supervision of `lives`; hand the runs to stop (all active ones with `stop_runs` or a
+    `reason` to stop them all, else those still starting, whose start cannot finish without this
+    server) to the stopper."""
     for live in lives:
         live.scope.cancel()
     for live in lives:
         await live.done.wait()
-    leaving = [live.rec for live in lives if live.rec.active and (stop_runs or live.rec.status == RunStatus.STARTING)]
+    stop_all = stop_runs or reason is not None
+    leaving = [live.rec for live in lives if live.rec.active and (stop_all or live.rec.status == RunStatus.STARTING)]
     for rec in leaving:
-        rec.error = STOP_REASON if stop_runs else STARTING_REASON
+        rec.error = reason or (STOP_REASON if stop_runs else STARTING_REASON)
         rec.status = RunStatus.STOPPING  # if the hand-off never happens, a restarted server stops it
         save(rec)
     if leaving:

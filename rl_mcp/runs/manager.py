@@ -19,15 +19,16 @@ import httpx
 from anyio.abc import TaskGroup
 
 from rl_mcp import processes, tmpdirs
+from rl_mcp.engines.service import EngineService
 from rl_mcp.logs import tail_lines
 from rl_mcp.processes import Child, StageError
 from rl_mcp.runs import stages
 from rl_mcp.runs.env_health import stalled
-from rl_mcp.runs.exit_stop import stop_on_exit
+from rl_mcp.runs.exit_stop import ENGINE_EXIT_REASON, stop_on_exit
 from rl_mcp.runs.live import Live, Progress, RunEvents, RunPlan, no_progress, read_run_identity
 from rl_mcp.runs.outcomes import ADOPTED_EXIT, settle_exit
 from rl_mcp.runs.ports import PortReservations
-from rl_mcp.runs.preflight import RunError, preflight
+from rl_mcp.runs.preflight import RunError, preflight, unknown_run
 from rl_mcp.runs.stages import StageTimeouts
 from rl_mcp.runs.store import ProcessRecord, RunRecord, RunStore, new_run_id
 from rl_mcp.runs.vocab import RunStatus, Stage
@@ -41,8 +42,6 @@ FAILURE_TAIL_LINES = 20
 SUPERVISE_INTERVAL_S = 0.5  # a child's exit is noticed within this (the contract says 2 s)
 START_PROGRESS = {Stage.TRAINER: 4.0, Stage.ENV: 5.0}
 
-__all__ = ["RunError", "RunEvents", "RunManager", "RunPlan", "StageTimeouts"]
-
 
 class RunManager:
     def __init__(
@@ -53,8 +52,9 @@ class RunManager:
         events: RunEvents | None = None,
         timeouts: StageTimeouts | None = None,
         stop_grace_s: float = 30.0,
+        engine: EngineService | None = None,  # the managed engine its runs train on (skyrl profile)
     ) -> None:
-        self.settings = settings
+        self.settings, self.engine = settings, engine
         self.store = store or RunStore(settings.home / "runs.sqlite")
         self.events = events or RunEvents()
         self.timeouts = timeouts or StageTimeouts()
@@ -91,8 +91,11 @@ class RunManager:
         self._closed = closed = anyio.Event()
         with anyio.CancelScope(shield=True):
             try:
-                lives, grace = list(self._live.values()), self.stop_grace_s
-                await stop_on_exit(self.settings, lives, stop_runs=stop_runs, grace_s=grace, save=self._save)
+                lives, grace, save = list(self._live.values()), self.stop_grace_s, self._save
+                reason = ENGINE_EXIT_REASON if self.engine is not None else None  # runs cannot outlive it
+                await stop_on_exit(self.settings, lives, stop_runs=stop_runs, grace_s=grace, save=save, reason=reason)
+                if self.engine is not None:
+                    await self.engine.stop()
                 await self._http.aclose()
             finally:
                 closed.set()
@@ -185,9 +188,9 @@ class RunManager:
     async def _start_stages(self, live: Live, env_file: Path) -> None:
         """run-api, then the trainer and the environment together (docs/run-files.md: readiness), awaited in order."""
         rec = live.rec
-        if stages.run_models_to_build(rec):
-            self._enter(live, Stage.MODEL)
-            await stages.build_run_models(self.settings, rec, self.timeouts.model_s)
+        for stage, prepare in stages.preparations(self.settings, rec, self.engine, self.timeouts):
+            self._enter(live, stage)
+            await prepare()
         plans = {plan.stage: plan for plan in stages.stage_plans(self.settings, rec, env_file, self._http)}
         for stage, plan in plans.items():
             for name in stages.SPAWN_WITH.get(stage, ()):
@@ -229,6 +232,8 @@ class RunManager:
         """Watch the children until the run ends; exits are noticed within SUPERVISE_INTERVAL_S."""
         rec = live.rec
         while rec.active:
+            if why := stages.engine_problem(self.engine):  # before the trainer's own failure says less
+                return await self._finish(live, RunStatus.FAILED, why, tail_of=ProcessName.TRAINER)
             for name in ProcessName:
                 child = live.children.get(name)
                 if child is None or rec.processes[name].exit_code is not None:
@@ -372,11 +377,7 @@ class RunManager:
             return live.rec
         rec = self.store.get(run_id)
         if rec is None:
-            known = self.store.ids()
-            hint = "no runs yet: start one with rl_start_training"
-            if known:
-                hint = f"known runs: {', '.join(known[:20])} (rl_list_runs lists them all)"
-            raise RunError(f"unknown run id {run_id!r}; {hint}")
+            raise unknown_run(run_id, self.store.ids())
         return rec
 
     def list(self, status: str | None = None) -> list[RunRecord]:

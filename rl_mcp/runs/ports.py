@@ -33,6 +33,14 @@ class PortReservations:
                         return ports
             raise RuntimeError(f"no free loopback port found after {attempts} attempts")
 
+    def reserve_exact(self, port: int) -> int | None:
+        """`port` itself, held until `release`, when it is free and not taken; else None."""
+        with self._lock:
+            if port in self._reserved or port in self._in_use() or not _is_free(port):
+                return None
+            self._reserved.add(port)
+            return port
+
     def release(self, ports: Iterable[int]) -> None:
         with self._lock:
             self._reserved.difference_update(ports)
@@ -47,3 +55,12 @@ def _probe_free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import yaml
 
+from rl_mcp.engines.service import EngineService
 from rl_mcp.logs import tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models, models_to_build
 from rl_mcp.processes import Child, StageError, health_ok
@@ -34,7 +35,7 @@ SPAWN_WITH = {Stage.API: (Stage.API, Stage.TRAINER, Stage.ENV)}
 # The secrets each process of a run may see (by environment variable); the rest are withheld.
 CHILD_SECRETS = {
     ProcessName.API: (),
-    ProcessName.TRAINER: ("TINKER_API_KEY", "WANDB_API_KEY"),
+    ProcessName.TRAINER: ("TINKER_API_KEY", "TINKER_ENGINE_API_KEY", "WANDB_API_KEY"),
     ProcessName.ENV: ("WANDB_API_KEY",),
 }
 
@@ -55,14 +56,14 @@ class StageTimeouts:
     """Upper bounds per start stage; readiness is polled, so a fast start is never slowed."""
 
     model_s: float = 600.0  # a first run builds its offline model (SmolLM2: dequantized from its GGUF)
+    engine_s: float = 900.0  # SkyRL's engine: imports, the model, its first XLA compiles
     api_s: float = 60.0
     trainer_s: float = 600.0  # model load (local) or first contact with Tinker
     env_s: float = 300.0  # the environment's setup (datasets, tokenizer) before it registers
 
     def of(self, stage: Stage) -> float:
-        return {Stage.MODEL: self.model_s, Stage.API: self.api_s, Stage.TRAINER: self.trainer_s, Stage.ENV: self.env_s}[
-            stage
-        ]
+        limits = {Stage.MODEL: self.model_s, Stage.ENGINE: self.engine_s, Stage.API: self.api_s}
+        return {**limits, Stage.TRAINER: self.trainer_s, Stage.ENV: self.env_s}[stage]
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,22 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
     ]
 
 
-def run_models_to_build(rec: RunRecord) -> list[str]:
-    """The offline models the run's config names that are not built yet (stage `model` builds them)."""
-    return models_to_build(_config_of(rec))
+def preparations(
+    settings: Settings, rec: RunRecord, engine: EngineService | None, timeouts: StageTimeouts
+) -> list[tuple[Stage, Callable[[], Awaitable[object]]]]:
+    """What comes before run-api, in order: the model's build when it is missing (stage `model`),
+    then the self-hosted engine when the profile trains on one (stage `engine`)."""
+    steps: list[tuple[Stage, Callable[[], Awaitable[object]]]] = []
+    if models_to_build(_config_of(rec)):
+        steps.append((Stage.MODEL, lambda: build_run_models(settings, rec, timeouts.model_s)))
+    if engine is not None:
+        steps.append((Stage.ENGINE, engine.ensure_running))
+    return steps
+
+
+def engine_problem(engine: EngineService | None) -> str | None:
+    """Why a run's engine is gone (it died while the run trained on it), else None."""
+    return None if engine is None else engine.died()
 
 
 async def build_run_models(settings: Settings, rec: RunRecord, timeout_s: float) -> None:

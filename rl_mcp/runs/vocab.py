@@ -38,6 +38,9 @@ class Stage(StrEnum):
     MODEL = "model"
     """The offline model the run trains (tiny, SmolLM2) is built, when missing, before any process
     that loads it starts; skipped when it is built already."""
+    ENGINE = "engine"
+    """The self-hosted Tinker engine the run trains on (skyrl profile) is started, when it is not
+    running yet (minutes the first time); skipped on other profiles."""
     API = "api"
     """run-api is starting; ready when /status answers."""
     TRAINER = "trainer"

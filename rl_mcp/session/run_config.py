@@ -28,8 +28,10 @@ def render_run_config(
     inference_port: int,
     run_dir: Path,
     run_name: str | None = None,
+    engine_url: str | None = None,
 ) -> dict[str, Any]:
-    """The run YAML of docs/run-files.md as a dict: never holds a secret."""
+    """The run YAML of docs/run-files.md as a dict: never holds a secret. `engine_url`: the self-hosted
+    Tinker engine the profile trains on (the trainer then sends it no Tinker key)."""
     run_dir = Path(run_dir).resolve()
     name = run_name or state.wandb_name or wandb_name_for(schema.environment)
     values = {n: resolve_field(schema, profile, state, n) for n in schema.fields}
@@ -53,6 +55,8 @@ def render_run_config(
         run_name=name,
         use_wandb=bool(env.get("use_wandb", False)),
     )
+    if engine_url is not None:
+        tinker.update(tinker_base_url=engine_url, self_hosted=True)
     server = {k: v for k, v in profile.inference.items() if k != "api_key"}
     server.update(
         model_name=profile.model,

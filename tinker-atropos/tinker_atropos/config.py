@@ -91,6 +91,9 @@ class TinkerConfig(_Strict):
     """The W&B run to resume (a resumed run logs into its parent's); null: a new W&B run."""
     tinker_base_url: str | None = Field(None, pattern=r"^https?://\S+$")
     """The Tinker service URL; null means the SDK default ($TINKER_BASE_URL, else production)."""
+    self_hosted: bool = False
+    """tinker_base_url is a self-hosted Tinker-API engine (SkyRL's): no Tinker key is sent (a
+    placeholder, or $TINKER_ENGINE_API_KEY), and weights come from its checkpoint archives."""
 
     @field_validator("run_dir")
     @classmethod

@@ -17,8 +17,10 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from tinker_atropos.backends.base import TrainingBackend
 from tinker_atropos.config import ConfigError, RunConfig, load_run_config
 from tinker_atropos.run_files import FINAL_CHECKPOINT_MARK, ExitCode, Outcome, RunResult
 from tinker_atropos.trainer import REGISTER_TIMEOUT_S, registration_for, train
@@ -55,14 +57,6 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _launch(cfg: RunConfig) -> int:
     from tinker_atropos.backends.factory import BackendUnavailable, create_training_backend
-    from tinker_atropos.inference_server import (
-        PortBindError,
-        SamplerHolder,
-        build_app,
-        serve_in_thread,
-    )
-    from tinker_atropos.reply_cap import served_cap
-    from tinker_atropos.run_api_client import RunApiClient, RunApiUnavailable
 
     run_dir = Path(cfg.tinker.run_dir)
     stop = asyncio.Event()
@@ -80,6 +74,24 @@ async def _launch(cfg: RunConfig) -> int:
     except BackendUnavailable as exc:
         return fail(ExitCode.BACKEND, f"backend unavailable: {exc}")
     logger.info("backend %s ready: %s", cfg.tinker.backend, cfg.tinker.base_model)
+    try:
+        return await _serve_and_train(cfg, training, stop, fail)
+    finally:
+        await asyncio.to_thread(_close_backend, training)
+
+
+async def _serve_and_train(
+    cfg: RunConfig, training: TrainingBackend, stop: asyncio.Event, fail: Callable[[int, str], int]
+) -> int:
+    """The inference server, registration with run-api and the training loop, on a loaded backend."""
+    from tinker_atropos.inference_server import (
+        PortBindError,
+        SamplerHolder,
+        build_app,
+        serve_in_thread,
+    )
+    from tinker_atropos.reply_cap import served_cap
+    from tinker_atropos.run_api_client import RunApiClient, RunApiUnavailable
 
     holder = SamplerHolder()
     cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
@@ -107,6 +119,18 @@ async def _launch(cfg: RunConfig) -> int:
         return ExitCode.ERROR
     print(f"{FINAL_CHECKPOINT_MARK} {result.final_checkpoint}", flush=True)
     return ExitCode.OK
+
+
+def _close_backend(training: TrainingBackend) -> None:
+    """Release what the backend holds outside this process (a self-hosted Tinker engine's adapter
+    slot: TinkerTrainingClient.close). A backend without close() holds nothing there."""
+    close = getattr(training, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:  # the run's outcome is decided already; a failed release must not change it
+        logger.exception("could not release the training backend")
 
 
 def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 from tinker import types
 
 from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
+from tinker_atropos.backends.tinker_compat import grad_norm_of, loss_sum_of
 from tinker_atropos.batches import (
     BatchConversion,
     for_loss,
@@ -225,12 +226,11 @@ class Trainer:
                 output = await self.training.forward_backward_async(for_loss(datums, loss_fn), loss_fn)
             with phases("optim"):
                 optim = await self.training.optim_step_async(self._adam)
-            grad_norm = (optim.metrics or {}).get("grad_norm")
+            grad_norm = grad_norm_of(optim.metrics)
             with phases("publish"):
                 await self.publish(f"step-{step:06d}")
-            loss_sum = output.metrics.get("loss:sum")
-            if loss_sum is not None:
-                loss = float(loss_sum) / max(conv.completion_tokens, 1)
+            if (loss_sum := loss_sum_of(output, datums)) is not None:
+                loss = loss_sum / max(conv.completion_tokens, 1)
             drift = logprob_drift(output, datums, conv.completion_masks)
             lp_ref, lp_train = logprob_means(output, datums, conv.completion_masks)
         self.steps_done = step
@@ -254,7 +254,7 @@ class Trainer:
             no_signal_share=round(conv.skipped_groups / conv.groups, 4) if conv.groups else None,
             distinct_reply_share=None if conv.distinct_reply_share is None else round(conv.distinct_reply_share, 4),
             token_entropy=None if conv.token_entropy is None else round(conv.token_entropy, 4),
-            grad_norm=None if grad_norm is None else float(grad_norm),
+            grad_norm=grad_norm,
             wait_seconds=round(wait_seconds, 4),
             forward_backward_seconds=phases.seconds.get("forward_backward"),
             optim_seconds=phases.seconds.get("optim"),
@@ -316,7 +316,8 @@ class Trainer:
                 return await asyncio.wait_for(save(), timeout=FINAL_SAVE_TIMEOUT_S)
             return await save()
         except Exception as exc:
-            logger.error("final save failed (%s); last sampler weights: %s", exc, self.checkpoint)
+            why = f"not done within {FINAL_SAVE_TIMEOUT_S:.0f} s" if isinstance(exc, TimeoutError) else repr(exc)
+            logger.error("final save failed (%s); last sampler weights: %s", why, self.checkpoint)
             return self.checkpoint, None
 
     def _result(self, status: str, final_ckpt: str | None, final_state: str | None, error: str | None) -> RunResult:

@@ -34,7 +34,8 @@ rl_compare_runs puts two to eight of them side by side.
 """
 
 RL_LIST_ENVIRONMENTS = """\
-List the RL environments available for training (Atropos BaseEnv subclasses).
+List the RL environments available for training (Atropos BaseEnv subclasses, Hermes agent
+environments; verifiers environments are listed and configurable but cannot train yet).
 
 <when_to_use>
 Start here. Call it to see what can be trained, or to check a custom environment was found
@@ -42,10 +43,10 @@ Start here. Call it to see what can be trained, or to check a custom environment
 </when_to_use>
 
 <returns>
-Each environment's `name` (what rl_select_environment takes), class, file, one-line description
-and config class; which one is selected now; names shadowed by an earlier directory; files that
-could not be parsed (a syntax error is reported here and the file is skipped). Nothing is
-imported or run: files are only parsed.
+Each environment's `name` (what rl_select_environment takes), class, file, one-line description,
+config class and `format` (atropos, hermes, verifiers, verifiers-v1); which one is selected now;
+names shadowed by an earlier directory; files that could not be parsed (a syntax error is
+reported here and the file is skipped). Nothing is imported or run: files are only parsed.
 </returns>
 
 <next_step>
@@ -90,7 +91,8 @@ bounds. Read-only and cheap.
 
 <returns>
 The active profile (backend, model, locked values), every config field (section `env` for the
-environment, `tinker` for training) with its value, default, type, constraints and status:
+environment, `tinker` for training, `verifiers` for a verifiers environment's own arguments) with
+its value, default, type, constraints and status:
 `locked` (operator's profile, cannot be edited), `managed` (set per run: ports, run directory),
 `edited` (your edit), `profile_default` / `default`, `selection` (wandb_name). `generation_cap`:
 where a field asks for more tokens a reply than the model's context holds, the per-turn cap the
@@ -239,7 +241,8 @@ checks that its greedy replies to the environment's own prompts equal the traine
 (adapter and merged float32: all; lossy dtypes: at least half), writes a README.md model card with
 the reward curve, and with `hub_repo` pushes the folder to the Hub (token from HF_TOKEN, never
 echoed). Tinker runs: the weights are exported by Tinker from the run's saved training state and
-downloaded first (needs TINKER_API_KEY and the network).
+downloaded first (needs TINKER_API_KEY and the network); a self-hosted engine's runs: the
+checkpoint's archive is downloaded from the engine (which must be running; no key).
 </what_it_does>
 
 <returns>
@@ -315,8 +318,8 @@ to check what a run learned: `run_id` (and optionally `checkpoint_step`) tests t
   OPENROUTER_API_KEY, pass base_url, or pass target="local"); never a silent local test.
 - run_id given: a run's trained weights (its newest checkpoint, or `checkpoint_step`'s) and its
   base model, both on this machine's inference server (a Tinker run's weights are sampled on
-  Tinker), side by side on the same environment; `run_comparison` gives both accuracies and the
-  difference.
+  Tinker; a self-hosted engine's run's are downloaded from the engine and sampled here), side by
+  side on the same environment; `run_comparison` gives both accuracies and the difference.
 `target` ("local", "openrouter", "base_url") picks one explicitly.
 </targets>
 

@@ -3,6 +3,10 @@
 The SDK retries a dead network for about five minutes before failing. A run must fail fast
 instead, saying what to do, so the key is checked before any contact and the first contact
 (a capabilities query, which also validates the base model) is bounded in time.
+
+With `tinker.self_hosted` the same SDK talks to a self-hosted Tinker-API engine (SkyRL's) at
+tinker_base_url: no Tinker key is sent (tinker_compat.engine_api_key), the SDK gaps are bridged
+(tinker_compat), errors name the engine, and `close()` frees the engine's adapter slot.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import tinker
@@ -19,12 +24,57 @@ from tinker import types
 from tinker_atropos.run_files import CheckpointKind
 
 from ..config import TinkerConfig
+from ..models.paths import offline_model_named
 from .base import BackendUnavailable
 from .checkpoints import CheckpointStore
+from .tinker_compat import (
+    allow_missing_sequence_ids,
+    engine_api_key,
+    load_state_into_new_model,
+    one_per_position,
+    unload_model,
+)
 
 KEY_PREFIX = "tml-"
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Service:
+    """Who the trainer talks to, as its error messages name it, and what to check when it fails."""
+
+    name: str
+    advice: str
+    hint: str = ""  # appended to the service's own errors
+
+
+TINKER = Service(
+    "Tinker",
+    "check the network (and proxy settings), that TINKER_BASE_URL / tinker.tinker_base_url points at the "
+    "Tinker service, and the Tinker status page; or use tinker.backend: local",
+)
+
+
+def self_hosted_service(url: str) -> Service:
+    return Service(
+        f"the self-hosted Tinker engine at {url}",
+        "check that the engine is running and has loaded its model (`rl-mcp doctor` shows its state and "
+        "log), and read the engine's log",
+        "; `rl-mcp doctor` shows the engine's state, and the engine's log says why",
+    )
+
+
+def engine_url(t: TinkerConfig) -> str:
+    """The self-hosted engine's URL: tinker.tinker_base_url, else $TINKER_BASE_URL. Required: without
+    it the SDK would send the placeholder key to the production service."""
+    url = t.tinker_base_url or os.environ.get("TINKER_BASE_URL", "").strip()
+    if not url:
+        raise BackendUnavailable(
+            "tinker.self_hosted is set but no engine URL is: set tinker.tinker_base_url to the "
+            "self-hosted Tinker engine's URL (e.g. http://127.0.0.1:8000); `rl-mcp doctor` shows the engine"
+        )
+    return url
 
 
 def check_api_key() -> str:
@@ -53,7 +103,7 @@ def connect_timeout() -> float:
     return value if value > 0 else DEFAULT_CONNECT_TIMEOUT_S
 
 
-def _bounded(call: Callable[[], T], timeout: float, what: str) -> T:
+def _bounded(call: Callable[[], T], timeout: float, what: str, service: Service = TINKER) -> T:
     """Run `call` in a daemon thread; give up after `timeout` s (the thread dies with the process)."""
     box: dict[str, Any] = {}
 
@@ -66,32 +116,48 @@ def _bounded(call: Callable[[], T], timeout: float, what: str) -> T:
     worker = threading.Thread(target=run, name="tinker-first-contact", daemon=True)
     worker.start()
     worker.join(timeout)
+    who = _capital(service.name)
     if worker.is_alive():
-        raise BackendUnavailable(
-            f"Tinker did not answer within {timeout:g} s while trying to {what}: check the network "
-            "(and proxy settings), that TINKER_BASE_URL / tinker.tinker_base_url points at the "
-            "Tinker service, and the Tinker status page; or use tinker.backend: local"
-        )
+        raise BackendUnavailable(f"{who} did not answer within {timeout:g} s while trying to {what}: {service.advice}")
     if "error" in box:
-        raise BackendUnavailable(f"Tinker could not {what}: {box['error']}") from box["error"]
+        error = box["error"]
+        raise BackendUnavailable(f"{who} could not {what}: {error}{service.hint}") from error
     return box["value"]
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _service(t: TinkerConfig) -> Service:
+    return self_hosted_service(engine_url(t)) if t.self_hosted else TINKER
 
 
 def _connect(t: TinkerConfig) -> tinker.ServiceClient:
     """Key check, then a bounded capabilities query that also validates the base model."""
-    key = check_api_key()
+    if t.self_hosted:
+        url: str | None = engine_url(t)
+        key = engine_api_key(os.environ)
+        allow_missing_sequence_ids()  # SkyRL's sample futures carry none; SDK 0.38 asserts them
+        what = "list the models it serves"
+    else:
+        url = t.tinker_base_url
+        key = check_api_key()
+        what = f"reach the service at {url or os.environ.get('TINKER_BASE_URL') or 'its default URL'}"
+    service = _service(t)
     timeout = connect_timeout()
     caps = _bounded(
-        lambda: tinker.RestClient(base_url=t.tinker_base_url, api_key=key).get_server_capabilities().result(timeout),
+        lambda: tinker.RestClient(base_url=url, api_key=key).get_server_capabilities().result(timeout),
         timeout,
-        f"reach the service at {t.tinker_base_url or os.environ.get('TINKER_BASE_URL') or 'its default URL'}",
+        what,
+        service,
     )
     names = [m.model_name for m in caps.supported_models if m.model_name]
     if names and t.base_model not in names:
         raise BackendUnavailable(
-            f"tinker.base_model {t.base_model!r} is not served by Tinker; choose one of: {', '.join(names)}"
+            f"tinker.base_model {t.base_model!r} is not served by {service.name}; choose one of: {', '.join(names)}"
         )
-    return tinker.ServiceClient(base_url=t.tinker_base_url, api_key=key)
+    return tinker.ServiceClient(base_url=url, api_key=key)
 
 
 def create_tinker_training_client(t: TinkerConfig) -> TinkerTrainingClient:
@@ -102,14 +168,19 @@ def create_tinker_training_client(t: TinkerConfig) -> TinkerTrainingClient:
         )
     service = _connect(t)
     try:
-        if t.resume_from:
+        if t.resume_from and not t.self_hosted:
             training = service.create_training_client_from_state_with_optimizer(t.resume_from).result()
         else:
             training = service.create_lora_training_client(
                 base_model=t.base_model, rank=t.lora_rank, seed=t.seed
             ).result()
+            if t.resume_from:  # SkyRL 0.4 takes a state only as a new model's first request (tinker 0.25's way)
+                load_state_into_new_model(training, t.resume_from, optimizer=True)
     except Exception as exc:  # the SDK's error types vary by failure
-        raise BackendUnavailable(f"Tinker could not create the LoRA training client: {exc}") from exc
+        who = _service(t)
+        raise BackendUnavailable(
+            f"{_capital(who.name)} could not create the LoRA training client: {exc}{who.hint}"
+        ) from exc
     return TinkerTrainingClient(training, t, service)
 
 
@@ -121,7 +192,8 @@ def create_tinker_sampler(t: TinkerConfig, adapter: str | None = None) -> Tinker
         else:
             client = service.create_sampling_client(base_model=t.base_model).result()
     except Exception as exc:
-        raise BackendUnavailable(f"Tinker could not create a sampling client: {exc}") from exc
+        who = _service(t)
+        raise BackendUnavailable(f"{_capital(who.name)} could not create a sampling client: {exc}{who.hint}") from exc
     return TinkerSampler(client)
 
 
@@ -137,7 +209,8 @@ class TinkerSampler:
         return await self.client.sample(prompt, num_samples, sampling_params)
 
     async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
-        return await self.client.compute_logprobs(prompt)  # every position: Tinker has no such option
+        values = await self.client.compute_logprobs(prompt)  # every position: Tinker has no such option
+        return one_per_position(values, prompt.length)
 
 
 class TinkerTrainingClient:
@@ -148,9 +221,38 @@ class TinkerTrainingClient:
         self.service = service
         self.base_model = t.base_model
         self.checkpoints = CheckpointStore(t.run_dir, t.run_name)
+        self._engine = (engine_url(t), engine_api_key(os.environ)) if t.self_hosted else None
+        self._tokenizer: Any = None
 
     def get_tokenizer(self):
-        return self.training.get_tokenizer()
+        """The base model's tokenizer. An offline model's (tiny-chat, smollm2-135m) comes from its
+        local folder: the SDK would look its name up on the hub, which fails offline."""
+        if self._tokenizer is None:
+            offline = offline_model_named(self.base_model)
+            if offline is None:
+                self._tokenizer = self.training.get_tokenizer()
+            else:
+                from transformers import AutoTokenizer
+
+                from ..models import resolve_model
+
+                self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(offline))
+        return self._tokenizer
+
+    def close(self) -> None:
+        """At the end of a run on a self-hosted engine: unload the model, which frees its adapter
+        slot now rather than when the engine's session times out. Best effort, once; nothing for
+        the cloud. Never ServiceClient.close(): the engine has no sessions/finish endpoint."""
+        engine, self._engine = self._engine, None
+        model_id = getattr(self.training, "model_id", None)
+        if engine is None or not model_id:
+            return
+        url, key = engine
+        try:
+            timeout = connect_timeout()
+        except BackendUnavailable:
+            timeout = DEFAULT_CONNECT_TIMEOUT_S
+        unload_model(url, str(model_id), timeout, api_key=key)
 
     async def forward_backward_async(self, data: Sequence[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
         return await self.training.forward_backward(list(data), loss_fn)

@@ -1,6 +1,7 @@
 """`python -m tinker_atropos.export`: one export, run by the server in a child process.
 
-    export --base-model NAME (--adapter DIR | --tinker-state tinker://...) --format adapter|merged|gguf
+    export --base-model NAME (--adapter DIR | --tinker-state tinker://... | --engine-checkpoint tinker://M/C)
+           [--tinker-base-url URL] --format adapter|merged|gguf
            [--dtype D] --out DIR --name NAME --prompts FILE --progress FILE --result FILE
     export push --folder DIR --repo OWNER/NAME --result FILE
 
@@ -49,7 +50,18 @@ def run_export(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="rl-mcp-export-") as tmp:
         adapter = Path(args.adapter) if args.adapter else None
-        if adapter is None:
+        if args.engine_checkpoint:
+            from tinker_atropos.export.engine_weights import download_engine_weights
+
+            progress("downloading from the self-hosted engine", 0.0)
+            adapter = download_engine_weights(
+                args.engine_checkpoint,
+                Path(tmp) / "adapter",
+                args.tinker_base_url,
+                args.base_model,
+                lambda f: progress("downloading", 0.3 * f),
+            )
+        elif adapter is None:
             from tinker_atropos.export.tinker_weights import download_tinker_weights
 
             progress("downloading from Tinker", 0.0)
@@ -61,6 +73,10 @@ def run_export(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
             )
         progress("loading the base model", 0.3)
         base = load_base_model(args.base_model, "cpu")
+        if args.engine_checkpoint:
+            from tinker_atropos.export.engine_weights import untie_output_head
+
+            untie_output_head(base.model, adapter)  # the engine's embedding LoRA never reaches a tied head
         prompts: list[list[int]] = json.loads(Path(args.prompts).read_text()) or _fallback_prompts(base.tokenizer)
         progress("the trained policy's replies", 0.35)
         expected = verify.policy_replies(create_sampler(base, str(adapter)), prompts)
@@ -161,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--adapter")
     source.add_argument("--tinker-state")
+    source.add_argument("--engine-checkpoint", help="a self-hosted engine's tinker://M/C, at --tinker-base-url")
     parser.add_argument("--tinker-base-url")
     parser.add_argument("--format", choices=FORMATS, required=True)
     parser.add_argument("--dtype")

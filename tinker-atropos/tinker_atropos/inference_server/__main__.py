@@ -2,6 +2,9 @@
 
     python -m tinker_atropos.inference_server --config X.yaml [--adapter PATH]
 
+A self-hosted engine's checkpoint (`--adapter tinker://M/C` with tinker.self_hosted on the local
+backend) is downloaded from tinker.tinker_base_url first and sampled here (export/engine_weights.py).
+
 Binds tinker.inference_host:tinker.inference_port at once; /health answers 503 while the sampler
 loads, then 200. Exit codes as launch_training: 2 bad config, 3 backend unavailable, 5 port
 taken, 1 other load failure.
@@ -14,7 +17,9 @@ import argparse
 import logging
 import signal
 import sys
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("tinker_atropos.inference_server")
@@ -27,6 +32,25 @@ def _tokenizer(cfg: Any) -> Any:
 
     name = (cfg.env or {}).get("tokenizer_name") or resolve_model(cfg.tinker.base_model)
     return AutoTokenizer.from_pretrained(name)
+
+
+def _engine_checkpoint(cfg: Any, adapter: str | None, folder: Path) -> str | None:
+    """A self-hosted engine's sampler checkpoint (tinker:// with tinker.self_hosted, sampled by
+    the local backend), downloaded into `folder` as a PEFT adapter; None for any other adapter."""
+    t = cfg.tinker
+    if not (adapter and adapter.startswith("tinker://") and t.self_hosted and t.backend == "local"):
+        return None
+    from tinker_atropos.backends.base import BackendUnavailable
+    from tinker_atropos.backends.local import ModelLoadError, load_base_model
+    from tinker_atropos.export.engine_weights import download_engine_weights, untie_output_head
+
+    log.info("downloading %s from the self-hosted engine at %s", adapter, t.tinker_base_url)
+    path = download_engine_weights(adapter, folder / "adapter", t.tinker_base_url, t.base_model)
+    try:  # the sampler merges the adapter into this cached base: the embedding LoRA must not reach a tied head
+        untie_output_head(load_base_model(t.base_model, t.device).model, path)
+    except ModelLoadError as exc:
+        raise BackendUnavailable(str(exc)) from exc
+    return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,10 +86,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def load() -> None:
         """Load in the background: /health answers 503 until the sampler is in."""
+        from tinker_atropos.export.engine_weights import EngineWeightsError
+
         try:
-            holder.swap(create_base_sampler(cfg, args.adapter))
+            with tempfile.TemporaryDirectory(prefix="rl-mcp-engine-weights-") as tmp:
+                adapter = _engine_checkpoint(cfg, args.adapter, Path(tmp)) or args.adapter
+                holder.swap(create_base_sampler(cfg, adapter))  # merged in: the folder is not needed after
             log.info("sampler ready: %s", args.adapter or cfg.tinker.base_model)
-        except BackendUnavailable as exc:
+        except (BackendUnavailable, EngineWeightsError) as exc:
             log.error("backend unavailable: %s", exc)
             failure["code"] = 3
         except Exception:
