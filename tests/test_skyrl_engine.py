@@ -64,6 +64,8 @@ def engine_greedy(url: str, state: str, prompts: list[str]) -> list[list[int]]:
     from tinker_atropos.backends.tinker_compat import (
         allow_missing_sequence_ids,
         load_state_into_new_model,
+        offline_eos_ids,
+        stop_at_eos,
         unload_model,
     )
 
@@ -73,7 +75,10 @@ def engine_greedy(url: str, state: str, prompts: list[str]) -> list[list[int]]:
     try:
         load_state_into_new_model(training, state, optimizer=False)
         sampler = training.save_weights_and_get_sampling_client("greedy-check")
-        params = types.SamplingParams(max_tokens=GREEDY_TOKENS, temperature=0.0)
+        # as the trainer samples: stop=None made explicit (SkyRL stops only where told)
+        params = stop_at_eos(
+            types.SamplingParams(max_tokens=GREEDY_TOKENS, temperature=0.0), offline_eos_ids("smollm2-135m")
+        )
         futures = [sampler.sample(types.ModelInput.from_ints(ids), 1, params) for ids in chat_prompts(prompts)]
         return [list(f.result().sequences[0].tokens) for f in futures]
     finally:

@@ -29,6 +29,8 @@ from tinker_atropos.backends.tinker_compat import (
     engine_api_key,
     grad_norm_of,
     loss_sum_of,
+    offline_eos_ids,
+    stop_at_eos,
     unload_model,
 )
 from tinker_atropos.config import parse_run_config
@@ -179,6 +181,17 @@ def test_grad_norm_under_either_key() -> None:
     assert grad_norm_of({"grad_norm": 1.0, "skyrl.ai/grad_norm": 9.0}) == 1.0
     assert grad_norm_of({"skyrl.ai/learning_rate": 1e-4}) is None
     assert grad_norm_of(types.OptimStepResponse().metrics) is None
+
+
+def test_no_stop_becomes_the_models_eos_ids_and_a_given_stop_is_kept() -> None:
+    eos = offline_eos_ids("tiny-chat")
+    assert eos == [256, 258]  # tiny-chat's generation config lists two
+    assert offline_eos_ids("smollm2-135m") == [2]
+    assert stop_at_eos(types.SamplingParams(max_tokens=4), eos).stop == [256, 258]
+    for given in (["\n\n"], [7], []):  # `[]` is Tinker's "no stop at all": kept as the caller said
+        assert stop_at_eos(types.SamplingParams(max_tokens=4, stop=given), eos).stop == given
+    assert stop_at_eos(types.SamplingParams(max_tokens=4), None).stop is None
+    assert offline_eos_ids("Qwen/Qwen3-8B") is None  # a service's own model: its service knows its EOS
 
 
 # --- HTTP: the engine's side, recorded --------------------------------------------------------

@@ -31,7 +31,9 @@ from .tinker_compat import (
     allow_missing_sequence_ids,
     engine_api_key,
     load_state_into_new_model,
+    offline_eos_ids,
     one_per_position,
+    stop_at_eos,
     unload_model,
 )
 
@@ -194,19 +196,20 @@ def create_tinker_sampler(t: TinkerConfig, adapter: str | None = None) -> Tinker
     except Exception as exc:
         who = _service(t)
         raise BackendUnavailable(f"{_capital(who.name)} could not create a sampling client: {exc}{who.hint}") from exc
-    return TinkerSampler(client)
+    return TinkerSampler(client, offline_eos_ids(t.base_model))
 
 
 class TinkerSampler:
-    """SamplingBackend over a tinker.SamplingClient."""
+    """SamplingBackend over a tinker.SamplingClient; `eos_ids` make `stop=None` mean EOS on any engine."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, eos_ids: list[int] | None = None) -> None:
         self.client = client
+        self.eos_ids = eos_ids
 
     async def sample_async(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
     ) -> types.SampleResponse:
-        return await self.client.sample(prompt, num_samples, sampling_params)
+        return await self.client.sample(prompt, num_samples, stop_at_eos(sampling_params, self.eos_ids))
 
     async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
         values = await self.client.compute_logprobs(prompt)  # every position: Tinker has no such option
@@ -280,4 +283,4 @@ class TinkerTrainingClient:
             await self.service.create_rest_client().delete_checkpoint_from_tinker_path_async(path)
 
     async def create_sampling_client_async(self, path: str) -> TinkerSampler:
-        return TinkerSampler(await self.training.create_sampling_client(path))
+        return TinkerSampler(await self.training.create_sampling_client(path), offline_eos_ids(self.base_model))

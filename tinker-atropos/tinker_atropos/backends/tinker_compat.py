@@ -3,12 +3,14 @@
 SkyRL 0.4.0 serves the Tinker REST API as tinker 0.25 spoke it, while the trainer runs SDK 0.38.
 The gaps are small and all on the client side: sample futures carry no sequence ids, the engine
 does no auth (but the SDK insists on a `tml-` key), its metrics use other keys and no `loss:sum`,
-and the SDK has no call that frees the engine's adapter slot. Nothing here changes what the
+the SDK has no call that frees the engine's adapter slot, and its sampler stops at EOS only when
+told to. Nothing here changes what the
 trainer sends to or reads from the cloud service.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
@@ -169,3 +171,34 @@ def one_per_position(values: Sequence[float | None], length: int) -> list[float 
     first. SkyRL 0.4 leaves that first None out (measured: 311 values for 312 tokens)."""
     out = list(values)
     return [None, *out] if len(out) == length - 1 else out
+
+
+def stop_at_eos(params: types.SamplingParams, eos_ids: Sequence[int] | None) -> types.SamplingParams:
+    """`stop=None` made explicit as the model's EOS ids. The protocol (and the local sampler) reads
+    None as "stop at EOS"; SkyRL 0.4's sampler stops only at the stops it is given, so its replies ran
+    past `<|im_end|>` to max_tokens (measured on SmolLM2: EOS, then a newline)."""
+    if params.stop is not None or not eos_ids:
+        return params
+    return params.model_copy(update={"stop": [int(i) for i in eos_ids]})
+
+
+@functools.cache
+def offline_eos_ids(base_model: str) -> list[int] | None:
+    """The EOS ids of an offline model (its generation config's, else its tokenizer's); None for
+    another model, whose service knows its own EOS."""
+    from ..models import resolve_model
+    from ..models.paths import offline_model_named
+
+    name = offline_model_named(base_model)
+    if name is None:
+        return None
+    from transformers import AutoTokenizer, GenerationConfig
+
+    folder = resolve_model(name)
+    try:
+        ids = GenerationConfig.from_pretrained(folder).eos_token_id
+    except OSError:
+        ids = None
+    if ids is None:
+        ids = AutoTokenizer.from_pretrained(folder).eos_token_id
+    return sorted({ids} if isinstance(ids, int) else set(ids or []))
