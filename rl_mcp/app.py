@@ -8,8 +8,8 @@ a client disconnecting never cancels it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 
 import anyio
@@ -58,6 +58,15 @@ class AppContext:
     def engine_url(self) -> str | None:
         """Where runs reach the profile's self-hosted Tinker engine (managed or attached), else None."""
         return self.engine.url if self.engine is not None else attached_url(self.settings)
+
+    def engine_hold(
+        self, url: str | None, report: Callable[[str], Awaitable[None]] | None = None
+    ) -> AbstractAsyncContextManager[object]:
+        """The managed engine kept running while a checkpoint is downloaded from `url` (a self-hosted
+        run's engine; restarted if it stopped when idle). Nothing to hold for another engine or none."""
+        if self.engine is None or not url or url.rstrip("/") != self.engine.url.rstrip("/"):
+            return nullcontext()
+        return self.engine.hold(report)
 
     @property
     def runs(self) -> RunManager:
@@ -134,7 +143,11 @@ async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
         stack.callback(tg.cancel_scope.cancel)  # runs last: after the manager's shutdown
         try:
             manager = await stack.enter_async_context(RunManager(settings))
-            app.engine = manager.engine = managed_engine(settings, tg, manager.ports)
+
+            def in_use() -> bool:  # a run of this server trains on the engine
+                return any(rec.active for rec in manager.supervised())
+
+            app.engine = manager.engine = managed_engine(settings, tg, manager.ports, in_use)
             await manager.attach(tg)  # re-adopts runs an earlier lifetime left going
             app.runs_manager = manager
         except StoreError as exc:

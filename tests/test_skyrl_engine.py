@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import psutil
 import pytest
 import yaml
@@ -102,10 +103,10 @@ def transformers_greedy(adapter: Path, prompts: list[str]) -> list[list[int]]:
     return replies
 
 
-def environ(home: Path) -> dict[str, str]:
+def environ(home: Path, **extra: str) -> dict[str, str]:
     env = {**os.environ, "RL_MCP_HOME": str(home), "RL_MCP_PROFILE": "skyrl", "RL_MCP_STATUS_MIN_INTERVAL": "0"}
     env.pop("TINKER_API_KEY", None)
-    return env
+    return {**env, **extra}
 
 
 def metrics_of(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -174,9 +175,11 @@ async def test_the_tinker_backend_end_to_end_on_skyrls_engine(tmp_path: Path) ->
             assert answer["check"]["matches"] >= answer["check"]["required"] >= 1, answer
             assert answer["checkpoint_step"] == 4, answer  # B's last step: the weights of its final state
         # the exported adapter in transformers replies as the engine does, greedily, for the same weights
-        engine_replies = await anyio.to_thread.run_sync(
-            engine_greedy, app.engine_url, b_results["final_state"], GREEDY_PROMPTS
-        )
+        assert app.engine is not None
+        async with app.engine.hold() as url:
+            engine_replies = await anyio.to_thread.run_sync(
+                engine_greedy, url, b_results["final_state"], GREEDY_PROMPTS
+            )
         assert engine_replies == transformers_greedy(Path(exported["adapter"]["folder"]), GREEDY_PROMPTS)
 
         # --- an agentic environment, 2 steps ------------------------------------------------------------
@@ -203,3 +206,22 @@ async def test_the_tinker_backend_end_to_end_on_skyrls_engine(tmp_path: Path) ->
     with anyio.fail_after(30):
         while engine_processes():
             await anyio.sleep(0.5)
+
+
+async def test_the_engine_stops_once_unused_and_starts_again_for_the_next_user(tmp_path: Path) -> None:
+    settings = Settings.from_env(environ(tmp_path / "home", RL_MCP_ENGINE_IDLE_STOP="2"))
+    async with open_app(settings) as app:
+        engine = app.engine
+        assert engine is not None and engine.idle_stop_s == 2.0 and not engine.running
+        for start in (1, 2):  # the second hold finds it stopped for idleness and starts it again
+            async with engine.hold() as url:
+                await anyio.sleep(3.0)  # past idle_stop_s: a holder keeps it up
+                assert engine.running and engine_processes(), start
+                assert httpx.get(f"{url}/api/v1/healthz", timeout=5.0).status_code == 200
+            with anyio.fail_after(60):  # idle 2 s, then its API server and engine process stop
+                while engine.running or engine_processes():
+                    await anyio.sleep(0.5)
+            state = engine.state()
+            assert state["running"] is False and state["problem"] is None, state  # stopped, not died
+        log = engine.log_path.read_text()
+        assert log.count("Starting background engine") == 2, log[-2000:]

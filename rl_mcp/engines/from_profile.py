@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,16 @@ from rl_mcp.runs.ports import PortReservations
 from rl_mcp.settings import Settings, SettingsError
 
 START_TIMEOUT_S = 900.0
+IDLE_STOP_S = 600.0
+"""How long the managed engine stays up after its last run ends (RL_MCP_ENGINE_IDLE_STOP; 0: until
+the server exits). Long enough for an export or inference test right after a run, without a restart."""
 
 
-def managed_engine(settings: Settings, tg: anyio.abc.TaskGroup, ports: PortReservations) -> EngineService | None:
-    """The engine this server starts for its runs (`engine: {kind: skyrl}` without a url), else None."""
+def managed_engine(
+    settings: Settings, tg: anyio.abc.TaskGroup, ports: PortReservations, in_use: Callable[[], bool]
+) -> EngineService | None:
+    """The engine this server starts for its runs (`engine: {kind: skyrl}` without a url), else None;
+    `in_use`: whether a run is using it now."""
     engine = settings.profile.engine
     if engine is None or engine.get("url") or attached_url(settings):
         return None
@@ -33,8 +40,20 @@ def managed_engine(settings: Settings, tg: anyio.abc.TaskGroup, ports: PortReser
         state_dir=state_dir,
         backend_config=backend_config(settings),
     )
-    timeout = float(settings.environ.get("RL_MCP_ENGINE_START_TIMEOUT") or START_TIMEOUT_S)
-    return EngineService(settings, spec, tg, start_timeout_s=timeout)
+    timeout = _seconds(settings, "RL_MCP_ENGINE_START_TIMEOUT", START_TIMEOUT_S)
+    idle = _seconds(settings, "RL_MCP_ENGINE_IDLE_STOP", IDLE_STOP_S)
+    return EngineService(settings, spec, tg, start_timeout_s=timeout, idle_stop_s=idle or None, in_use=in_use)
+
+
+def _seconds(settings: Settings, var: str, default: float) -> float:
+    raw = settings.environ.get(var, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise SettingsError(f"{var} must be a number of seconds (0 or more), got {raw!r}")
+    return value
 
 
 def _stable_port(record: Path, ports: PortReservations) -> int:

@@ -1,15 +1,18 @@
-"""The engine a profile trains on, managed: started on first use, shared by runs, stopped with the server.
+"""The engine a profile trains on, managed: started on first use, shared by runs, stopped when idle.
 
-It runs in a `processes.supervised` block inside the app's task group, so it lives exactly as long as
-the server wants it (its runs cannot outlive it: the server stops them first at exit). Its port is
-chosen when the service is made, so run configs can name its URL before it has started.
+It runs in a `processes.supervised` block inside the app's task group, so it lives at most as long as
+the server (its runs cannot outlive it: the server stops them first at exit). It also stops once
+nothing has used it for `idle_stop_s`: no active run (`in_use`) and no `hold` (an export or an
+inference test downloading a checkpoint); the next user starts it again. Its port is chosen when the
+service is made, so run configs can name its URL before it has started.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +35,23 @@ ENGINE_PROCESS = "skyrl-engine"
 class EngineService:
     """One managed SkyRL engine for the server's profile."""
 
-    def __init__(self, settings: Settings, spec: SkyrlSpec, tg: anyio.abc.TaskGroup, start_timeout_s: float) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        spec: SkyrlSpec,
+        tg: anyio.abc.TaskGroup,
+        start_timeout_s: float,
+        idle_stop_s: float | None = None,
+        in_use: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.settings = settings
         self.spec = spec
         self._tg = tg
         self._start_timeout_s = start_timeout_s
+        self.idle_stop_s = idle_stop_s  # None: up until the server exits
+        self._in_use = in_use
+        self._holds = 0
+        self._used_at = time.monotonic()
         self._lock = anyio.Lock()
         self._stop = anyio.Event()
         self._stopped = anyio.Event()
@@ -55,12 +70,15 @@ class EngineService:
 
     @property
     def running(self) -> bool:
-        return self._child is not None and self._child.running
+        """Up and not being stopped."""
+        return self._child is not None and self._child.running and not self._stop.is_set()
 
     async def ensure_running(self, report: Report | None = None) -> str:
         """The engine's URL once it answers; starts it when it is not running (minutes the first time:
         imports, the model, XLA compiles). StageError with its diagnosis when it cannot start."""
         async with self._lock:
+            if self._child is not None and self._stop.is_set():
+                await self._stopped.wait()  # an idle stop under way: its port is free once it is done
             if self.running:
                 return self.url
             try:
@@ -76,6 +94,22 @@ class EngineService:
             except StageError as exc:
                 raise StageError("engine", self._failure(str(exc)), exc.exit_code, ENGINE_PROCESS) from exc
             return self.url
+
+    @asynccontextmanager
+    async def hold(self, report: Report | None = None) -> AsyncIterator[str]:
+        """The engine, running and kept up for the block (a checkpoint download that is not a run's)."""
+        self._holds += 1
+        try:
+            yield await self.ensure_running(report)
+        finally:
+            self._holds -= 1
+            self._used_at = time.monotonic()
+
+    def _idle_for(self) -> float:
+        """Seconds since anything last used the engine (0 while something does)."""
+        if self._holds or self._in_use():
+            self._used_at = time.monotonic()
+        return time.monotonic() - self._used_at
 
     async def stop(self) -> None:
         """Stop the engine (its runs should be stopped first: their final saves go through it)."""
@@ -103,6 +137,7 @@ class EngineService:
             "kind": "skyrl",
             "url": self.url,
             "running": self.running,
+            "idle_stop_s": self.idle_stop_s,
             "pid": child.pid if child is not None and child.running else None,
             "exit_code": None if child is None else child.poll(),
             "venv": str(self.spec.venv),
@@ -135,11 +170,15 @@ class EngineService:
                     stop_grace_s=10.0,
                 ) as child:
                     self.started_at = time.time()
+                    self._used_at = time.monotonic()  # the idle clock starts when the engine is up
                     log.info("SkyRL engine ready at %s (pid %d)", self.url, child.pid)
                     task_status.started(child)
                     while child.running and not self._stop.is_set():
                         with anyio.move_on_after(1.0):
                             await self._stop.wait()
+                        if self.idle_stop_s is not None and self._idle_for() >= self.idle_stop_s:
+                            log.info("stopping the SkyRL engine: unused for %.0f s", self.idle_stop_s)
+                            self._stop.set()
                     if not self._stop.is_set():
                         log.error("%s", self.died())
             finally:

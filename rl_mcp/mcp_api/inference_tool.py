@@ -143,13 +143,15 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
             out_dir=out_dir,
             env_limits=settings.env_limits,
         )
-        outcomes = await run_inference_test(
-            req,
-            where,
-            environ=settings.environ,
-            pass_env=settings.env_process_vars,
-            python=settings.python,
-            ports=app.runs_manager.ports if app.runs_manager is not None else None,
-            progress=ctx.report_progress,
-        )
+        engine = next((w.engine_url for w in where.weights.values() if w.engine_url), None)
+        async with app.engine_hold(engine, lambda message: ctx.report_progress(0, None, message)):
+            outcomes = await run_inference_test(
+                req,
+                where,
+                environ=settings.environ,
+                pass_env=settings.env_process_vars,
+                python=settings.python,
+                ports=app.runs_manager.ports if app.runs_manager is not None else None,
+                progress=ctx.report_progress,
+            )
         return inference_answer(req, where, outcomes, run)
