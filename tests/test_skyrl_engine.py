@@ -144,9 +144,14 @@ async def test_the_tinker_backend_end_to_end_on_skyrls_engine(tmp_path: Path) ->
         first = metrics_of(a)[0]
         # the engine returns no forward_backward metrics: the loss is its elementwise losses' sum
         assert first["loss"] is not None and first["grad_norm"] is not None and first["grad_norm"] > 0, first
+        # every input of the diagnosis rules arrives on this path: the grad norm under SkyRL's key, the
+        # drift from the engine's sampling logprobs against its training logprobs, the replies' spread
+        for key in ("logprob_drift", "distinct_reply_share", "token_entropy", "no_signal_share", "reward_std"):
+            assert isinstance(first[key], float | int), (key, first)
         status_a = await call(client, "rl_check_status", run_id=a["run_id"])
-        assert status_a["latest"]["loss"] is not None, status_a
-        assert isinstance(status_a["findings"], list)
+        latest = status_a["latest"]
+        assert None not in (latest["loss"], latest["no_signal_share"], latest["distinct_reply_share"]), latest
+        assert all(f["code"] and f["next_step"]["tool"] for f in status_a["findings"]), status_a["findings"]
         log = await client.read_resource("rl://engine/log")
         assert "Starting background engine" in log.contents[0].text  # type: ignore[union-attr]
 
