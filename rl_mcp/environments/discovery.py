@@ -3,24 +3,27 @@
 A class is an environment when `BaseEnv` is among its ancestors, followed by name through every
 scanned file (so a shared base class in another file counts): format `hermes` when
 `HermesAgentBaseEnv` is among them, else `atropos`. A file defining verifiers' `load_environment` is
-one too, named by its stem (`verifiers_format.py` says which and its format).
+one too, named by its stem (`verifiers_format.py` says which and its format). The bundled
+`ReasoningGymEnv` also lists each reasoning-gym task as `reasoning_gym:<task>` (`reasoning_gym_format.py`).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from rl_mcp.environments import reasoning_gym_format
 from rl_mcp.environments.verifiers_format import ENTRY_POINT, VerifiersEnv, read_module
 
 # atroposlib's BaseEnv, and the agent base (a BaseEnv in tinker_atropos/agent, outside the env dirs).
 BASE_CLASSES = frozenset({"BaseEnv", "HermesAgentBaseEnv"})
 HERMES_BASES = frozenset({"HermesAgentBaseEnv"})
 MAX_SCAN_DEPTH = 3
-EnvFormat = Literal["atropos", "hermes", "verifiers", "verifiers-v1"]
+EnvFormat = Literal["atropos", "hermes", "verifiers", "verifiers-v1", "reasoning-gym"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class EnvironmentInfo:
     description: str
     config_class: str
     format: EnvFormat = "atropos"
+    task: str | None = None  # a reasoning-gym task: this runs `class_name` with `task` set
 
 
 @dataclass(frozen=True)
@@ -252,4 +256,16 @@ class Discovery:
                 )
             for info in sorted(found, key=lambda i: i.line):
                 add(info)
+                if reasoning_gym_format.is_task_host(info.file, info.class_name):
+                    for entry in reasoning_gym_format.task_entries():
+                        add(
+                            dataclasses.replace(
+                                info,
+                                name=entry.name,
+                                description=entry.description,
+                                config_class=entry.config_class,
+                                format="reasoning-gym",
+                                task=entry.task,
+                            )
+                        )
         return Catalog(environments=environments, shadowed=shadowed, errors=errors, env_dirs=self.env_dirs)

@@ -25,6 +25,7 @@ import anyio
 
 from rl_mcp.children.introspect import PRODUCT_FIELDS, RESULT_MARKER
 from rl_mcp.environments.discovery import EnvironmentInfo
+from rl_mcp.environments.reasoning_gym_format import SET_BY_TASK, task_fields
 from rl_mcp.environments.verifiers_format import FORMATS, read_file
 from rl_mcp.errors import UserError
 from rl_mcp.settings import PROJECT_ROOT, Settings, without_secrets
@@ -48,7 +49,8 @@ class FieldSpec:
     """One config field as the child process reported it."""
 
     name: str
-    section: Literal["env", "tinker", "verifiers"]  # verifiers: load_environment's arguments (or its EnvConfig)
+    # verifiers: load_environment's arguments (or its EnvConfig); task: a reasoning-gym task's generator settings
+    section: Literal["env", "tinker", "verifiers", "task"]
     type: str
     default: Any
     description: str | None
@@ -64,6 +66,7 @@ class ConfigSchema:
     fields: dict[str, FieldSpec]
     defs: dict[str, Any] = field(default_factory=dict)
     training_error: str | None = None
+    task: str | None = None  # a reasoning-gym task environment's task (its run sets `task` and `task_config`)
 
     def field_schema(self, name: str) -> dict[str, Any]:
         """A self-contained JSON schema for one field (with the model's $defs)."""
@@ -127,7 +130,8 @@ class Introspector:
         if info.format in FORMATS:
             product = self._cached(_cache_key(None))
             return None if product is None else verifiers_schema(info, product)
-        return self._cached(_cache_key(info))
+        found = self._cached(_cache_key(info))
+        return task_schema(info, found) if found is not None and info.task else found
 
     def _cached(self, key: str) -> ConfigSchema | None:
         hit = self._memory.get(key)
@@ -145,7 +149,8 @@ class Introspector:
         """The config schema of `info`, from cache or a fresh child process."""
         if info.format in FORMATS:
             return verifiers_schema(info, await self._schema(None))
-        return await self._schema(info)
+        found = await self._schema(info)
+        return task_schema(info, found) if info.task else found
 
     async def _schema(self, info: EnvironmentInfo | None) -> ConfigSchema:
         """An environment's schema (None: the product's own fields), from cache or a child process."""
@@ -226,4 +231,23 @@ def verifiers_schema(info: EnvironmentInfo, product: ConfigSchema) -> ConfigSche
         fields=fields,
         defs=product.defs,
         training_error=product.training_error,
+    )
+
+
+def task_schema(info: EnvironmentInfo, host: ConfigSchema) -> ConfigSchema:
+    """A reasoning-gym task's fields: its host environment's (ReasoningGymEnv, less `task` and
+    `task_config`, which the task sets), then the task generator's settings (section `task`)."""
+    assert info.task is not None
+    fields = {n: f for n, f in host.fields.items() if n not in SET_BY_TASK}
+    for name, spec in task_fields(info.task).items():
+        if name in fields:  # a generator setting named as a run field: the run's field wins, the setting is fixed
+            continue
+        fields[name] = FieldSpec(name=name, section="task", **spec)
+    return ConfigSchema(
+        environment=info.name,
+        config_class=info.config_class,
+        fields=fields,
+        defs=host.defs,
+        training_error=host.training_error,
+        task=info.task,
     )

@@ -24,9 +24,10 @@ class EnvironmentSummary(BaseModel):
     )
     bundled: bool = Field(description="True for environments shipped with rl-mcp, false for RL_MCP_ENV_DIRS")
     format: EnvFormat = Field(
-        description="atropos (a BaseEnv), hermes (a HermesAgentBaseEnv), verifiers (classic `load_environment`) "
-        "or verifiers-v1 (Taskset + Harness): verifiers environments are listed and configurable, not "
-        "trainable yet"
+        description="atropos (a BaseEnv), hermes (a HermesAgentBaseEnv), reasoning-gym (one task of the "
+        "reasoning-gym package, run by the bundled reasoning_gym environment), verifiers (classic "
+        "`load_environment`) or verifiers-v1 (Taskset + Harness): verifiers environments are listed and "
+        "configurable, not trainable yet"
     )
 
 
@@ -64,9 +65,10 @@ class ProfileInfo(BaseModel):
 
 class ConfigField(BaseModel):
     name: str
-    section: Literal["env", "tinker", "verifiers"] = Field(
+    section: Literal["env", "tinker", "verifiers", "task"] = Field(
         description="env: the environment's config; tinker: training; verifiers: a verifiers environment's "
-        "own arguments (load_environment's, or its v1 EnvConfig's)"
+        "own arguments (load_environment's, or its v1 EnvConfig's); task: a reasoning-gym task's generator "
+        "settings"
     )
     type: str
     value: Any = Field(description="What a run started now would use")

@@ -49,6 +49,7 @@ def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, s
     """The rl_get_current_config answer."""
     fields = []
     values: dict[str, dict[str, Any]] = {"env": {}, "tinker": {"base_model": profile.model}, "verifiers": {}}
+    values["task"] = {}
     for name, spec in schema.fields.items():
         value, status = resolve_field(schema, profile, state, name)
         values[spec.section][name] = value

@@ -46,7 +46,7 @@ def register_environment_resources(server: MCPServer, app: AppContext) -> None:
     )
     async def environment_source(name: str) -> str:
         if not re.fullmatch(ENV_NAME_PATTERN, name):
-            raise ResourceError(f"invalid environment name {name!r}: expected letters, digits, '_', '.', '-'")
+            raise ResourceError(f"invalid environment name {name!r}: expected letters, digits, '_', '.', ':', '-'")
         try:
             info = app.environment(name)  # the path comes from the catalog, never from the name
         except UserError as exc:

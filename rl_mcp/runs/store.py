@@ -256,4 +256,4 @@ class RunStore:
 def new_run_id(environment: str, now: float | None = None) -> str:
     """`<env>-<UTC timestamp>-<4 hex>`: sortable, readable, unique across restarts."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
-    return f"{environment}-{stamp}-{secrets.token_hex(2)}"
+    return f"{environment.replace(':', '.')}-{stamp}-{secrets.token_hex(2)}"  # reasoning_gym:x -> reasoning_gym.x

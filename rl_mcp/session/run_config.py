@@ -36,6 +36,9 @@ def render_run_config(
     name = run_name or state.wandb_name or wandb_name_for(schema.environment)
     values = {n: resolve_field(schema, profile, state, n) for n in schema.fields}
     env = {n: v for n, (v, status) in values.items() if schema.fields[n].section == "env" and status != "managed"}
+    if schema.task is not None:  # a reasoning-gym task: the settings edited, the rest the generator's defaults
+        task = {n: v for n, (v, status) in values.items() if schema.fields[n].section == "task" and status == "edited"}
+        env.update(task=schema.task, task_config=task)
     env.update(
         tokenizer_name=profile.tokenizer_name,
         rollout_server_url=f"http://127.0.0.1:{api_port}",

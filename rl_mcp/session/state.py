@@ -38,7 +38,7 @@ class SessionSaveError(UserError, OSError):
 def wandb_name_for(environment: str, now: datetime | None = None) -> str:
     """`{env}-{timestamp}`: unique per selection, valid as a W&B and trainer run name."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
-    return f"{environment}-{stamp}"
+    return f"{environment.replace(':', '.')}-{stamp}"  # reasoning_gym:x -> reasoning_gym.x, as the run id
 
 
 class Session:
