@@ -47,11 +47,14 @@ async def test_every_task_is_an_environment_with_its_generator_settings_as_field
     catalog = json.loads(CATALOG_FILE.read_text())
     async with open_app(Settings.from_env(profile="local")) as app, Client(build_server(app)) as client:
         listed = await call(client, "rl_list_environments")
-        tasks = {e["name"]: e for e in listed["environments"] if e["format"] == "reasoning-gym"}
-        assert sorted(tasks) == sorted(f"reasoning_gym:{t}" for t in catalog["tasks"])
-        assert tasks[TASK]["class_name"] == "ReasoningGymEnv" and tasks[TASK]["bundled"], tasks[TASK]
-        assert "leg counting" in tasks[TASK]["description"] and "0.1.25" in tasks[TASK]["description"]
-        assert any(e["name"] == "reasoning_gym" for e in listed["environments"])  # the host: any task by `task`
+        (family,) = listed["task_catalogs"]  # by name only: 106 full entries would bury the rest
+        assert (family["host"], family["format"]) == ("reasoning_gym", "reasoning-gym"), family
+        assert family["tasks"] == sorted(f"reasoning_gym:{t}" for t in catalog["tasks"])
+        names = [e["name"] for e in listed["environments"]]
+        assert "reasoning_gym" in names and not any(n.startswith("reasoning_gym:") for n in names)
+        info = app.environment(TASK)  # the entry itself, as select and start see it
+        assert (info.class_name, info.format, info.task) == ("ReasoningGymEnv", "reasoning-gym", "leg_counting")
+        assert "leg counting" in info.description and "0.1.25" in info.description
 
         await call(client, "rl_select_environment", name=TASK)
         fields = {f["name"]: f for f in (await call(client, "rl_get_current_config"))["fields"]}

@@ -23,6 +23,7 @@ from rl_mcp.environments.verifiers_format import ENTRY_POINT, VerifiersEnv, read
 BASE_CLASSES = frozenset({"BaseEnv", "HermesAgentBaseEnv"})
 HERMES_BASES = frozenset({"HermesAgentBaseEnv"})
 MAX_SCAN_DEPTH = 3
+_Entries = tuple[reasoning_gym_format.TaskEntry, ...]
 EnvFormat = Literal["atropos", "hermes", "verifiers", "verifiers-v1", "reasoning-gym"]
 
 
@@ -159,6 +160,9 @@ class Discovery:
     def __init__(self, env_dirs: tuple[Path, ...]) -> None:
         self.env_dirs = env_dirs
         self._parsed: dict[Path, tuple[tuple[int, int], _FileScan]] = {}
+        self._tasks: dict[
+            EnvironmentInfo, tuple[tuple[reasoning_gym_format.TaskEntry, ...], list[EnvironmentInfo]]
+        ] = {}
 
     def _scan(self, path: Path) -> _FileScan:
         st = path.stat()
@@ -169,6 +173,25 @@ class Discovery:
         result = scan_file(path)
         self._parsed[path] = (key, result)
         return result
+
+    def _tasks_of(self, host: EnvironmentInfo) -> list[EnvironmentInfo]:
+        """reasoning-gym's tasks as environments run by `host`, rebuilt only when the catalog changes."""
+        entries = reasoning_gym_format.task_entries()
+        hit = self._tasks.get(host)
+        if hit is None or hit[0] is not entries:
+            tasks = [
+                dataclasses.replace(
+                    host,
+                    name=e.name,
+                    description=e.description,
+                    config_class=e.config_class,
+                    format="reasoning-gym",
+                    task=e.task,
+                )
+                for e in entries
+            ]
+            hit = self._tasks[host] = (entries, tasks)
+        return hit[1]
 
     def scan(self) -> Catalog:
         files: list[tuple[Path, Path, _FileScan]] = []
@@ -257,15 +280,6 @@ class Discovery:
             for info in sorted(found, key=lambda i: i.line):
                 add(info)
                 if reasoning_gym_format.is_task_host(info.file, info.class_name):
-                    for entry in reasoning_gym_format.task_entries():
-                        add(
-                            dataclasses.replace(
-                                info,
-                                name=entry.name,
-                                description=entry.description,
-                                config_class=entry.config_class,
-                                format="reasoning-gym",
-                                task=entry.task,
-                            )
-                        )
+                    for task in self._tasks_of(info):
+                        add(task)
         return Catalog(environments=environments, shadowed=shadowed, errors=errors, env_dirs=self.env_dirs)

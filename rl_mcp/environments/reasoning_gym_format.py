@@ -23,15 +23,15 @@ CATALOG_FILE = BUNDLED_ENV_DIR / "reasoning_gym_catalog.json"
 SET_BY_TASK = ("task", "task_config")  # a task environment's own: not fields a user edits
 
 
+def catalog() -> dict[str, Any]:
+    st = CATALOG_FILE.stat()
+    return _catalog(CATALOG_FILE, (st.st_mtime_ns, st.st_size))
+
+
 @functools.cache
 def _catalog(path: Path, stamp: tuple[int, int]) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
-
-
-def catalog() -> dict[str, Any]:
-    st = CATALOG_FILE.stat()
-    return _catalog(CATALOG_FILE, (st.st_mtime_ns, st.st_size))
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,17 @@ def is_task_host(file: Path, class_name: str) -> bool:
     return class_name == ENV_CLASS and file.resolve() == ENV_FILE.resolve()
 
 
-def task_entries() -> list[TaskEntry]:
-    data = catalog()
-    return [
+def task_entries() -> tuple[TaskEntry, ...]:
+    """The catalog's tasks; the same tuple while the catalog file is unchanged (discovery asks on
+    every scan and reuses what it built from the last one)."""
+    st = CATALOG_FILE.stat()
+    return _entries(st.st_mtime_ns, st.st_size)
+
+
+@functools.cache
+def _entries(mtime_ns: int, size: int) -> tuple[TaskEntry, ...]:
+    data = _catalog(CATALOG_FILE, (mtime_ns, size))
+    return tuple(
         TaskEntry(
             f"{PREFIX}{task}",
             task,
@@ -57,7 +65,7 @@ def task_entries() -> list[TaskEntry]:
             entry["config_class"],
         )
         for task, entry in data["tasks"].items()
-    ]
+    )
 
 
 def task_fields(task: str) -> dict[str, dict[str, Any]]:

@@ -43,8 +43,20 @@ class ScanProblem(BaseModel):
     error: str
 
 
+class TaskCatalog(BaseModel):
+    """A family of environments listed by name only: every task runs one host environment."""
+
+    host: str = Field(description="The environment that runs every task (listed in `environments`)")
+    format: EnvFormat = Field(description="As in `environments` (reasoning-gym)")
+    description: str
+    tasks: list[str] = Field(description="Each one an environment name for rl_select_environment")
+
+
 class EnvironmentList(BaseModel):
-    environments: list[EnvironmentSummary]
+    environments: list[EnvironmentSummary] = Field(description="Every environment but the tasks of `task_catalogs`")
+    task_catalogs: list[TaskCatalog] = Field(
+        default_factory=list, description="Task families, by name (reasoning-gym: reasoning_gym:<task>)"
+    )
     selected: str | None = Field(description="The currently selected environment, if any")
     shadowed: list[ShadowedEnvironment] = Field(description="Duplicate names that were not used")
     errors: list[ScanProblem] = Field(description="Files that could not be parsed (they are skipped)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rl_mcp.environments.discovery import Catalog, EnvironmentInfo
@@ -15,6 +16,7 @@ from rl_mcp.mcp_api.answers import (
     ProfileInfo,
     ScanProblem,
     ShadowedEnvironment,
+    TaskCatalog,
 )
 from rl_mcp.runs.reply_length import config_note
 from rl_mcp.session.fields import constraints, resolve_field
@@ -23,7 +25,13 @@ from rl_mcp.settings import BUNDLED_ENV_DIR, Profile
 
 
 def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
-    """The rl_list_environments answer."""
+    """The rl_list_environments answer; tasks by name only (106 full entries would bury the rest)."""
+    listed = sorted(catalog.environments.values(), key=lambda e: e.name)
+    hosts = {(e.file, e.class_name): e.name for e in listed if e.task is None}
+    families: dict[tuple[Path, str], list[EnvironmentInfo]] = {}
+    for e in listed:
+        if e.task is not None:
+            families.setdefault((e.file, e.class_name), []).append(e)
     return EnvironmentList(
         environments=[
             EnvironmentSummary(
@@ -35,7 +43,17 @@ def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
                 bundled=e.env_dir == BUNDLED_ENV_DIR,
                 format=e.format,
             )
-            for e in sorted(catalog.environments.values(), key=lambda e: e.name)
+            for e in listed
+            if e.task is None
+        ],
+        task_catalogs=[
+            TaskCatalog(
+                host=hosts.get(key, key[1]),
+                format=members[0].format,
+                description=f"{len(members)} tasks, each an environment: select one by its name",
+                tasks=[m.name for m in members],
+            )
+            for key, members in families.items()
         ],
         selected=selected,
         shadowed=[ShadowedEnvironment(**s) for s in catalog.shadowed],

@@ -35,7 +35,8 @@ rl_compare_runs puts two to eight of them side by side.
 
 RL_LIST_ENVIRONMENTS = """\
 List the RL environments available for training (Atropos BaseEnv subclasses, Hermes agent
-environments; verifiers environments are listed and configurable but cannot train yet).
+environments, reasoning-gym's procedural tasks; verifiers environments are listed and
+configurable but cannot train yet).
 
 <when_to_use>
 Start here. Call it to see what can be trained, or to check a custom environment was found
@@ -44,9 +45,11 @@ Start here. Call it to see what can be trained, or to check a custom environment
 
 <returns>
 Each environment's `name` (what rl_select_environment takes), class, file, one-line description,
-config class and `format` (atropos, hermes, verifiers, verifiers-v1); which one is selected now;
-names shadowed by an earlier directory; files that could not be parsed (a syntax error is
-reported here and the file is skipped). Nothing is imported or run: files are only parsed.
+config class and `format` (atropos, hermes, verifiers, verifiers-v1); `task_catalogs`: families
+of tasks listed by name only, each task an environment of its own (reasoning-gym's: select
+`reasoning_gym:<task>`, e.g. reasoning_gym:leg_counting); which one is selected now; names
+shadowed by an earlier directory; files that could not be parsed (a syntax error is reported
+here and the file is skipped). Nothing is imported or run: files are only parsed.
 </returns>
 
 <next_step>
