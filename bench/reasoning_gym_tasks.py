@@ -6,9 +6,10 @@ training, writing sentences where the task wants the bare answer), through the M
 as an agent (bench/learning.py's `train_through_mcp`): the `smollm2` profile, rl_select_environment
 reasoning_gym:<task>, rl_edit_config, rl_start_training, rl_check_status until M minutes of
 training are spent (the evals not counted), rl_stop_training.
-Accuracy is the run's own held-out eval (greedy, `eval_size` problems generated with `eval_seed`,
-disjoint seeds from training): before = the base model's (step 0), after = the last eval inside the
-budget (every `steps_per_eval` steps).
+Accuracy (a score of 1) and the mean score (the task's own, partial credit included) are the run's
+own held-out eval (greedy, `eval_size` problems generated with `eval_seed`, disjoint seeds from
+training): before = the base model's (step 0), after = the last eval inside the budget (every
+`steps_per_eval` steps).
 
     .venv/bin/python bench/reasoning_gym_tasks.py [--minutes 10] [--task NAME=JSON ...]
 
@@ -56,6 +57,8 @@ async def one_task(task: str, settings: dict[str, Any], minutes: float, home: Pa
         "before": inside[0]["eval_accuracy"],
         "after": inside[-1]["eval_accuracy"],
         "after_step": inside[-1]["step"],
+        "reward_before": inside[0]["eval_reward_mean"],  # the task's own score, partial credit included
+        "reward_after": inside[-1]["eval_reward_mean"],
         "in_run_evals": {e["step"]: e["eval_accuracy"] for e in inside},
         **step_figures(metrics),
         "run_dir": str(run_dir),
@@ -79,7 +82,8 @@ def main() -> None:
             print(
                 f"{task}: eval accuracy before {r['before']:.3f} after {r['after']:.3f} ({gain:+.1f} points) "
                 f"at step {r['after_step']} in {a.minutes:g} min ({r['steps']} steps, "
-                f"median step {r['median_step_seconds']:.1f} s)"
+                f"median step {r['median_step_seconds']:.1f} s); eval reward {r['reward_before']:.3f} -> "
+                f"{r['reward_after']:.3f}"
             )
 
 
