@@ -186,7 +186,7 @@ def stop_at_eos(params: types.SamplingParams, eos_ids: Sequence[int] | None) -> 
 def offline_eos_ids(base_model: str) -> list[int] | None:
     """The EOS ids of an offline model (its generation config's, else its tokenizer's); None for
     another model, whose service knows its own EOS."""
-    from ..models import resolve_model
+    from ..models import eos_id_list, resolve_model
     from ..models.paths import offline_model_named
 
     name = offline_model_named(base_model)
@@ -196,9 +196,7 @@ def offline_eos_ids(base_model: str) -> list[int] | None:
 
     folder = resolve_model(name)
     try:
-        ids = GenerationConfig.from_pretrained(folder).eos_token_id
+        generation_eos = GenerationConfig.from_pretrained(folder).eos_token_id
     except OSError:
-        ids = None
-    if ids is None:
-        ids = AutoTokenizer.from_pretrained(folder).eos_token_id
-    return sorted({ids} if isinstance(ids, int) else set(ids or []))
+        generation_eos = None
+    return eos_id_list(generation_eos, AutoTokenizer.from_pretrained(folder).eos_token_id)

@@ -15,7 +15,13 @@ from pathlib import Path
 from .paths import BUILD_STAMP as STAMP
 from .paths import SMOLLM2, TINY_CHAT, cache_root, is_offline_model, model_dir, model_ref
 
-__all__ = ["cache_root", "ensure_model", "model_dir", "model_ref", "resolve_model"]
+__all__ = ["cache_root", "ensure_model", "eos_id_list", "model_dir", "model_ref", "resolve_model"]
+
+
+def eos_id_list(generation_eos: int | list[int] | None, tokenizer_eos: int | None) -> list[int]:
+    """A model's EOS ids as samplers stop on them: its generation config's, else its tokenizer's."""
+    ids = tokenizer_eos if generation_eos is None else generation_eos
+    return sorted({ids} if isinstance(ids, int) else set(ids or []))
 
 
 def ensure_model(name: str) -> Path:

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from ...models import resolve_model
+from ...models import eos_id_list, resolve_model
 
 
 class ModelLoadError(RuntimeError):
@@ -32,11 +32,7 @@ class BaseModel:
 
     @property
     def eos_token_ids(self) -> list[int]:
-        ids = self.model.generation_config.eos_token_id
-        if ids is None:
-            ids = self.tokenizer.eos_token_id
-        ids = [ids] if isinstance(ids, int) else list(ids or [])
-        return sorted(set(ids))
+        return eos_id_list(self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id)
 
     @property
     def max_positions(self) -> int:
