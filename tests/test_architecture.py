@@ -51,6 +51,8 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.models.smollm2_wheel",
     "tinker_atropos.reply_cap",
     "tinker_atropos.run_files",
+    "tinker_atropos.verifiers",
+    "tinker_atropos.verifiers.venvs",
 }
 RUN_FILE_NAMES = {"metrics.jsonl", "eval.jsonl", "result.json", "checkpoints.jsonl", "config.yaml"}
 MAX_MODULE_LINES = 400

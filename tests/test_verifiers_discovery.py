@@ -1,9 +1,9 @@
 """verifiers environments ([verifiers] item 1): found, formatted and configured from their AST alone.
 
-The two files in tests/byo_envs/verifiers/ (a classic SingleTurnEnv, a v1 Taskset) are never imported:
+The files in tests/byo_envs/verifiers/ (classic environments, a v1 Taskset) are never imported here:
 verifiers is not installed in this venv, and nothing here needs it. Through a real MCP client they
 are listed with their format, selected, shown with their fields and edited; a start or an inference
-test is refused at once, naming the environment.
+test of a v1 one is refused at once, naming the environment (classic ones run: test_verifiers_runs.py).
 """
 
 from __future__ import annotations
@@ -221,13 +221,6 @@ async def test_list_select_configure_and_refuse_through_mcp(mcp_app, verifiers_e
         assert (current["num_examples"]["value"], current["num_examples"]["status"]) == (10, "edited")
         assert current["total_steps"]["value"] == 5
 
-        for tool, args in (("rl_start_training", {}), ("rl_test_inference", {"num_steps": 1, "group_size": 2})):
-            started = time.monotonic()
-            message = await _err(client, tool, args)
-            assert time.monotonic() - started < 10, tool  # refused up front: no child process
-            assert "'word_count'" in message and "verifiers environment" in message, message
-            assert "cannot train" in message and "issue 29" in message, message
-
         v1 = await _ok(client, "rl_select_environment", {"name": "echo_taskset"})
         v1_fields = fields_by_name(v1["config"])
         assert v1["config"]["format"] == "verifiers-v1" and v1["config"]["config_class"] == "EchoEnvConfig"
@@ -235,7 +228,12 @@ async def test_list_select_configure_and_refuse_through_mcp(mcp_app, verifiers_e
         assert "expected integer >= 1" in await _err(client, "rl_edit_config", {"field": "num_tasks", "value": 0})
         taskset = await _ok(client, "rl_edit_config", {"field": "taskset", "value": {"repeats": 3, "style": "shout"}})
         assert taskset["value"] == {"repeats": 3, "style": "shout"}
-        assert "echo_taskset" in await _err(client, "rl_start_training")
+        for tool, args in (("rl_start_training", {}), ("rl_test_inference", {"num_steps": 1, "group_size": 2})):
+            started = time.monotonic()
+            message = await _err(client, tool, args)
+            assert time.monotonic() - started < 10, tool  # refused up front: no child process
+            assert "'echo_taskset'" in message and "verifiers-v1 environment" in message, message
+            assert "cannot train" in message and "classic verifiers environments" in message, message
 
 
 @pytest.mark.anyio
@@ -248,6 +246,6 @@ async def test_a_paid_profile_refuses_before_asking_to_spend(mcp_app, verifiers_
         return ElicitResult(action="accept", content={"confirm": True})
 
     async with mcp_app(profile="tinker") as (_, server), Client(server, elicitation_callback=on_elicit) as client:
-        await _ok(client, "rl_select_environment", {"name": "word_count"})
+        await _ok(client, "rl_select_environment", {"name": "echo_taskset"})
         message = await _err(client, "rl_start_training")
     assert "cannot train" in message and asked == [] and FAKE_KEY not in message

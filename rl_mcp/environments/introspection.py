@@ -26,7 +26,7 @@ import anyio
 from rl_mcp.children.introspect import PRODUCT_FIELDS, RESULT_MARKER
 from rl_mcp.environments.discovery import EnvironmentInfo
 from rl_mcp.environments.reasoning_gym_format import SET_BY_TASK, task_fields
-from rl_mcp.environments.verifiers_format import FORMATS, read_file
+from rl_mcp.environments.verifiers_format import FORMATS, HOST_CLASS, HOST_FILE, SET_BY_HOST, read_file
 from rl_mcp.errors import UserError
 from rl_mcp.settings import PROJECT_ROOT, Settings, without_secrets
 from rl_mcp.tmpdirs import child_tmpdir
@@ -67,6 +67,7 @@ class ConfigSchema:
     defs: dict[str, Any] = field(default_factory=dict)
     training_error: str | None = None
     task: str | None = None  # a reasoning-gym task environment's task (its run sets `task` and `task_config`)
+    verifiers_file: str | None = None  # a verifiers environment's file (its run sets `verifiers_file` and `_args`)
 
     def field_schema(self, name: str) -> dict[str, Any]:
         """A self-contained JSON schema for one field (with the model's $defs)."""
@@ -117,6 +118,18 @@ def _cache_key(info: EnvironmentInfo | None) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
+# The environment class a verifiers run's environment process runs (its fields are every verifiers run's).
+VERIFIERS_HOST = EnvironmentInfo(
+    name="verifiers",
+    class_name=HOST_CLASS,
+    file=HOST_FILE,
+    env_dir=HOST_FILE.parent,
+    line=0,
+    description="",
+    config_class="VerifiersHostConfig",
+)
+
+
 class Introspector:
     """Runs the introspection child, bounded by a timeout; caches answers by file mtime."""
 
@@ -128,8 +141,8 @@ class Introspector:
 
     def cached(self, info: EnvironmentInfo) -> ConfigSchema | None:
         if info.format in FORMATS:
-            product = self._cached(_cache_key(None))
-            return None if product is None else verifiers_schema(info, product)
+            host = self._cached(_cache_key(VERIFIERS_HOST))
+            return None if host is None else verifiers_schema(info, host)
         found = self._cached(_cache_key(info))
         return task_schema(info, found) if found is not None and info.task else found
 
@@ -148,7 +161,7 @@ class Introspector:
     async def schema(self, info: EnvironmentInfo) -> ConfigSchema:
         """The config schema of `info`, from cache or a fresh child process."""
         if info.format in FORMATS:
-            return verifiers_schema(info, await self._schema(None))
+            return verifiers_schema(info, await self._schema(VERIFIERS_HOST))
         found = await self._schema(info)
         return task_schema(info, found) if info.task else found
 
@@ -208,29 +221,32 @@ class Introspector:
         return answer
 
 
-def verifiers_schema(info: EnvironmentInfo, product: ConfigSchema) -> ConfigSchema:
-    """A verifiers environment's fields, read from its file now (section `verifiers`), then the
-    product's fields; where a name is both, the environment's field is kept (as an Atropos config's is)."""
+def verifiers_schema(info: EnvironmentInfo, host: ConfigSchema) -> ConfigSchema:
+    """A verifiers environment's fields, read from its file now (section `verifiers`), then its host's
+    (VerifiersHostEnv, less what the run sets); where a name is both, the environment's field is kept
+    (as an Atropos config's is)."""
     found = read_file(info.file)
     if found is None or found.format != info.format:
         raise IntrospectionError(
             f"{info.file} no longer defines the {info.format} environment {info.name!r} (or no longer parses): "
             "fix it, or call rl_list_environments and select again"
         )
+    hosted = {n: f for n, f in host.fields.items() if n not in SET_BY_HOST}
     fields: dict[str, FieldSpec] = {}
     for name, spec in found.fields.items():
-        if name in product.fields:
-            shadows = f"hides the {product.fields[name].section} field {name!r} of every run"
+        if name in hosted:
+            shadows = f"hides the {hosted[name].section} field {name!r} of every run"
             spec = {**spec, "description": "; ".join(filter(None, [spec["description"], shadows]))}
         fields[name] = FieldSpec(name=name, section="verifiers", **spec)
-    for name, product_spec in product.fields.items():
-        fields.setdefault(name, product_spec)
+    for name, host_spec in hosted.items():
+        fields.setdefault(name, host_spec)
     return ConfigSchema(
         environment=info.name,
         config_class=found.config_class,
         fields=fields,
-        defs=product.defs,
-        training_error=product.training_error,
+        defs=host.defs,
+        training_error=host.training_error,
+        verifiers_file=str(info.file),
     )
 
 

@@ -21,11 +21,13 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from rl_mcp.errors import UserError
+from tinker_atropos.verifiers.venvs import PROJECT_ROOT, missing_venv_message
 
 VerifiersFormat = Literal["verifiers", "verifiers-v1"]
 CLASSIC: VerifiersFormat = "verifiers"
@@ -35,6 +37,10 @@ ENTRY_POINT = "load_environment"
 V1_CONFIG = "EnvConfig"
 V1_BASES = frozenset({V1_CONFIG, "Taskset", "Harness", "TasksetConfig", "HarnessConfig"})
 _V1_CONFIGS = frozenset({V1_CONFIG})
+# the environment process of a verifiers run: it drives the environment in its own venv
+HOST_FILE = PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "verifiers" / "host_env.py"
+HOST_CLASS = "VerifiersHostEnv"
+SET_BY_HOST = ("verifiers_file", "verifiers_module", "verifiers_args")  # the run's own: not fields a user edits
 
 _SCALARS = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "None": "null", "NoneType": "null"}
 _ARRAYS = frozenset({"list", "List", "Sequence", "tuple", "Tuple", "set", "Set"})
@@ -51,7 +57,7 @@ _NO_VALUE = object()
 
 
 class NotTrainableYet(UserError):
-    """A verifiers environment asked to run: listed and configurable, not trainable in this version."""
+    """A verifiers-v1 environment asked to run: listed and configurable, not trainable in this version."""
 
 
 @dataclass(frozen=True)
@@ -65,16 +71,28 @@ class VerifiersEnv:
     fields: dict[str, dict[str, Any]]  # name -> {type, default, description, json_schema}
 
 
-def refuse_run(name: str, env_format: str, file: Path) -> None:
-    """Raise NotTrainableYet for a verifiers environment: none runs in this version."""
-    if env_format in FORMATS:
+class VerifiersVenvMissing(UserError):
+    """A classic verifiers environment asked to run where its venv has not been made."""
+
+
+def check_runnable(name: str, env_format: str, file: Path, environ: Mapping[str, str]) -> None:
+    """Raise, at once, when a verifiers environment cannot run here (its venv is missing, or it is
+    v1); nothing for any other format."""
+    if env_format == V1:
         raise NotTrainableYet(
-            f"environment {name!r} ({file}) is a {env_format} environment: verifiers environments are listed "
-            "and configurable (rl_get_current_config, rl_edit_config) but cannot train or be tested with "
-            "rl_test_inference yet. Running them in a verifiers venv of their own is the next part of the "
-            "[verifiers] work (issue 29, items 2-3); until then select an Atropos or Hermes environment "
+            f"environment {name!r} ({file}) is a verifiers-v1 environment (verifiers >= 0.3, Taskset + "
+            "Harness): it is listed and configurable but cannot train or be tested with rl_test_inference "
+            "yet; classic verifiers environments (load_environment(**kwargs) -> vf.Environment, verifiers "
+            "0.1.14) do. Select an Atropos, Hermes, reasoning-gym or classic verifiers environment "
             "(rl_list_environments shows each one's format)"
         )
+    if env_format == CLASSIC and (missing := missing_venv_message(environ)):
+        raise VerifiersVenvMissing(f"environment {name!r} cannot run: {missing}")
+
+
+def runnable_file(env_file: Path) -> Path:
+    """The file an environment process runs: the verifiers host for a verifiers file, else the file."""
+    return HOST_FILE if read_file(env_file) is not None else env_file
 
 
 def _name(node: ast.expr | None) -> str | None:

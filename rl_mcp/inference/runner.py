@@ -20,6 +20,7 @@ from typing import Any, Literal
 import anyio
 import httpx
 
+from rl_mcp.environments.verifiers_format import runnable_file
 from rl_mcp.inference.progress import Progress, ProgressFn, waiting_line
 from rl_mcp.inference.scores import ScoreSummary, read_groups, summarize
 from rl_mcp.inference.target import InferenceRequest, Target, child_env, model_slug, process_config
@@ -188,7 +189,7 @@ async def _run_process(
         python,
         "-m",
         "rl_mcp.children.env_process",
-        str(req.env_file.resolve()),
+        str(runnable_file(req.env_file).resolve()),
         "process",
         "--config",
         str(files.config),

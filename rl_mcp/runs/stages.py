@@ -16,6 +16,7 @@ import httpx
 import yaml
 
 from rl_mcp.engines.service import EngineService
+from rl_mcp.environments.verifiers_format import runnable_file
 from rl_mcp.logs import tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models, models_to_build
 from rl_mcp.processes import Child, StageError, health_ok
@@ -99,7 +100,7 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
         ),
         StagePlan(
             Stage.ENV,
-            [python, "-m", "rl_mcp.children.env_process", str(env_file), "serve", "--config", config],
+            [python, "-m", "rl_mcp.children.env_process", str(runnable_file(env_file)), "serve", "--config", config],
             _env_registered(http, api_url, rec.log_path("api")),
         ),
     ]

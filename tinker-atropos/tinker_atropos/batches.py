@@ -50,6 +50,8 @@ class BatchConversion:
     - `agent_turns_mean` / `agent_tool_calls_mean` (per rollout) and `agent_tool_errors` (total):
       from the `turns`, `tool_calls`, `tool_errors` keys of `overrides[i]` that agentic
       environments report; None when no sequence of the batch reports them.
+    - `env_metrics`: the mean of each metric the environment reports per rollout in
+      `overrides[i]["env_metrics"]` (a verifiers rubric's metrics); None when none does.
     - `num_sequences`: sequences received; `tokens`: tokens in the trained sequences.
     - `skipped_groups`: groups with all-zero advantages; `invalid_groups`: malformed groups
       (mismatched lengths), dropped with a warning so one bad group cannot end a run.
@@ -75,6 +77,7 @@ class BatchConversion:
     agent_turns_mean: float | None = None
     agent_tool_calls_mean: float | None = None
     agent_tool_errors: int | None = None
+    env_metrics: dict[str, float] | None = None
     num_sequences: int = 0
     tokens: int = 0
     skipped_groups: int = 0
@@ -98,6 +101,7 @@ def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none"
     seq_advantages: list[float] = []
     correct_flags: list[bool] = []
     agent: dict[str, list[float]] = {"turns": [], "tool_calls": [], "tool_errors": []}
+    env_metrics: dict[str, list[float]] = {}
     distinct: list[float] = []
     nll_sum, nll_tokens = 0.0, 0  # negative sampler logprobs of completion tokens, and their count
 
@@ -122,6 +126,10 @@ def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none"
             for key, values in agent.items():
                 if isinstance(o.get(key), (int, float)):
                     values.append(float(o[key]))
+            reported = o.get("env_metrics")
+            for name, value in reported.items() if isinstance(reported, dict) else ():
+                if isinstance(value, (int, float)):
+                    env_metrics.setdefault(str(name), []).append(float(value))
 
         built = [_sequence(row) for row in rows]
         if not any(b is not None and b.has_signal for b in built):
@@ -155,6 +163,8 @@ def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none"
         out.agent_tool_calls_mean = float(np.mean(agent["tool_calls"]))
     if agent["tool_errors"]:
         out.agent_tool_errors = int(sum(agent["tool_errors"]))
+    if env_metrics:
+        out.env_metrics = {name: round(float(np.mean(values)), 6) for name, values in sorted(env_metrics.items())}
     return out
 
 

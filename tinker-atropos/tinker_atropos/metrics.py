@@ -78,6 +78,7 @@ class StepMetrics:
     agent_turns_mean: float | None = None
     agent_tool_calls_mean: float | None = None
     agent_tool_errors: int | None = None
+    env_metrics: dict[str, float] | None = None  # a verifiers rubric's metrics, each a mean per rollout
 
 
 class PhaseClock:
@@ -179,11 +180,13 @@ class MetricsSink:
             self._wandb = None
 
     def log(self, metrics: StepMetrics, *, logprobs: tuple[float | None, float | None] = (None, None)) -> None:
-        record = {k: v for k, v in asdict(metrics).items() if v is not None or not k.startswith("agent_")}
+        optional = ("agent_", "env_metrics")
+        record = {k: v for k, v in asdict(metrics).items() if v is not None or not k.startswith(optional)}
         self._file.write(record)
         if self._wandb is not None:
             try:
                 values = {k.replace("agent_", "agent/", 1): v for k, v in record.items() if isinstance(v, (int, float))}
+                values.update({f"env/{k}": v for k, v in (metrics.env_metrics or {}).items()})
                 values.update(seed_wandb_names(record, self.learning_rate, logprobs))
                 self._wandb.log(values, step=metrics.step)
             except Exception as exc:

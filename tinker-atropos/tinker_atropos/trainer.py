@@ -262,6 +262,7 @@ class Trainer:
             agent_turns_mean=conv.agent_turns_mean,
             agent_tool_calls_mean=conv.agent_tool_calls_mean,
             agent_tool_errors=conv.agent_tool_errors,
+            env_metrics=conv.env_metrics,
         )
         self.sink.log(metrics, logprobs=(lp_ref, lp_train))
         if self.states.due(step):

@@ -243,6 +243,12 @@ class ChatTaskEnv(RunEnv):
 
         started = time.monotonic()
         scores = await asyncio.gather(*(one(t) for t in self.eval_tasks))
+        self.write_eval(scores, started, final)
+
+    def write_eval(self, scores: list[Score], started: float, final: bool) -> None:
+        """One line of eval.jsonl: the scores of an evaluation begun at `started` (monotonic)."""
+        if self.config.data_dir_to_save_evals is None:
+            return
         record = {
             "step": self.config.total_steps if final else self.curr_step,
             "final": final,
@@ -252,11 +258,6 @@ class ChatTaskEnv(RunEnv):
             "eval_reward_mean": sum(s.reward for s in scores) / len(scores),
             "num_items": len(scores),
         }
-        self.write_eval(record)
-
-    def write_eval(self, record: dict[str, Any]) -> None:
-        if self.config.data_dir_to_save_evals is None:
-            return
         append_jsonl(RunFiles(Path(self.config.data_dir_to_save_evals)).evals, record)
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from tinker_atropos.agent.chat_format import ChatScaffold, openai_tool_calls
 from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.inference_server import engine
+from tinker_atropos.inference_server.conversations import ConversationCache
 from tinker_atropos.inference_server.engine import Generation, SamplerLoop, SampleSpec
 from tinker_atropos.inference_server.holder import SamplerHolder, SamplerNotReady
 from tinker_atropos.inference_server.schemas import (
@@ -60,8 +61,8 @@ class _Codec:
     def stops(self, stop: str | list[str] | None, stop_token_ids: list[int] | None = None) -> tuple[str, ...] | None:
         return engine.normalize_stop(stop, stop_token_ids, self.piece, self.tok.eos_token)
 
-    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
-        return ChatScaffold(self.tok, tools).prompt_tokens(messages)
+    def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
+        return ChatScaffold(self.tok).prompt_tokens(messages)
 
     def cut_at_stop(self, gen: Generation, stops: tuple[str, ...]) -> tuple[str, Generation]:
         """OpenAI semantics: the text ends before the first stop string (tokens up to it)."""
@@ -102,6 +103,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
     """The inference API for `model_name`, always served by `holder`'s newest sampler; `cap`: the
     product's per-turn generation cap (reply_cap.py; None: requests get the tokens they ask for)."""
     codec = _Codec(tokenizer)
+    conversations = ConversationCache()  # multi-turn prompts with the tokens this server sampled
 
     def limit(asked: int) -> int:
         return cap.limit(asked) if cap is not None else asked
@@ -192,7 +194,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
         req: ChatCompletionRequest = _parse(ChatCompletionRequest, body)
         if req.stream:
             raise BadRequest("stream is not supported")
-        prompt = codec.chat_prompt(req.messages, req.tools)
+        prompt = conversations.prompt_tokens(ChatScaffold(tokenizer, req.tools), req.messages)
         stops = _string_stops(req.stop)
         asked = req.max_completion_tokens or req.max_tokens
         max_tokens = limit(asked) if asked else DEFAULT_CHAT_MAX_TOKENS
@@ -220,15 +222,15 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
                         "tool_calls": openai_tool_calls(parsed.calls),
                     }
                     finish = "tool_calls"
-            choices.append(
-                {
-                    "index": i,
-                    "finish_reason": finish,
-                    "message": message,
-                    "logprobs": _chat_logprobs(gen, codec) if req.logprobs else None,
-                }
-            )
-        return {
+            choice: dict[str, Any] = {
+                "index": i,
+                "finish_reason": finish,
+                "message": message,
+                "logprobs": _chat_logprobs(gen, codec) if req.logprobs else None,
+            }
+            choices.append({**choice, "token_ids": gen.tokens} if req.return_token_ids else choice)
+            conversations.remember(req.messages, message, req.tools, prompt, gen.tokens)
+        out = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -236,6 +238,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
             "choices": choices,
             "usage": _usage(len(prompt), kept),
         }
+        return {**out, "prompt_token_ids": prompt} if req.return_token_ids else out
 
     @app.post("/generate", response_model=None)
     async def generate(body: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:

@@ -44,6 +44,7 @@ class ChatCompletionRequest(_OpenAISampling):
     top_logprobs: int | None = Field(default=None, ge=0)
     stream: bool = False
     tools: list[dict[str, Any]] | None = None  # hermes tool calls in the reply -> tool_calls
+    return_token_ids: bool = False  # vLLM's: the prompt's and each reply's token ids (verifiers trains on them)
 
 
 class SglangSamplingParams(_Request):

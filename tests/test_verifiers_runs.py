@@ -1,0 +1,143 @@
+"""Classic verifiers environments ([verifiers] items 2-3) run from their own code, in their own venv
+(`make verifiers`), through the MCP tools: scored by rl_test_inference and trained 2 steps on the
+local backend, with the exact tokens the inference server sampled and only the policy's trained.
+
+The two environments are ours (tests/byo_envs/verifiers/): `word_count`, a SingleTurnEnv scored by a
+rubric, and `adder_tools`, a ToolEnv with an `add` tool whose episodes always have two model turns.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from mcp import Client
+from test_byo_atropos import call, trained_spans
+from test_runs_resume_e2e import ended, wait_for
+from transformers import AutoTokenizer
+
+from rl_mcp.app import open_app
+from rl_mcp.mcp_api.server import build_server
+from rl_mcp.settings import Settings
+from tinker_atropos.run_files import RunFiles, read_jsonl
+from tinker_atropos.verifiers.sequences import PROMPT_LOGPROB, PROMPT_MASK, sequence
+from tinker_atropos.verifiers.venvs import CLASSIC_VENV_VAR, classic_python
+
+pytestmark = pytest.mark.anyio
+VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
+SMALL = {"total_steps": 2, "group_size": 2, "batch_size": 4, "eval_size": 2, "max_completion_tokens": 12}
+# per environment: the profile (its model), load_environment's edits, its rubric's metric, model turns
+# per episode. tiny-chat spends a token per character, and the tool prompt alone is ~900 of them, past
+# the local profile's locked 1024: the tool environment trains SmolLM2 (its tokens are words).
+CASES = {
+    "word_count": ("local", {"num_examples": 6}, "exact_count", 1),
+    "adder_tools": ("smollm2", {"num_examples": 6, "max_turns": 2}, "answered", 2),
+}
+
+
+# --- a rollout's turns as sequences (pure) ----------------------------------------------------
+
+
+def turn(prompt: list[int], reply: list[int]) -> dict[str, Any]:
+    return {"prompt_ids": prompt, "completion_ids": reply, "completion_logprobs": [-0.5] * len(reply)}
+
+
+def test_turns_that_extend_each_other_are_one_sequence_with_only_the_replies_trained() -> None:
+    seq, untrained = sequence([turn([1, 2, 3], [4, 5]), turn([1, 2, 3, 4, 5, 6, 7], [8])])
+    assert (seq.tokens, untrained) == ([1, 2, 3, 4, 5, 6, 7, 8], 0)
+    assert seq.masks == [PROMPT_MASK] * 3 + [4, 5] + [PROMPT_MASK] * 2 + [8]  # 6, 7: the environment's turn
+    assert seq.logprobs == [PROMPT_LOGPROB] * 3 + [-0.5, -0.5] + [PROMPT_LOGPROB] * 2 + [-0.5]
+
+
+def test_a_turn_whose_prompt_was_rendered_differently_restarts_the_sequence_there() -> None:
+    seq, untrained = sequence([turn([1, 2, 3], [4, 5]), turn([1, 2, 9, 4, 5, 6], [7])])
+    assert (seq.tokens, untrained) == ([1, 2, 9, 4, 5, 6, 7], 1)
+    assert seq.masks == [PROMPT_MASK] * 6 + [7]  # the earlier reply, re-rendered, is text it did not sample
+    with pytest.raises(ValueError, match="2 reply tokens but 1 logprobs"):
+        sequence([{"prompt_ids": [1], "completion_ids": [2, 3], "completion_logprobs": [-1.0]}])
+
+
+# --- through the MCP tools --------------------------------------------------------------------
+
+
+def settings(profile: str = "local", **kwargs: Any) -> Settings:
+    return Settings.from_env(profile=profile, **kwargs)
+
+
+async def test_a_missing_venv_is_refused_at_once_naming_the_command_that_makes_it(
+    rl_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RL_MCP_ENV_DIRS", str(VERIFIERS_DIR))
+    monkeypatch.setenv(CLASSIC_VENV_VAR, str(tmp_path / "no-venv"))
+    async with open_app(settings()) as app, Client(build_server(app)) as client:
+        await call(client, "rl_select_environment", name="word_count")
+        for tool, args in (("rl_start_training", {}), ("rl_test_inference", {"num_steps": 1, "group_size": 2})):
+            started = time.monotonic()
+            result = await client.call_tool(tool, args)
+            assert result.is_error and time.monotonic() - started < 10, tool
+            message = result.content[0].text  # type: ignore[union-attr]
+            assert "'word_count'" in message and "make verifiers" in message, message
+            assert str(tmp_path / "no-venv" / "bin" / "python") in message and CLASSIC_VENV_VAR in message
+
+
+def assert_the_episode_is_trained_as_sampled(tokenizer: Any, tokens: list[int], masks: list[int], episode: list) -> int:
+    """Each trained span decodes to one of the episode's replies, in order, and nothing else is
+    trained (the prompt, the environment's turns, the template's scaffolding); returns the spans."""
+    spans = trained_spans(tokens, masks)
+    replies = [m for m in episode if m["role"] == "assistant"]
+    assert len(spans) == len(replies), (len(spans), replies)  # none: verifiers ended it on an empty reply
+    for span, reply in zip(spans, replies):
+        text = tokenizer.decode(span, skip_special_tokens=True)
+        if reply.get("tool_calls"):  # a parsed call: its text is the call, not the message content
+            assert reply["tool_calls"][0]["function"]["name"] in text, (text, reply)
+        else:
+            assert text == reply["content"], (text, reply)
+    untrained = tokenizer.decode([t for t, m in zip(tokens, masks) if m == PROMPT_MASK])
+    for message in episode:
+        if message["role"] != "assistant":
+            assert str(message["content"]) in untrained, (message, untrained)
+    return len(spans)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not classic_python({}).exists(), reason="run `make verifiers` first (make test does)")
+@pytest.mark.parametrize("env_name", list(CASES))
+async def test_an_environment_is_scored_and_trained_from_its_own_code(
+    env_name: str, rl_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profile, edits, metric, turns = CASES[env_name]
+    monkeypatch.setenv("RL_MCP_ENV_DIRS", str(VERIFIERS_DIR))
+    async with open_app(settings(profile, stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
+        await call(client, "rl_select_environment", name=env_name)
+        for field, value in {**SMALL, "max_token_length": 1024, **edits}.items():
+            await call(client, "rl_edit_config", field=field, value=value)
+        tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=300)
+        (model,) = tested["results"]
+        assert model["status"] == "ok", (model["error"], model["log_tail"])
+        assert len(model["step_scores"][0]) >= 2 and all(s in (0.0, 1.0) for s in model["step_scores"][0])
+        run = await call(client, "rl_start_training")
+        env = yaml.safe_load(Path(run["config_path"]).read_text())["env"]
+        assert env["verifiers_file"] == str(VERIFIERS_DIR / f"{env_name}.py")
+        assert env["verifiers_args"] == edits, env  # only the edited arguments: the rest are the file's
+        tokenizer = AutoTokenizer.from_pretrained(env["tokenizer_name"])
+        status = await wait_for(client, run["run_id"], ended, 420)
+    assert status["status"] == "completed" and status["step"] == 2, status
+    files = RunFiles(Path(run["run_dir"]))
+    first: dict[str, Any] = json.loads(files.first_batch.read_text())
+    replies = [
+        assert_the_episode_is_trained_as_sampled(tokenizer, tokens, masks, episode)
+        for group in first["groups"]
+        for tokens, masks, episode in zip(group["tokens"], group["masks"], group["messages"])
+    ]
+    assert len(replies) == 4 and turns in replies and set(replies) <= {0, turns}, replies
+    metrics = read_jsonl(files.metrics)
+    assert [m["step"] for m in metrics] == [1, 2]
+    for line in metrics:  # the rubric's own metrics, logged as ours
+        assert set(line["env_metrics"]) >= {metric, "num_turns"}, line
+        assert 0 < line["env_metrics"]["num_turns"] <= turns and 0.0 <= line["env_metrics"][metric] <= 1.0
+    evals = read_jsonl(files.evals)
+    assert evals and all(e["num_items"] == 2 for e in evals), evals
