@@ -9,7 +9,11 @@ rubric, and `adder_tools`, a ToolEnv with an `add` tool whose episodes always ha
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,7 @@ from tinker_atropos.verifiers.venvs import CLASSIC_VENV_VAR, classic_python
 
 pytestmark = pytest.mark.anyio
 VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
+PACKAGE_DIR = Path(__file__).parent / "byo_envs" / "verifiers_package"
 SMALL = {"total_steps": 2, "group_size": 2, "batch_size": 4, "eval_size": 2, "max_completion_tokens": 12}
 # per environment: the profile (its model), load_environment's edits, its rubric's metric, model turns
 # per episode. tiny-chat spends a token per character, and the tool prompt alone is ~900 of them, past
@@ -141,3 +146,50 @@ async def test_an_environment_is_scored_and_trained_from_its_own_code(
         assert 0 < line["env_metrics"]["num_turns"] <= turns and 0.0 <= line["env_metrics"][metric] <= 1.0
     evals = read_jsonl(files.evals)
     assert evals and all(e["num_items"] == 2 for e in evals), evals
+
+
+@pytest.fixture
+def installed_package(tmp_path: Path) -> Iterator[str]:
+    """tests/byo_envs/verifiers_package built as a wheel and pip-installed in the verifiers venv, as a
+    user installs a published environment there; uninstalled afterwards."""
+    python = classic_python({})
+    source = shutil.copytree(PACKAGE_DIR, tmp_path / "source")  # the build writes beside the sources
+    quiet = {"check": True, "capture_output": True}
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), source],
+        **quiet,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], **quiet)
+    try:
+        yield "vf_letter_count"
+    finally:
+        subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "vf-letter-count"], **quiet)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not classic_python({}).exists(), reason="run `make verifiers` first (make test does)")
+async def test_an_environment_installed_in_the_verifiers_venv_is_listed_and_runs(
+    installed_package: str, rl_home: Path
+) -> None:
+    async with open_app(settings(stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
+        listed = {e["name"]: e for e in (await call(client, "rl_list_environments"))["environments"]}
+        entry = listed[installed_package]
+        assert entry["format"] == "verifiers" and entry["file"].endswith("vf_letter_count/__init__.py"), entry
+        assert entry["description"] == "Count one letter in each word, scored by exact match."
+        await call(client, "rl_select_environment", name=installed_package)
+        fields = {f["name"]: f for f in (await call(client, "rl_get_current_config"))["fields"]}
+        assert (fields["letter"]["section"], fields["letter"]["default"]) == ("verifiers", "e")
+        await call(client, "rl_edit_config", field="letter", value="p")
+        for field, value in SMALL.items():
+            await call(client, "rl_edit_config", field=field, value=value)
+        tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=300)
+        (model,) = tested["results"]
+        assert model["status"] == "ok", (model["error"], model["log_tail"])
+        assert len(model["step_scores"][0]) == 2, model
+        config = yaml.safe_load(Path(model["config"]).read_text())
+        # loaded by module name, as installed (its relative import works), with the edited argument
+        assert (config["env"]["verifiers_module"], config["env"]["verifiers_args"]) == (
+            installed_package,
+            {"letter": "p"},
+        )

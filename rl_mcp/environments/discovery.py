@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rl_mcp.environments import reasoning_gym_format
+from rl_mcp.environments import reasoning_gym_format, verifiers_packages
 from rl_mcp.environments.verifiers_format import ENTRY_POINT, VerifiersEnv, read_module
 
 # atroposlib's BaseEnv, and the agent base (a BaseEnv in tinker_atropos/agent, outside the env dirs).
@@ -40,6 +40,7 @@ class EnvironmentInfo:
     config_class: str
     format: EnvFormat = "atropos"
     task: str | None = None  # a reasoning-gym task: this runs `class_name` with `task` set
+    module: str | None = None  # a verifiers environment installed as a package: loaded by this name
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,10 @@ def _python_files(root: Path) -> list[Path]:
 class Discovery:
     """Scans the env dirs; per-file parses are cached by (mtime, size) so a rescan is cheap."""
 
-    def __init__(self, env_dirs: tuple[Path, ...]) -> None:
+    def __init__(self, env_dirs: tuple[Path, ...], verifiers_python: Path | None = None) -> None:
         self.env_dirs = env_dirs
+        self.verifiers_python = verifiers_python  # its venv's installed verifiers environments are listed too
+        self._packages: tuple[tuple[int, ...], list[EnvironmentInfo]] = ((), [])
         self._parsed: dict[Path, tuple[tuple[int, int], _FileScan]] = {}
         self._tasks: dict[
             EnvironmentInfo, tuple[tuple[reasoning_gym_format.TaskEntry, ...], list[EnvironmentInfo]]
@@ -192,6 +195,29 @@ class Discovery:
             ]
             hit = self._tasks[host] = (entries, tasks)
         return hit[1]
+
+    def _installed(self) -> list[EnvironmentInfo]:
+        """The verifiers venv's installed environments, read again only when its site-packages change."""
+        if self.verifiers_python is None:
+            return []
+        now = verifiers_packages.stamp(self.verifiers_python)
+        if now != self._packages[0]:
+            found = [
+                EnvironmentInfo(
+                    name=p.module,
+                    class_name=ENTRY_POINT,
+                    file=p.file,
+                    env_dir=p.site,
+                    line=p.found.line,
+                    description=p.found.description,
+                    config_class=p.found.config_class,
+                    format=p.found.format,
+                    module=p.module,
+                )
+                for p in verifiers_packages.installed(self.verifiers_python)
+            ]
+            self._packages = (now, found)
+        return self._packages[1]
 
     def scan(self) -> Catalog:
         files: list[tuple[Path, Path, _FileScan]] = []
@@ -282,4 +308,6 @@ class Discovery:
                 if reasoning_gym_format.is_task_host(info.file, info.class_name):
                     for task in self._tasks_of(info):
                         add(task)
+        for info in self._installed():  # after the env dirs: a file there shadows a package
+            add(info)
         return Catalog(environments=environments, shadowed=shadowed, errors=errors, env_dirs=self.env_dirs)

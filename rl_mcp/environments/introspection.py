@@ -67,7 +67,8 @@ class ConfigSchema:
     defs: dict[str, Any] = field(default_factory=dict)
     training_error: str | None = None
     task: str | None = None  # a reasoning-gym task environment's task (its run sets `task` and `task_config`)
-    verifiers_file: str | None = None  # a verifiers environment's file (its run sets `verifiers_file` and `_args`)
+    # a verifiers environment's {"verifiers_file": path} or, installed, {"verifiers_module": name}: its run's
+    verifiers_source: dict[str, str] | None = None
 
     def field_schema(self, name: str) -> dict[str, Any]:
         """A self-contained JSON schema for one field (with the model's $defs)."""
@@ -246,7 +247,7 @@ def verifiers_schema(info: EnvironmentInfo, host: ConfigSchema) -> ConfigSchema:
         fields=fields,
         defs=host.defs,
         training_error=host.training_error,
-        verifiers_file=str(info.file),
+        verifiers_source={"verifiers_module": info.module} if info.module else {"verifiers_file": str(info.file)},
     )
 
 

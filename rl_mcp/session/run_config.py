@@ -39,11 +39,11 @@ def render_run_config(
     if schema.task is not None:  # a reasoning-gym task: the settings edited, the rest the generator's defaults
         task = {n: v for n, (v, status) in values.items() if schema.fields[n].section == "task" and status == "edited"}
         env.update(task=schema.task, task_config=task)
-    if schema.verifiers_file is not None:  # a verifiers environment: load_environment's edited arguments
+    if schema.verifiers_source is not None:  # a verifiers environment: load_environment's edited arguments
         edited = {
             n: v for n, (v, status) in values.items() if schema.fields[n].section == "verifiers" and status == "edited"
         }
-        env.update(verifiers_file=schema.verifiers_file, verifiers_args=edited)
+        env.update(**schema.verifiers_source, verifiers_args=edited)
     env.update(
         tokenizer_name=profile.tokenizer_name,
         rollout_server_url=f"http://127.0.0.1:{api_port}",
