@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import yaml
 from mcp import Client
@@ -193,3 +194,30 @@ async def test_an_environment_installed_in_the_verifiers_venv_is_listed_and_runs
             installed_package,
             {"letter": "p"},
         )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not classic_python({}).exists(), reason="run `make verifiers` first (make test does)")
+async def test_episodes_longer_than_the_trainer_takes_are_named_then_fail_the_run(
+    rl_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adder_tools on tiny-chat (a token per character): two turns after a ~900-token tool prompt pass
+    the local profile's locked max_token_trainer_length of 1024. atroposlib skips each such group with
+    one log line; the run says so, with the fix, and fails after RL_MCP_ENV_DISCARD_TIMEOUT."""
+    for name, value in {"RL_MCP_ENV_DIRS": str(VERIFIERS_DIR), "RL_MCP_STATUS_MIN_INTERVAL": "0"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("RL_MCP_ENV_DISCARD_TIMEOUT", "20")
+    async with open_app(settings(stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
+        await call(client, "rl_select_environment", name="adder_tools")
+        for field, value in {**SMALL, "max_token_length": 2048, "max_turns": 2}.items():
+            await call(client, "rl_edit_config", field=field, value=value)
+        run_id = (await call(client, "rl_start_training"))["run_id"]
+        finding = None
+        with anyio.fail_after(300):
+            while (status := await call(client, "rl_check_status", run_id=run_id))["status"] != "failed":
+                assert status["status"] in ("starting", "running", "stopping"), status
+                finding = finding or {f["code"]: f for f in status["findings"]}.get("groups_discarded")
+                await anyio.sleep(0.5)
+    assert finding is not None and "likely sequences too long" in finding["title"], finding
+    assert finding["next_step"]["arguments"] == {"field": "max_token_trainer_length", "value": 2048}, finding
+    assert "fewer than 1024 (max_token_trainer_length)" in status["error"], status["error"]

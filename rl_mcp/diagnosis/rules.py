@@ -254,7 +254,11 @@ def groups_discarded(facts: RunFacts) -> Finding | None:
     d = facts.discards
     if not facts.active or d is None or d.in_a_row < t.DISCARDED_IN_A_ROW:
         return None
-    if d.scores and len(set(d.scores)) == 1:
+    if d.too_long:
+        longest, limit = d.too_long
+        room = 1 << longest.bit_length()  # the next power of two past the longest sequence
+        next_step = edit("max_token_trainer_length", room, f"the trainer takes fewer than {limit} tokens")
+    elif d.scores and len(set(d.scores)) == 1:
         next_step = _widen_groups(facts, collapsed=True)
     else:
         next_step = _test_reward(facts, "read the replies the environment discards and how it scores them")

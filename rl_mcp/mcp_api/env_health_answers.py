@@ -19,7 +19,8 @@ class DiscardedGroups(BaseModel):
     )
     sample_replies: list[str] = Field(description="The latest discarded group's replies (cut)")
     likely_cause: str | None = Field(
-        description="equal scores or replies too short, where the replies and scores show it"
+        description="sequences too long (past the trainer's max_token_trainer_length), equal scores or "
+        "replies too short, where the group, its replies and scores show it"
     )
     usual_causes: list[str] = Field(description="What usually makes an environment discard a group, most likely first")
 

@@ -45,6 +45,7 @@ class Discards:
     at: float  # the latest
     replies: list[str]
     scores: list[float] | None  # what the environment recorded meanwhile (None: it keeps no such list)
+    too_long: tuple[int, int] | None = None  # (longest sequence, the trainer's limit): skipped by atroposlib
 
     @property
     def equal_scores(self) -> bool:
@@ -58,6 +59,8 @@ class Discards:
     @property
     def likely(self) -> str | None:
         """The cause its scores or replies show, if any."""
+        if self.too_long:
+            return "sequences too long"
         return "equal scores" if self.equal_scores else "replies too short" if self.short_replies else None
 
     @property
@@ -67,6 +70,14 @@ class Discards:
         short = "replies too short: environments drop replies under about 10 tokens"
         parse = "parse failures: no answer in the format the environment reads"
         seen = []
+        if self.too_long:
+            longest, limit = self.too_long
+            seen.append(
+                f"sequences too long: {longest} tokens, where the trainer takes fewer than {limit} "
+                "(max_token_trainer_length), so atroposlib skips the group: raise max_token_trainer_length (a "
+                "profile may lock it: then use one that allows more), or shorten the prompt or the replies "
+                "(max_token_length, max_completion_tokens)"
+            )
         if self.equal_scores and self.scores:
             seen.append(f"{equal}; here every reply scored {self.scores[0]:g}")
         if self.short_replies:
@@ -164,6 +175,7 @@ def _discards(health: dict[str, Any]) -> Discards | None:
         at=float(last["at"]),
         replies=[str(r) for r in last.get("replies") or []],
         scores=[float(s) for s in scores] if isinstance(scores, list) else None,
+        too_long=(int(last["too_long"]["longest"]), int(last["too_long"]["limit"])) if last.get("too_long") else None,
     )
 
 

@@ -5,7 +5,8 @@ atroposlib catches an exception from `collect_trajectories`, logs one line witho
 where it was raised, and tries the next item, forever: a run whose every rollout raises sits at
 `running` with the trainer waiting for a batch. A rollout that returns no group (an environment
 that skips groups whose scores are all equal, as Atropos' own do) only gets "Failed to process
-group, retrying...". The launcher installs this recorder, which wraps each environment's
+group, retrying...", and a group with a sequence past the trainer's length only "Token length is too
+long in a group, skipping...". The launcher installs this recorder, which wraps each environment's
 `collect_trajectories` and keeps `env_health.json` (docs/run-files.md) current, so the server can
 show the exception or the discarded groups (their replies and scores) within seconds and fail a
 run that only raises or discards.
@@ -88,13 +89,17 @@ class HealthRecorder:
         self.health.last_group_at = time.time()
         self._write()
 
-    def discarded(self, replies: list[str], scores: list[float] | None) -> None:
+    def discarded(
+        self, replies: list[str], scores: list[float] | None, too_long: tuple[int, int] | None = None
+    ) -> None:
+        """`too_long`: (its longest sequence, the trainer's limit) for a group atroposlib will skip."""
         self.health.discarded += 1
         self.health.discarded_in_a_row += 1
         self.health.last_discard = {
             "at": time.time(),
             "replies": [r[:REPLY_CHARS] for r in replies],
             "scores": scores,
+            **({"too_long": {"longest": too_long[0], "limit": too_long[1]}} if too_long else {}),
         }
         self._write()
 
@@ -172,6 +177,16 @@ def _has_group(result: Any) -> bool:
     return isinstance(result, dict) and bool(result)
 
 
+def _too_long(result: Any, limit: Any) -> tuple[int, int] | None:
+    """(longest sequence, limit) when a group holds a sequence atroposlib's handle_send_to_api skips
+    it for: as long as the trainer's `max_token_len` or longer (the trainer registered it; -1: none)."""
+    groups = result if isinstance(result, list) else [result]
+    lengths = [len(t) for g in groups if isinstance(g, dict) for t in g.get("tokens") or []]
+    if not isinstance(limit, int) or limit <= 0 or not lengths or max(lengths) < limit:
+        return None
+    return max(lengths), limit
+
+
 def _scores_since(env: Any, before: int) -> list[float] | None:
     """What the environment added to `percent_correct_buffer` (Atropos' convention: each reply's
     score or correctness) since it held `before` values; None where it keeps no such list."""
@@ -207,7 +222,9 @@ def install(path: Path) -> None:
                 recorder.raised(exc)
                 raise
             if isinstance(result, tuple) and result:
-                if _has_group(result[0]):
+                if too_long := _too_long(result[0], getattr(self, "max_token_len", None)):
+                    recorder.discarded(replies, _scores_since(self, before), too_long)
+                elif _has_group(result[0]):
                     recorder.scored()
                 elif not (len(result) > 1 and result[1]):  # nothing to score, nothing put back to retry
                     recorder.discarded(replies, _scores_since(self, before))

@@ -1,4 +1,4 @@
-"""Letter count: how many times a letter appears in a word (a classic verifiers SingleTurnEnv, installed as a package)."""
+"""Letter count: how many times a letter appears in a word (a classic SingleTurnEnv, installed as a package)."""
 
 import verifiers as vf
 from datasets import Dataset
@@ -20,5 +20,7 @@ def load_environment(letter: str = "e", num_examples: int = 8) -> vf.Environment
         num_examples: How many words.
     """
     words = [WORDS[i % len(WORDS)] for i in range(num_examples)]
-    rows = [{"question": f"How many times does '{letter}' appear in '{w}'?", "answer": str(w.count(letter))} for w in words]
+    rows = [
+        {"question": f"How many times does '{letter}' appear in '{w}'?", "answer": str(w.count(letter))} for w in words
+    ]
     return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), rubric=vf.Rubric(funcs=[counted]))
