@@ -199,6 +199,9 @@ async def test_list_select_configure_and_refuse_through_mcp(mcp_app, verifiers_e
         assert formats["word_count"] == "verifiers" and formats["echo_taskset"] == "verifiers-v1"
         assert formats["letter_repeat"] == "atropos"
 
+        prompt = await client.get_prompt("rl_workflow", {"environment": "word_count"})
+        text = prompt.messages[0].content.text  # type: ignore[union-attr]
+        assert "verifiers environment, run from its own code" in text and "section `verifiers`" in text
         selected = await _ok(client, "rl_select_environment", {"name": "word_count"})
         config = selected["config"]
         assert (config["format"], config["config_class"]) == ("verifiers", "load_environment")

@@ -54,6 +54,7 @@ def register_guide(server: MCPServer, app: AppContext) -> None:
         profile = app.settings.profile
         return descriptions.workflow_prompt(
             environment=info.name,
+            env_format=info.format,
             description=info.description,
             profile=profile.name,
             backend=profile.backend,

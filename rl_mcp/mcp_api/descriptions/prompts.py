@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+# What an agent should know about an environment of each format before it edits a field.
+FORMAT_NOTES = {
+    "hermes": " It is an agent environment: its episodes are multi-turn with tools (max_agent_turns, "
+    "enabled_toolsets, terminal_backend).",
+    "reasoning-gym": " It is a reasoning-gym task: the fields in section `task` are its generator's "
+    "settings (difficulty, sizes).",
+    "verifiers": " It is a verifiers environment, run from its own code in the verifiers venv: the fields "
+    "in section `verifiers` are its load_environment arguments; its rubric scores the replies, and a long "
+    "prompt (tools, many turns) counts against max_token_trainer_length.",
+    "verifiers-v1": " It is a verifiers-v1 environment: listed and configurable, but it cannot train or "
+    "be tested yet; say so to the user and choose another.",
+}
+
 
 def workflow_prompt(
     *,
     environment: str,
+    env_format: str,
     description: str,
     profile: str,
     backend: str,
@@ -28,7 +42,7 @@ def workflow_prompt(
     )
     return f"""\
 Train the RL environment `{environment}` ({description or "no description"}) with rl-mcp, on profile
-`{profile}` ({backend} backend).{money}
+`{profile}` ({backend} backend).{money}{FORMAT_NOTES.get(env_format, "")}
 
 1. rl_select_environment(name="{environment}"): read the config fields; `locked` ones come from the
    operator and cannot be edited.
