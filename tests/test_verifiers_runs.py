@@ -30,7 +30,7 @@ from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import Settings
 from tinker_atropos.run_files import RunFiles, read_jsonl
 from tinker_atropos.verifiers.sequences import PROMPT_LOGPROB, PROMPT_MASK, sequence
-from tinker_atropos.verifiers.venvs import CLASSIC_VENV_VAR, classic_python
+from tinker_atropos.verifiers.venvs import CLASSIC
 
 pytestmark = pytest.mark.anyio
 VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
@@ -78,7 +78,7 @@ async def test_a_missing_venv_is_refused_at_once_naming_the_command_that_makes_i
     rl_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("RL_MCP_ENV_DIRS", str(VERIFIERS_DIR))
-    monkeypatch.setenv(CLASSIC_VENV_VAR, str(tmp_path / "no-venv"))
+    monkeypatch.setenv(CLASSIC.venv_var, str(tmp_path / "no-venv"))
     async with open_app(settings()) as app, Client(build_server(app)) as client:
         await call(client, "rl_select_environment", name="word_count")
         for tool, args in (("rl_start_training", {}), ("rl_test_inference", {"num_steps": 1, "group_size": 2})):
@@ -87,7 +87,7 @@ async def test_a_missing_venv_is_refused_at_once_naming_the_command_that_makes_i
             assert result.is_error and time.monotonic() - started < 10, tool
             message = result.content[0].text  # type: ignore[union-attr]
             assert "'word_count'" in message and "make verifiers" in message, message
-            assert str(tmp_path / "no-venv" / "bin" / "python") in message and CLASSIC_VENV_VAR in message
+            assert str(tmp_path / "no-venv" / "bin" / "python") in message and CLASSIC.venv_var in message
 
 
 def assert_the_episode_is_trained_as_sampled(tokenizer: Any, tokens: list[int], masks: list[int], episode: list) -> int:
@@ -110,7 +110,7 @@ def assert_the_episode_is_trained_as_sampled(tokenizer: Any, tokens: list[int], 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not classic_python({}).exists(), reason="run `make verifiers` first (make test does)")
+@pytest.mark.skipif(not CLASSIC.python({}).exists(), reason="run `make verifiers` first (make test does)")
 @pytest.mark.parametrize("env_name", list(CASES))
 async def test_an_environment_is_scored_and_trained_from_its_own_code(
     env_name: str, rl_home: Path, monkeypatch: pytest.MonkeyPatch
@@ -153,7 +153,7 @@ async def test_an_environment_is_scored_and_trained_from_its_own_code(
 def installed_package(tmp_path: Path) -> Iterator[str]:
     """tests/byo_envs/verifiers_package built as a wheel and pip-installed in the verifiers venv, as a
     user installs a published environment there; uninstalled afterwards."""
-    python = classic_python({})
+    python = CLASSIC.python({})
     source = shutil.copytree(PACKAGE_DIR, tmp_path / "source")  # the build writes beside the sources
     quiet = {"check": True, "capture_output": True}
     subprocess.run(
@@ -169,7 +169,7 @@ def installed_package(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not classic_python({}).exists(), reason="run `make verifiers` first (make test does)")
+@pytest.mark.skipif(not CLASSIC.python({}).exists(), reason="run `make verifiers` first (make test does)")
 async def test_an_environment_installed_in_the_verifiers_venv_is_listed_and_runs(
     installed_package: str, rl_home: Path
 ) -> None:
@@ -197,7 +197,7 @@ async def test_an_environment_installed_in_the_verifiers_venv_is_listed_and_runs
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not classic_python({}).exists(), reason="run `make verifiers` first (make test does)")
+@pytest.mark.skipif(not CLASSIC.python({}).exists(), reason="run `make verifiers` first (make test does)")
 async def test_episodes_longer_than_the_trainer_takes_are_named_then_fail_the_run(
     rl_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -247,7 +247,10 @@ def verifiers_schema(info: EnvironmentInfo, host: ConfigSchema) -> ConfigSchema:
         fields=fields,
         defs=host.defs,
         training_error=host.training_error,
-        verifiers_source={"verifiers_module": info.module} if info.module else {"verifiers_file": str(info.file)},
+        verifiers_source={
+            "verifiers_format": info.format,
+            **({"verifiers_module": info.module} if info.module else {"verifiers_file": str(info.file)}),
+        },
     )
 
 

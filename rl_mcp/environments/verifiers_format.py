@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rl_mcp.errors import UserError
-from tinker_atropos.verifiers.venvs import PROJECT_ROOT, missing_venv_message
+from tinker_atropos.verifiers.venvs import GENERATIONS, PROJECT_ROOT
 
 VerifiersFormat = Literal["verifiers", "verifiers-v1"]
 CLASSIC: VerifiersFormat = "verifiers"
@@ -40,7 +40,12 @@ _V1_CONFIGS = frozenset({V1_CONFIG})
 # the environment process of a verifiers run: it drives the environment in its own venv
 HOST_FILE = PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "verifiers" / "host_env.py"
 HOST_CLASS = "VerifiersHostEnv"
-SET_BY_HOST = ("verifiers_file", "verifiers_module", "verifiers_args")  # the run's own: not fields a user edits
+SET_BY_HOST = (
+    "verifiers_file",
+    "verifiers_module",
+    "verifiers_args",
+    "verifiers_format",
+)  # the run's own: not fields a user edits
 
 _SCALARS = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "None": "null", "NoneType": "null"}
 _ARRAYS = frozenset({"list", "List", "Sequence", "tuple", "Tuple", "set", "Set"})
@@ -86,7 +91,8 @@ def check_runnable(name: str, env_format: str, file: Path, environ: Mapping[str,
             "0.1.14) do. Select an Atropos, Hermes, reasoning-gym or classic verifiers environment "
             "(rl_list_environments shows each one's format)"
         )
-    if env_format == CLASSIC and (missing := missing_venv_message(environ)):
+    generation = GENERATIONS.get(env_format)
+    if generation is not None and (missing := generation.missing_venv_message(environ)):
         raise VerifiersVenvMissing(f"environment {name!r} cannot run: {missing}")
 
 

@@ -10,11 +10,10 @@ import json
 import os
 import sys
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 from tinker_atropos.verifiers.classic_child import KEY_VAR
-from tinker_atropos.verifiers.venvs import CHILD_FILE
+from tinker_atropos.verifiers.venvs import Generation
 
 STDERR_LINES = 40  # the child's last lines of stderr, quoted when it fails
 
@@ -35,17 +34,25 @@ class VerifiersChild:
 
     @classmethod
     async def start(
-        cls, python: Path, source: dict[str, str], args: dict[str, Any], api_key: str, timeout_s: float
+        cls,
+        generation: Generation,
+        source: dict[str, str],
+        args: dict[str, Any],
+        api_key: str,
+        timeout_s: float,
+        options: list[str],
     ) -> VerifiersChild:
-        """The child, its environment loaded; `source`: {"file": path} or {"module": name}."""
+        """The child of `generation`, its environment loaded; `source`: {"file": path} or {"module":
+        name}; `options`: more of the child's command-line options."""
         ((kind, where),) = source.items()
         proc = await asyncio.create_subprocess_exec(
-            str(python),
-            str(CHILD_FILE),
+            str(generation.python(os.environ)),
+            str(generation.child_file),
             f"--{kind}",
             where,
             "--args",
             json.dumps(args),
+            *options,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -12,11 +12,10 @@ environment's eval dataset (its train dataset when it has none).
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from atroposlib.envs.base import APIServerConfig, ScoredDataGroup
 from pydantic import Field
@@ -25,7 +24,7 @@ from tinker_atropos.environments.common import ChatTaskConfig, ChatTaskEnv, Scor
 from tinker_atropos.models.paths import SMOLLM2
 from tinker_atropos.verifiers.child_client import VerifiersChild
 from tinker_atropos.verifiers.sequences import Sequence, sequence
-from tinker_atropos.verifiers.venvs import classic_python
+from tinker_atropos.verifiers.venvs import GENERATIONS, V1
 
 # verifiers' per-rollout metrics that the trainer already reports under its own names
 AGENT_METRICS = {"num_turns": "turns", "total_tool_calls": "tool_calls"}
@@ -36,6 +35,9 @@ class VerifiersHostConfig(ChatTaskConfig):
     verifiers_module: str | None = Field(default=None, description="Or its installed package's module name.")
     verifiers_args: dict[str, Any] = Field(
         default_factory=dict, description="load_environment's keyword arguments (the ones left out keep its defaults)."
+    )
+    verifiers_format: Literal["verifiers", "verifiers-v1"] = Field(
+        default="verifiers", description="Its API generation: classic (verifiers 0.1.14) or v1 (0.4.0)."
     )
     load_timeout_s: float = Field(default=300.0, gt=0, description="Seconds the environment may take to load.")
 
@@ -81,8 +83,10 @@ class VerifiersHostEnv(ChatTaskEnv):
         if not (cfg.verifiers_module or cfg.verifiers_file):
             raise ValueError("a verifiers run needs verifiers_file or verifiers_module in its env config")
         server = self.server.servers[0].config
+        generation = GENERATIONS[cfg.verifiers_format]
+        options = ["--tokenizer", str(cfg.tokenizer_name)] if generation is V1 else []  # it renders prompts itself
         self.child = await VerifiersChild.start(
-            classic_python(os.environ), source, cfg.verifiers_args, server.api_key or "local", cfg.load_timeout_s
+            generation, source, cfg.verifiers_args, server.api_key or "local", cfg.load_timeout_s, options
         )
         await super().setup()
 

@@ -1,34 +1,62 @@
 """Where the verifiers venvs are and how they are made (stdlib only: the server imports it too).
 
-verifiers' pins conflict with the product's (datasets, regex, openai, mcp), so each API generation
-has a venv of its own, made by `make verifiers`; `RL_MCP_VERIFIERS_VENV` points elsewhere.
+verifiers' pins conflict with the product's (datasets, regex, openai, mcp) and with each other's
+(0.1.14 vs 0.4.0), so each API generation has a venv of its own, made by its make target; an
+environment variable points elsewhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
-CLASSIC_VENV_VAR = "RL_MCP_VERIFIERS_VENV"
-CLASSIC_VENV = ".venv-verifiers"
-MAKE_COMMAND = "make verifiers"
-CHILD_FILE = Path(__file__).with_name("classic_child.py")
 
 
-def classic_python(environ: Mapping[str, str]) -> Path:
-    """The Python of the classic verifiers venv (verifiers 0.1.14)."""
-    venv = environ.get(CLASSIC_VENV_VAR) or str(PROJECT_ROOT / CLASSIC_VENV)
-    return Path(venv) / "bin" / "python"
+@dataclass(frozen=True)
+class Generation:
+    """One verifiers API generation: its format name, venv, the command that makes it, its child."""
+
+    format: str
+    venv_var: str
+    venv_dir: str
+    make_command: str
+    pin: str
+    size: str
+    child_file: Path
+
+    def python(self, environ: Mapping[str, str]) -> Path:
+        return Path(environ.get(self.venv_var) or str(PROJECT_ROOT / self.venv_dir)) / "bin" / "python"
+
+    def missing_venv_message(self, environ: Mapping[str, str]) -> str | None:
+        """Why its environments cannot run here, with the command that fixes it; None if they can."""
+        python = self.python(environ)
+        if python.exists():
+            return None
+        return (
+            f"{self.format} environments run in a venv of their own, and {python} does not exist: run "
+            f"`{self.make_command}` in {PROJECT_ROOT} ({self.size}), or point {self.venv_var} at a venv "
+            f"with {self.pin}"
+        )
 
 
-def missing_venv_message(environ: Mapping[str, str]) -> str | None:
-    """Why classic verifiers environments cannot run here, with the command that fixes it; None if they can."""
-    python = classic_python(environ)
-    if python.exists():
-        return None
-    return (
-        f"verifiers environments run in a venv of their own, and {python} does not exist: "
-        f"run `{MAKE_COMMAND}` in {PROJECT_ROOT} (about 1 minute, 700 MB), or point {CLASSIC_VENV_VAR} "
-        "at a venv with verifiers==0.1.14"
-    )
+CLASSIC = Generation(
+    format="verifiers",
+    venv_var="RL_MCP_VERIFIERS_VENV",
+    venv_dir=".venv-verifiers",
+    make_command="make verifiers",
+    pin="verifiers==0.1.14",
+    size="about 1 minute, 700 MB",
+    child_file=Path(__file__).with_name("classic_child.py"),
+)
+V1 = Generation(
+    format="verifiers-v1",
+    venv_var="RL_MCP_VERIFIERS_V1_VENV",
+    venv_dir=".venv-verifiers-v1",
+    make_command="make verifiers-v1",
+    pin="verifiers==0.4.0",
+    size="about 2 minutes, 600 MB",
+    child_file=Path(__file__).with_name("v1_child.py"),
+)
+GENERATIONS = {g.format: g for g in (CLASSIC, V1)}
