@@ -29,7 +29,7 @@ from rl_mcp.app import open_app
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import Settings
 from tinker_atropos.run_files import RunFiles, read_jsonl
-from tinker_atropos.verifiers.sequences import PROMPT_LOGPROB, PROMPT_MASK, sequence
+from tinker_atropos.verifiers.sequences import PROMPT_LOGPROB, PROMPT_MASK, from_branch, sequence
 from tinker_atropos.verifiers.venvs import CLASSIC
 
 pytestmark = pytest.mark.anyio
@@ -65,6 +65,14 @@ def test_a_turn_whose_prompt_was_rendered_differently_restarts_the_sequence_ther
     assert seq.masks == [PROMPT_MASK] * 6 + [7]  # the earlier reply, re-rendered, is text it did not sample
     with pytest.raises(ValueError, match="2 reply tokens but 1 logprobs"):
         sequence([{"prompt_ids": [1], "completion_ids": [2, 3], "completion_logprobs": [-1.0]}])
+
+
+def test_a_v1_branch_keeps_its_mask_and_its_sampled_logprobs() -> None:
+    seq = from_branch([1, 2, 3, 4], [False, True, False, True], [0.0, -0.25, 0.0, -1.5])
+    assert seq.masks == [PROMPT_MASK, 2, PROMPT_MASK, 4]
+    assert seq.logprobs == [PROMPT_LOGPROB, -0.25, PROMPT_LOGPROB, -1.5]
+    with pytest.raises(ValueError, match="2 tokens, 1 mask and 2 logprobs"):
+        from_branch([1, 2], [True], [0.0, 0.0])
 
 
 # --- through the MCP tools --------------------------------------------------------------------

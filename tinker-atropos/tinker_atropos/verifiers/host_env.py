@@ -23,7 +23,7 @@ from pydantic import Field
 from tinker_atropos.environments.common import ChatTaskConfig, ChatTaskEnv, Score, Task, local_server_defaults
 from tinker_atropos.models.paths import SMOLLM2
 from tinker_atropos.verifiers.child_client import VerifiersChild
-from tinker_atropos.verifiers.sequences import Sequence, sequence
+from tinker_atropos.verifiers.sequences import Sequence, from_branch, sequence
 from tinker_atropos.verifiers.venvs import GENERATIONS, V1
 
 # verifiers' per-rollout metrics that the trainer already reports under its own names
@@ -131,7 +131,9 @@ class VerifiersHostEnv(ChatTaskEnv):
     def _sequence(self, rollout: dict[str, Any]) -> Sequence:
         """The rollout's exact sequence; from its text alone when the server sent no token ids (an
         OpenAI-only endpoint under rl_test_inference), which scores it but does not train it."""
-        turns = rollout["turns"]
+        if branch := rollout.get("sequence"):  # verifiers-v1: the trace's own masked sequence
+            return from_branch(branch["token_ids"], branch["sampled_mask"], branch["logprobs"])
+        turns = rollout.get("turns")
         if turns and all(t is not None and t["completion_logprobs"] is not None for t in turns):
             seq, untrained = sequence(turns)
             if untrained:

@@ -47,3 +47,13 @@ def sequence(turns: list[dict[str, Any]]) -> tuple[Sequence, int]:
         seq.extend(reply, trained=True, logprobs=[float(x) for x in logprobs])
         replies += 1
     return seq, untrained
+
+
+def from_branch(token_ids: list[int], sampled_mask: list[bool], logprobs: list[float]) -> Sequence:
+    """A verifiers-v1 trace's branch (already one sequence, True where the model sampled) as ours."""
+    if not len(token_ids) == len(sampled_mask) == len(logprobs):
+        raise ValueError(f"a branch has {len(token_ids)} tokens, {len(sampled_mask)} mask and {len(logprobs)} logprobs")
+    seq = Sequence()
+    for token, sampled, logprob in zip(token_ids, sampled_mask, logprobs, strict=True):
+        seq.extend([token], trained=sampled, logprobs=[float(logprob)] if sampled else None)
+    return seq
