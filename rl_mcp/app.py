@@ -117,9 +117,9 @@ class AppContext:
 
     async def runnable_schema(self) -> tuple[EnvironmentInfo, ConfigSchema]:
         """As `selected_schema`, for a run or an inference test: refused at once for an environment
-        that cannot run here (a verifiers-v1 one, a classic one without its venv)."""
+        that cannot run here (a verifiers one without its venv)."""
         info = self.selected()
-        check_runnable(info.name, info.format, info.file, self.settings.environ)
+        check_runnable(info.name, info.format, self.settings.environ)
         return info, await self.introspector.schema(info)
 
 

@@ -37,6 +37,7 @@ import torch
 import yaml
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
+from test_inference_server import wait_healthy
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from rl_mcp.export.plan import plan_export
@@ -467,16 +468,7 @@ def test_the_inference_server_serves_an_engine_checkpoint(
     port = free_port()
     proc, log = _serve(tmp_path, served.url, port)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_healthy(proc, f"http://127.0.0.1:{port}", log, 120)
         chat = [{"role": "user", "content": "Say hello."}]
         reply = httpx.post(
             f"http://127.0.0.1:{port}/v1/chat/completions",

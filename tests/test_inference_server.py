@@ -34,6 +34,7 @@ from tinker_atropos.inference_server import (
     serve_in_thread,
 )
 from tinker_atropos.models import ensure_model
+from tinker_atropos.reply_cap import ReplyCap
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "tiny-chat"
@@ -239,9 +240,67 @@ def test_raw_sglang_and_vllm_generate_shapes(http) -> None:
     assert vl["prompt_token_ids"] == [97, 98]
 
 
+@pytest.mark.parametrize("shape", ["vllm", "sglang"])
+def test_generate_stops_at_stop_token_ids(http, base, shape: str) -> None:
+    """Each /generate shape's `stop_token_ids` ends a sample at that token, kept as sampled (they
+    were once decoded as a list of lists: every request that named one was a 400)."""
+
+    def greedy(stop_ids: list[int]) -> tuple[list[int], str]:
+        if shape == "vllm":
+            body = {"prompt": {"prompt_token_ids": [97, 98]}, "max_tokens": 8, "temperature": 0.0}
+            resp = http.post("/generate", json={**body, "stop_token_ids": stop_ids})
+            assert resp.status_code == 200, resp.text
+            return resp.json()["token_ids"][0], resp.json()["finish_reasons"][0]
+        params = {"max_new_tokens": 8, "temperature": 0.0, "stop_token_ids": stop_ids}
+        resp = http.post("/generate", json={"input_ids": [97, 98], "sampling_params": params})
+        assert resp.status_code == 200, resp.text
+        return resp.json()["output_ids"], resp.json()["meta_info"]["finish_reason"]["type"]
+
+    full, _ = greedy([])
+    text = base.tokenizer.decode
+    # the first token whose text the reply before it does not hold: the reply stops there
+    k = next(i for i in range(1, len(full)) if text([full[i]]) not in text(full[:i]))
+    assert greedy([full[k]]) == (full[: k + 1], "stop")
+
+
+def test_tokens_generate_answers_as_vllm_with_each_token_id_and_its_logprob(http, sampler) -> None:
+    """/inference/v1/generate as verifiers 0.4.0's TrainClient calls it (unknown sampling keys ignored)."""
+    prompt = [97, 98, 99]
+    params = {"temperature": 1.0, "max_tokens": 5, "logprobs": 1, "skip_special_tokens": False, "n": 2, "repetition": 1}
+    resp = http.post("/inference/v1/generate", json={"model": MODEL, "token_ids": prompt, "sampling_params": params})
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["request_id"] and out["prompt_token_ids"] == prompt and len(out["choices"]) == 2
+    for i, choice in enumerate(out["choices"]):
+        ids, content = choice["token_ids"], choice["logprobs"]["content"]
+        assert choice["index"] == i and choice["finish_reason"] in ("stop", "length") and 1 <= len(ids) <= 5
+        assert [c["token"] for c in content] == [f"token_id:{t}" for t in ids]
+        sampled = [c["logprob"] for c in content]
+        assert recomputed(http, prompt + ids)[len(prompt) :] == pytest.approx(sampled, abs=lp_tol(sampler, sampled))
+    assert out["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": sum(len(c["token_ids"]) for c in out["choices"]),
+        "total_tokens": 3 + sum(len(c["token_ids"]) for c in out["choices"]),
+    }
+    assert "max_model_len" not in http.get("/v1/models").json()["data"][0]  # no cap given: unknown
+
+
+def test_the_models_context_is_listed_and_caps_tokens_generate(base, sampler) -> None:
+    handle = serve_in_thread(build_app(SamplerHolder(sampler), MODEL, base.tokenizer, ReplyCap(64, 3)), "127.0.0.1", 0)
+    try:
+        with httpx.Client(base_url=handle.url, timeout=60) as http:
+            assert http.get("/v1/models").json()["data"][0]["max_model_len"] == 64
+            body = {"token_ids": [97, 98], "sampling_params": {"max_tokens": 100}}
+            ids = http.post("/inference/v1/generate", json=body).json()["choices"][0]["token_ids"]
+    finally:
+        handle.stop()
+    assert 1 <= len(ids) <= 3  # asked past the context: the product's cap
+
+
 def test_bad_requests_are_400_with_a_message(http) -> None:
     for path, body in [
         ("/generate", {"neither": 1}),
+        ("/inference/v1/generate", {"token_ids": []}),
         ("/v1/completions", {"model": MODEL, "prompt": "x", "stream": True}),
         ("/v1/chat/completions", {"model": MODEL, "messages": []}),
         ("/v1/completions", {"model": MODEL, "prompt": "x", "top_p": 2}),
@@ -333,13 +392,13 @@ def test_serve_in_thread_reports_a_taken_port(base) -> None:
             serve_in_thread(build_app(SamplerHolder(), MODEL, base.tokenizer), "127.0.0.1", port)
 
 
-def standalone_config(tmp_path: Path, port: int, api: int) -> Path:
+def standalone_config(tmp_path: Path, port: int, api: int, model: str = MODEL) -> Path:
     config = {
-        "env": {"tokenizer_name": str(ensure_model(MODEL))},
-        "openai": [{"model_name": MODEL, "base_url": f"http://127.0.0.1:{port}/v1", "server_type": "sglang"}],
+        "env": {"tokenizer_name": str(ensure_model(model))},
+        "openai": [{"model_name": model, "base_url": f"http://127.0.0.1:{port}/v1", "server_type": "sglang"}],
         "tinker": {
             "backend": "local",
-            "base_model": MODEL,
+            "base_model": model,
             "total_steps": 1,
             "device": "cpu",
             "api_url": f"http://127.0.0.1:{api}",
@@ -363,21 +422,26 @@ def standalone(config: Path, log: Path, *extra: str) -> subprocess.Popen:
     )
 
 
+def wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float) -> None:
+    """Until `url`/health answers 200; the server's log on its exit or at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+
+
 def test_standalone_serves_the_base_model_and_exits_cleanly_on_sigterm(tmp_path: Path, free_port) -> None:
     port = free_port()
     log = tmp_path / "server.log"
     proc = standalone(standalone_config(tmp_path, port, free_port()), log)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        wait_healthy(proc, f"http://127.0.0.1:{port}", log, 60)
         reply = httpx.post(
             f"http://127.0.0.1:{port}/v1/chat/completions",
             timeout=30,

@@ -152,8 +152,10 @@ async def test_the_tinker_backend_end_to_end_on_skyrls_engine(tmp_path: Path) ->
         latest = status_a["latest"]
         assert None not in (latest["loss"], latest["no_signal_share"], latest["distinct_reply_share"]), latest
         assert all(f["code"] and f["next_step"]["tool"] for f in status_a["findings"]), status_a["findings"]
-        log = await client.read_resource("rl://engine/log")
-        assert "Starting background engine" in log.contents[0].text  # type: ignore[union-attr]
+        log = (await client.read_resource("rl://engine/log")).contents[0].text  # type: ignore[union-attr]
+        # its last 200 lines: the engine's requests (health probes, the run's calls); its start-up line
+        # may have scrolled out already, the more so on a busy machine (a slower run probes more)
+        assert 0 < len(log.splitlines()) <= 200 and "/api/v1/" in log, log[-2000:]
 
         # --- B = resume(A) to step 4; C = fork(A at step 2) --------------------------------------------
         b = await call(client, "rl_start_training", resume_from=a["run_id"])

@@ -3,7 +3,7 @@
 The files in tests/byo_envs/verifiers/ (classic environments, a v1 Taskset) are never imported here:
 verifiers is not installed in this venv, and nothing here needs it. Through a real MCP client they
 are listed with their format, selected, shown with their fields and edited; a start or an inference
-test of a v1 one is refused at once, naming the environment (classic ones run: test_verifiers_runs.py).
+test is refused at once where the environment's venv is missing (they run: test_verifiers_runs.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from mcp_types import ElicitResult
 from rl_mcp.environments.discovery import Discovery
 from rl_mcp.environments.verifiers_format import read_file, read_module
 from rl_mcp.settings import BUNDLED_ENV_DIR
+from tinker_atropos.verifiers.venvs import V1
 
 VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
 FAKE_KEY = "tml-sentinel-never-echoed"
@@ -178,6 +179,14 @@ def verifiers_envs(monkeypatch: pytest.MonkeyPatch) -> Path:
     return VERIFIERS_DIR
 
 
+@pytest.fixture
+def no_v1_venv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A verifiers-v1 venv that was never made: its environments are refused at once."""
+    missing = tmp_path / "no-v1-venv"
+    monkeypatch.setenv(V1.venv_var, str(missing))
+    return missing
+
+
 async def _ok(client: Client, tool: str, args: dict | None = None) -> dict:
     result = await client.call_tool(tool, args or {})
     assert not result.is_error, result.content
@@ -192,7 +201,7 @@ async def _err(client: Client, tool: str, args: dict | None = None) -> str:
 
 
 @pytest.mark.anyio
-async def test_list_select_configure_and_refuse_through_mcp(mcp_app, verifiers_envs: Path) -> None:
+async def test_list_select_configure_and_refuse_through_mcp(mcp_app, verifiers_envs: Path, no_v1_venv: Path) -> None:
     async with mcp_app() as (_, server), Client(server) as client:
         listing = await _ok(client, "rl_list_environments")
         formats = {e["name"]: e["format"] for e in listing["environments"]}
@@ -235,12 +244,13 @@ async def test_list_select_configure_and_refuse_through_mcp(mcp_app, verifiers_e
             started = time.monotonic()
             message = await _err(client, tool, args)
             assert time.monotonic() - started < 10, tool  # refused up front: no child process
-            assert "'echo_taskset'" in message and "verifiers-v1 environment" in message, message
-            assert "cannot train" in message and "classic verifiers environments" in message, message
+            assert "'echo_taskset' cannot run" in message and "make verifiers-v1" in message, message
 
 
 @pytest.mark.anyio
-async def test_a_paid_profile_refuses_before_asking_to_spend(mcp_app, verifiers_envs: Path, monkeypatch) -> None:
+async def test_a_paid_profile_refuses_before_asking_to_spend(
+    mcp_app, verifiers_envs: Path, no_v1_venv: Path, monkeypatch
+) -> None:
     monkeypatch.setenv("TINKER_API_KEY", FAKE_KEY)
     asked: list[str] = []
 
@@ -251,4 +261,4 @@ async def test_a_paid_profile_refuses_before_asking_to_spend(mcp_app, verifiers_
     async with mcp_app(profile="tinker") as (_, server), Client(server, elicitation_callback=on_elicit) as client:
         await _ok(client, "rl_select_environment", {"name": "echo_taskset"})
         message = await _err(client, "rl_start_training")
-    assert "cannot train" in message and asked == [] and FAKE_KEY not in message
+    assert "make verifiers-v1" in message and asked == [] and FAKE_KEY not in message

@@ -61,10 +61,6 @@ _FIELD_BOUNDS = {
 _NO_VALUE = object()
 
 
-class NotTrainableYet(UserError):
-    """A verifiers-v1 environment asked to run: listed and configurable, not trainable in this version."""
-
-
 @dataclass(frozen=True)
 class VerifiersEnv:
     """What a verifiers environment file says about itself, read from its AST."""
@@ -80,17 +76,9 @@ class VerifiersVenvMissing(UserError):
     """A classic verifiers environment asked to run where its venv has not been made."""
 
 
-def check_runnable(name: str, env_format: str, file: Path, environ: Mapping[str, str]) -> None:
-    """Raise, at once, when a verifiers environment cannot run here (its venv is missing, or it is
-    v1); nothing for any other format."""
-    if env_format == V1:
-        raise NotTrainableYet(
-            f"environment {name!r} ({file}) is a verifiers-v1 environment (verifiers >= 0.3, Taskset + "
-            "Harness): it is listed and configurable but cannot train or be tested with rl_test_inference "
-            "yet; classic verifiers environments (load_environment(**kwargs) -> vf.Environment, verifiers "
-            "0.1.14) do. Select an Atropos, Hermes, reasoning-gym or classic verifiers environment "
-            "(rl_list_environments shows each one's format)"
-        )
+def check_runnable(name: str, env_format: str, environ: Mapping[str, str]) -> None:
+    """VerifiersVenvMissing, at once, for a verifiers environment whose venv is not made; nothing for
+    any other format."""
     generation = GENERATIONS.get(env_format)
     if generation is not None and (missing := generation.missing_venv_message(environ)):
         raise VerifiersVenvMissing(f"environment {name!r} cannot run: {missing}")

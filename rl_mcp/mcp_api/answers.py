@@ -26,8 +26,7 @@ class EnvironmentSummary(BaseModel):
     format: EnvFormat = Field(
         description="atropos (a BaseEnv), hermes (a HermesAgentBaseEnv), reasoning-gym (one task of the "
         "reasoning-gym package, run by the bundled reasoning_gym environment), verifiers (classic "
-        "`load_environment`, run in its own venv) or verifiers-v1 (Taskset + Harness: listed and "
-        "configurable, not trainable yet)"
+        "`load_environment`) or verifiers-v1 (Taskset + Harness), each run in its venv"
     )
 
 

@@ -11,8 +11,8 @@ FORMAT_NOTES = {
     "verifiers": " It is a verifiers environment, run from its own code in the verifiers venv: the fields "
     "in section `verifiers` are its load_environment arguments; its rubric scores the replies, and a long "
     "prompt (tools, many turns) counts against max_token_trainer_length.",
-    "verifiers-v1": " It is a verifiers-v1 environment: listed and configurable, but it cannot train or "
-    "be tested yet; say so to the user and choose another.",
+    "verifiers-v1": " It is a verifiers-v1 environment, run from its own code in the verifiers-v1 venv: "
+    "the fields in section `verifiers` are its EnvConfig's; its Task's rewards score the episodes.",
 }
 
 

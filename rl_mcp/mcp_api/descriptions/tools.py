@@ -35,8 +35,7 @@ rl_compare_runs puts two to eight of them side by side.
 
 RL_LIST_ENVIRONMENTS = """\
 List the RL environments available for training (Atropos BaseEnv subclasses, Hermes agent
-environments, reasoning-gym's procedural tasks, classic verifiers environments; verifiers-v1
-ones are listed and configurable but cannot train yet).
+environments, reasoning-gym's procedural tasks, verifiers environments: classic and v1).
 
 <when_to_use>
 Start here. Call it to see what can be trained, or to check a custom environment was found

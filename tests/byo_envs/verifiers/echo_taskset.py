@@ -1,8 +1,12 @@
-"""Echo: repeat a word back (a verifiers v1 Taskset with its default harness, never imported by the tests)."""
+"""Echo: repeat a word back (a verifiers v1 Taskset, never imported by the tests).
+
+Played by verifiers' tool-less chat harness `null`: the default `bash` would hand a 135M model
+shell tools it cannot call, run on this machine under the subprocess runtime.
+"""
 
 from typing import Literal
 
-import verifiers as vf
+import verifiers.v1 as vf
 from pydantic import Field
 
 WORDS = ("amber", "basil", "cedar", "delta", "ember")
@@ -19,35 +23,49 @@ class EchoEnvConfig(vf.EnvConfig):
     taskset: EchoTasksetConfig = EchoTasksetConfig(repeats=2)
 
 
-class EchoTask(vf.Task):
+class EchoRunConfig(EchoTasksetConfig):
+    """What the taskset reads: a Taskset gets only its own config, so the env's knobs ride along."""
+
+    num_tasks: int = 20
+    case_sensitive: bool = False
+
+
+class EchoData(vf.TaskData):
     word: str
+    case_sensitive: bool = False
 
 
-class EchoTaskset(vf.Taskset[EchoTasksetConfig]):
-    task_type = EchoTask
-
-    def __init__(self, config: EchoTasksetConfig, num_tasks: int) -> None:
-        super().__init__(config=config)
-        self.num_tasks = num_tasks
-
-    def load_tasks(self, split: vf.TaskSplit = "train") -> vf.Tasks:
-        words = [WORDS[i % len(WORDS)] for i in range(self.num_tasks)]
-        times = self.config.repeats
-        return [
-            {"word": w, "prompt": [{"role": "user", "content": f"Say '{w}' {times} time(s), nothing else."}]}
-            for w in words
-        ]
-
+class EchoTask(vf.Task[EchoData, vf.State, vf.TaskConfig]):
     @vf.reward(weight=1.0)
-    async def echoed(self, task: EchoTask, state: vf.State) -> float:
-        messages = vf.get_messages(state.completion or [], role="assistant")
-        reply = str(messages[-1].content or "") if messages else ""
+    async def echoed(self, task: EchoData, trace: vf.Trace) -> float:
+        replies = [m for m in (trace.branches[-1].messages if trace.branches else []) if m.role == "assistant"]
+        reply = vf.types.content_text(replies[-1].content) if replies and replies[-1].content else ""
+        if task.case_sensitive:
+            return float(task.word in reply)
         return float(task.word.lower() in reply.lower())
+
+
+class EchoTaskset(vf.Taskset[EchoTask, EchoRunConfig]):
+    def load(self):
+        times = self.config.repeats
+        for i in range(self.config.num_tasks):
+            word = WORDS[i % len(WORDS)]
+            word = word.upper() if self.config.style == "shout" else word
+            data = EchoData(
+                name=f"echo-{i}",
+                word=word,
+                case_sensitive=self.config.case_sensitive,
+                prompt=f"Say '{word}' {times} time(s), nothing else.",
+            )
+            yield EchoTask(data, self.config.task)
 
 
 def load_environment(config: EchoEnvConfig) -> vf.Env:
     """Echo a word back, scored by whether the reply contains it."""
-    return vf.Env(
-        taskset=EchoTaskset(config=config.taskset, num_tasks=config.num_tasks),
-        harness=vf.Harness(config=config.harness),
-    )
+    knobs = {"id": __name__, "num_tasks": config.num_tasks, "case_sensitive": config.case_sensitive}
+    taskset = EchoRunConfig(**{**config.taskset.model_dump(), **knobs})
+    agent = vf.AgentConfig(harness={"id": "null"}, runtime=vf.SubprocessConfig())
+    return vf.SingleAgentEnv(vf.SingleAgentEnvConfig(taskset=taskset, agent=agent))
+
+
+__all__ = ["EchoTaskset"]

@@ -1,4 +1,5 @@
-"""The HTTP API: OpenAI completions/chat, sglang and vllm /generate, /logprobs, /health.
+"""The HTTP API: OpenAI completions/chat, sglang and vllm /generate, vLLM's tokens-in
+/inference/v1/generate, /logprobs, /health.
 
 Every request takes the live sampler once (`SamplerHolder.current()`) and uses it to the end.
 """
@@ -28,6 +29,7 @@ from tinker_atropos.inference_server.schemas import (
     CompletionRequest,
     LogprobsRequest,
     SglangGenerateRequest,
+    TokensGenerateRequest,
     VllmGenerateRequest,
 )
 from tinker_atropos.reply_cap import ReplyCap
@@ -55,11 +57,15 @@ class _Codec:
     def decode(self, tokens: list[int]) -> str:
         return self.tok.decode(tokens, skip_special_tokens=True)
 
+    def raw(self, tokens: list[int]) -> str:
+        """The tokens' text, special tokens included (a stop token id's text is its stop string)."""
+        return self.tok.decode(tokens, skip_special_tokens=False)
+
     def piece(self, token: int) -> str:
-        return self.tok.decode([token], skip_special_tokens=False)
+        return self.raw([token])
 
     def stops(self, stop: str | list[str] | None, stop_token_ids: list[int] | None = None) -> tuple[str, ...] | None:
-        return engine.normalize_stop(stop, stop_token_ids, self.piece, self.tok.eos_token)
+        return engine.normalize_stop(stop, stop_token_ids, self.raw, self.tok.eos_token)
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
         return ChatScaffold(self.tok).prompt_tokens(messages)
@@ -108,6 +114,11 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
     def limit(asked: int) -> int:
         return cap.limit(asked) if cap is not None else asked
 
+    def spec_of(max_tokens: int, req: Any) -> SampleSpec:
+        """A request's sampling settings (every request shape names them alike), its stops as strings."""
+        stops = codec.stops(req.stop, getattr(req, "stop_token_ids", None))
+        return SampleSpec(max_tokens, req.temperature, req.top_p, req.top_k, req.seed, stops)
+
     loop_box: dict[str, SamplerLoop] = {}
 
     @asynccontextmanager
@@ -145,10 +156,10 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "tinker-atropos"}],
-        }
+        entry: dict[str, Any] = {"id": model_name, "object": "model", "created": 0, "owned_by": "tinker-atropos"}
+        if cap is not None and cap.context is not None:  # vLLM's field: verifiers' TrainClient reads it
+            entry["max_model_len"] = cap.context
+        return {"object": "list", "data": [entry]}
 
     @app.post("/v1/completions")
     async def completions(body: dict[str, Any]) -> dict[str, Any]:
@@ -157,14 +168,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
             raise BadRequest("stream and echo are not supported")
         prompts = _completion_prompts(req.prompt, codec)
         stops = _string_stops(req.stop)
-        spec = SampleSpec(
-            max_tokens=limit(req.max_tokens) if req.max_tokens is not None else 16,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            top_k=req.top_k,
-            seed=req.seed,
-            stop=codec.stops(req.stop),
-        )
+        spec = spec_of(limit(req.max_tokens) if req.max_tokens is not None else 16, req)
         results = await asyncio.gather(*(sample(p, req.n, spec) for p in prompts))
         choices, all_gens = [], []
         for gens in results:
@@ -198,14 +202,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
         stops = _string_stops(req.stop)
         asked = req.max_completion_tokens or req.max_tokens
         max_tokens = limit(asked) if asked else DEFAULT_CHAT_MAX_TOKENS
-        spec = SampleSpec(
-            max_tokens=max_tokens,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            top_k=req.top_k,
-            seed=req.seed,
-            stop=codec.stops(req.stop),
-        )
+        spec = spec_of(max_tokens, req)
         gens = await sample(prompt, req.n, spec)
         choices, kept = [], []
         for i, gen in enumerate(gens):
@@ -260,14 +257,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
         else:
             raise BadRequest("input_ids or text is required")
         sp = req.sampling_params
-        spec = SampleSpec(
-            max_tokens=limit(sp.max_new_tokens),
-            temperature=sp.temperature,
-            top_p=sp.top_p,
-            top_k=sp.top_k,
-            seed=sp.seed,
-            stop=codec.stops(sp.stop, sp.stop_token_ids),
-        )
+        spec = spec_of(limit(sp.max_new_tokens), sp)
         results = await asyncio.gather(*(sample(p, sp.n, spec) for p in prompts))
         outs = [
             _sglang_output(prompt, gen, codec, req.return_logprob)
@@ -284,14 +274,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
         else:
             prompt = list(req.prompt.prompt_token_ids)
             prompt_text = codec.decode(prompt)
-        spec = SampleSpec(
-            max_tokens=limit(req.max_tokens),
-            temperature=req.temperature,
-            top_p=req.top_p,
-            top_k=req.top_k,
-            seed=req.seed,
-            stop=codec.stops(req.stop, req.stop_token_ids),
-        )
+        spec = spec_of(limit(req.max_tokens), req)
         sampler, _ = holder.current()
         loop = loop_box["loop"]
         gens_task = engine.sample(loop, sampler, prompt, req.n, spec)
@@ -311,6 +294,30 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
         if prompt_lps is not None:
             out["prompt_logprobs"] = [None if lp is None else {str(t): lp} for t, lp in zip(prompt, prompt_lps)]
         return out
+
+    @app.post("/inference/v1/generate")
+    async def tokens_generate(body: dict[str, Any]) -> dict[str, Any]:
+        """Token ids in, token ids out (the stop token kept, as sampled): the client renders and
+        parses the conversation itself, so every id it trains on is one this server sampled."""
+        req: TokensGenerateRequest = _parse(TokensGenerateRequest, body)
+        sp = req.sampling_params
+        spec = spec_of(limit(sp.max_tokens) if sp.max_tokens is not None else DEFAULT_CHAT_MAX_TOKENS, sp)
+        gens = await sample(list(req.token_ids), sp.n, spec)
+        choices = [
+            {
+                "index": i,
+                "token_ids": gen.tokens,
+                "logprobs": None if sp.logprobs is None else _token_id_logprobs(gen),
+                "finish_reason": gen.finish_reason,
+            }
+            for i, gen in enumerate(gens)
+        ]
+        return {
+            "request_id": f"gen-{uuid.uuid4().hex}",
+            "prompt_token_ids": list(req.token_ids),
+            "choices": choices,
+            "usage": _usage(len(req.token_ids), gens),
+        }
 
     @app.post("/logprobs")
     async def logprobs(body: dict[str, Any]) -> dict[str, Any]:
@@ -363,6 +370,11 @@ def _chat_logprobs(gen: Generation, codec: _Codec) -> dict[str, Any]:
         entry = {"token": piece, "logprob": lp, "bytes": list(piece.encode("utf-8"))}
         content.append({**entry, "top_logprobs": [entry]})
     return {"content": content}
+
+
+def _token_id_logprobs(gen: Generation) -> dict[str, Any]:
+    """vLLM's `return_tokens_as_token_ids` form: one entry per sampled token, named by its id."""
+    return {"content": [{"token": f"token_id:{t}", "logprob": lp} for t, lp in zip(gen.tokens, gen.logprobs)]}
 
 
 def _sglang_output(prompt: list[int], gen: Generation, codec: _Codec, with_logprobs: bool) -> dict[str, Any]:

@@ -72,12 +72,10 @@ class VllmTokensPrompt(_Request):
     prompt_token_ids: list[int]
 
 
-class VllmGenerateRequest(_Request):
-    """vLLM's /generate (api_server): prompt + top-level SamplingParams fields."""
+class _VllmSampling(_Request):
+    """vLLM's SamplingParams fields both of its generate endpoints take."""
 
-    prompt: str | VllmTokensPrompt
     n: int = Field(default=1, ge=1)
-    max_tokens: int = Field(default=16, ge=0)
     temperature: float = Field(default=1.0, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = -1
@@ -85,8 +83,29 @@ class VllmGenerateRequest(_Request):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     logprobs: int | None = Field(default=None, ge=0)
+
+
+class VllmGenerateRequest(_VllmSampling):
+    """vLLM's /generate (api_server): prompt + top-level SamplingParams fields."""
+
+    prompt: str | VllmTokensPrompt
+    max_tokens: int = Field(default=16, ge=0)
     prompt_logprobs: int | None = Field(default=None, ge=0)
     stream: bool = False
+
+
+class TokensSamplingParams(_VllmSampling):
+    """vLLM's SamplingParams as verifiers 0.4.0's TrainClient sends them (None fields left out)."""
+
+    max_tokens: int | None = Field(default=None, ge=0)
+
+
+class TokensGenerateRequest(_Request):
+    """vLLM's tokens-in /inference/v1/generate (renderers.client.generate): token ids + sampling_params."""
+
+    model: str | None = None
+    token_ids: list[int] = Field(min_length=1)
+    sampling_params: TokensSamplingParams = TokensSamplingParams()
 
 
 class LogprobsRequest(_Request):

@@ -12,7 +12,7 @@ import sys
 from collections import deque
 from typing import Any
 
-from tinker_atropos.verifiers.classic_child import KEY_VAR
+from tinker_atropos.verifiers.child_lines import KEY_VAR
 from tinker_atropos.verifiers.venvs import Generation
 
 STDERR_LINES = 40  # the child's last lines of stderr, quoted when it fails

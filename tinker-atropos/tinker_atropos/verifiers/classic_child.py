@@ -24,11 +24,10 @@ import importlib.util
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-KEY_VAR = "RL_MCP_VERIFIERS_API_KEY"  # the model server's key, set by the host; never on a command line
+from child_lines import KEY_VAR, load_failed, private_stdout, serve  # a sibling: this runs as a script
 
 
 def _load(file: str | None, module: str | None, args: dict[str, Any]) -> Any:
@@ -83,9 +82,8 @@ def _rollout(output: dict[str, Any]) -> dict[str, Any]:
 class Child:
     """The loaded environment, answering group requests."""
 
-    def __init__(self, env: Any, out: TextIO) -> None:
+    def __init__(self, env: Any) -> None:
         self.env = env
-        self.out = out
         self.splits = {"train": env.get_dataset(), "eval": env.get_eval_dataset()}
         self.clients: dict[str, Any] = {}
 
@@ -117,31 +115,6 @@ class Child:
         )
         return [_rollout(o) for o in outputs]
 
-    async def answer(self, req: dict[str, Any]) -> None:
-        try:
-            reply: dict[str, Any] = {"id": req["id"], "rollouts": await self.group(req)}
-        except Exception as exc:  # the environment's own failure: reported, the child lives on
-            traceback.print_exc(file=sys.stderr)
-            reply = {"id": req.get("id"), "error": f"{type(exc).__name__}: {exc}"}
-        self.write(reply)
-
-    def write(self, data: dict[str, Any]) -> None:
-        self.out.write(json.dumps(data) + "\n")
-        self.out.flush()
-
-
-async def serve(child: Child) -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 26)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    pending: set[asyncio.Task[None]] = set()
-    while line := await reader.readline():
-        task = asyncio.create_task(child.answer(json.loads(line)))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-    if pending:  # stdin closed: the host is gone or done
-        await asyncio.wait(pending)
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -150,18 +123,12 @@ def main() -> None:
     where.add_argument("--module")
     parser.add_argument("--args", default="{}", help="load_environment's keyword arguments, as JSON")
     opts = parser.parse_args()
-    out = os.fdopen(os.dup(1), "w")  # ours alone: fd 1 and print() go to stderr from here on
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    out = private_stdout()
     try:
-        child = Child(_load(opts.file, opts.module, json.loads(opts.args)), out)
+        child = Child(_load(opts.file, opts.module, json.loads(opts.args)))
     except Exception as exc:
-        traceback.print_exc(file=sys.stderr)
-        out.write(json.dumps({"error": f"load_environment failed: {type(exc).__name__}: {exc}"}) + "\n")
-        out.flush()
-        sys.exit(1)
-    child.write({"ready": True, "train": len(child.splits["train"]), "eval": len(child.splits["eval"])})
-    asyncio.run(serve(child))
+        load_failed(out, exc)
+    asyncio.run(serve(child.group, out, len(child.splits["train"]), len(child.splits["eval"])))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,151 @@
+"""verifiers 0.4.0 (v1) environments run from their own code in their own venv (`make verifiers-v1`):
+v1_child.py against the product's standalone inference server (SmolLM2), its rollouts' sequences
+checked token by token against what the server sampled and what its /logprobs recomputes.
+
+The two environments are ours (tests/byo_envs/verifiers/): `echo_taskset`, a plain Taskset on
+verifiers' `null` harness, and `adder_tools_v1`, an `add` tool in a Toolset whose episodes always
+have two model turns (a reply without a tool call gets a hint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from numerics import logprob_tol
+from test_inference_server import standalone, standalone_config, wait_healthy
+from transformers import AutoConfig, AutoTokenizer
+
+from tinker_atropos.models import ensure_model
+from tinker_atropos.verifiers.venvs import PROJECT_ROOT
+
+V1_PYTHON = PROJECT_ROOT / ".venv-verifiers-v1" / "bin" / "python"
+CHILD = PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "verifiers" / "v1_child.py"
+VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
+MODEL = "smollm2-135m"  # tiny-chat spends a token per character: the tool prompt alone would be ~900
+# per environment: its config's fields, the model turns of each episode
+CASES = {"echo_taskset": ({"num_tasks": 3}, 1), "adder_tools_v1": ({"taskset": {"num_tasks": 3}}, 2)}
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not V1_PYTHON.exists(), reason="run `make verifiers-v1` first (verifiers 0.4.0's venv)"),
+]
+
+
+def port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The product's standalone inference server with SmolLM2; its URL."""
+    folder, inference = tmp_path_factory.mktemp("v1-server"), port()
+    log = folder / "server.log"
+    proc = standalone(standalone_config(folder, inference, port(), MODEL), log)
+    url = f"http://127.0.0.1:{inference}"
+    try:
+        wait_healthy(proc, url, log, 120)
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def one_group(env_file: Path, args: dict[str, Any], url: str, home: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The child's ready line and its answer to one request of n=2 (stdin closed after it: it exits)."""
+    request = {
+        "id": 7,
+        "split": "train",
+        "index": 1,
+        "n": 2,
+        "model": MODEL,
+        "base_url": f"{url}/v1",
+        "sampling": {"temperature": 1.0, "max_tokens": 24},
+    }
+    command = [str(V1_PYTHON), str(CHILD), "--file", str(env_file), "--args", json.dumps(args)]
+    proc = subprocess.Popen(
+        [*command, "--tokenizer", str(ensure_model(MODEL))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # verifiers keeps its runtime folders under ~/.cache/verifiers: this test's, not the machine's
+        env={**os.environ, "HOME": str(home), "RL_MCP_VERIFIERS_API_KEY": "local"},
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(json.dumps(request) + "\n", timeout=400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err[-4000:]
+    ready, reply = (json.loads(line) for line in out.splitlines())
+    assert "error" not in reply, (reply, err[-4000:])
+    return ready, reply
+
+
+def sampled_spans(ids: list[int], mask: list[bool]) -> list[list[int]]:
+    spans: list[list[int]] = []
+    for i, (token, sampled) in enumerate(zip(ids, mask)):
+        if sampled:
+            if i == 0 or not mask[i - 1]:
+                spans.append([])
+            spans[-1].append(token)
+    return spans
+
+
+@pytest.mark.parametrize("env_name", list(CASES))
+def test_a_v1_environment_answers_a_group_with_the_tokens_the_server_sampled(
+    env_name: str, server: str, tmp_path: Path
+) -> None:
+    args, turns = CASES[env_name]
+    started = time.monotonic()
+    ready, reply = one_group(VERIFIERS_DIR / f"{env_name}.py", args, server, tmp_path)
+    print(f"{env_name}: load + one group of 2 in {time.monotonic() - started:.1f} s")
+    assert ready == {"ready": True, "train": 3, "eval": 3} and reply["id"] == 7
+    tokenizer = AutoTokenizer.from_pretrained(str(ensure_model(MODEL)))
+    config = AutoConfig.from_pretrained(str(ensure_model(MODEL)))
+    assert len(reply["rollouts"]) == 2
+    for rollout in reply["rollouts"]:
+        assert isinstance(rollout["reward"], float) and rollout["error"] is None, rollout
+        assert all(isinstance(v, float) for v in rollout["metrics"].values()) and rollout["metrics"]
+        seq = rollout["sequence"]
+        ids, mask, logprobs = seq["token_ids"], seq["sampled_mask"], seq["logprobs"]
+        assert len(ids) == len(mask) == len(logprobs) > 0
+        messages = [*rollout["prompt"], *rollout["completion"]]
+        assert all(isinstance(m["role"], str) and isinstance(m["content"], str) for m in messages)
+        replies = [m for m in rollout["completion"] if m["role"] == "assistant"]
+        assert len(replies) == turns, rollout["completion"]  # the hint makes the tool episode two turns
+        # each run of sampled tokens is one reply, as the model wrote it (its stop token included)
+        spans = sampled_spans(ids, mask)
+        assert [tokenizer.decode(s, skip_special_tokens=True) for s in spans] == [m["content"] for m in replies]
+        # everything else is the prompt, the environment's turns and the template's scaffolding
+        not_sampled = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
+        for message in messages:
+            if message["role"] != "assistant":
+                assert message["content"] in not_sampled, (message, not_sampled)
+        assert all(lp == 0.0 for lp, m in zip(logprobs, mask) if not m)
+        sampled = [lp for lp, m in zip(logprobs, mask) if m]
+        again = httpx.post(f"{server}/logprobs", json={"input_ids": ids}, timeout=120).json()["logprobs"]
+        recomputed = [lp for lp, m in zip(again, mask) if m]
+        # the sampler's (a KV-cached decode, in a batch of two) and one forward pass over the whole
+        # sequence round differently: numerics.logprob_tol over these positions at these logprobs' size
+        tol = logprob_tol(config, len(ids), max(abs(x) for x in sampled) + 1.0)
+        assert recomputed == pytest.approx(sampled, abs=tol)
