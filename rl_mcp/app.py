@@ -26,7 +26,7 @@ from rl_mcp.runs.store import StoreError
 from rl_mcp.session.state import Session
 from rl_mcp.settings import Settings
 from rl_mcp.statelock import acquire as lock_state_dir
-from tinker_atropos.verifiers.venvs import CLASSIC
+from tinker_atropos.verifiers.venvs import verifiers_venvs
 
 logger = logging.getLogger("rl_mcp")
 
@@ -137,7 +137,7 @@ async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
         app = AppContext(
             settings=settings,
             session=Session.load(settings.state_file),
-            discovery=Discovery(settings.env_dirs, CLASSIC.python(settings.environ)),
+            discovery=Discovery(settings.env_dirs, verifiers_venvs(settings.environ)),
             introspector=Introspector(settings),
             task_group=tg,
         )

@@ -29,7 +29,7 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     from rl_mcp.engines.doctor_lines import engine_lines
     from rl_mcp.environments.discovery import Discovery
     from rl_mcp.settings import SECRET_ENV_VARS, Settings, SettingsError, unexpanded_placeholders
-    from tinker_atropos.verifiers.venvs import CLASSIC, GENERATIONS
+    from tinker_atropos.verifiers.venvs import GENERATIONS, verifiers_venvs
 
     raw = dict(os.environ if environ is None else environ)
     placeholders = unexpanded_placeholders(raw)
@@ -69,15 +69,15 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     if profile.engine is not None:
         lines.extend(engine_lines(settings))
     lines.append(f"state dir     {settings.home}")
-    catalog = Discovery(settings.env_dirs, CLASSIC.python(settings.environ)).scan()
+    catalog = Discovery(settings.env_dirs, verifiers_venvs(settings.environ)).scan()
     for env_dir in settings.env_dirs:
         names = sorted(e.name for e in catalog.environments.values() if e.env_dir == env_dir)
         lines.append(f"env dir       {env_dir}: {', '.join(names) or 'no environments'}")
-    packages = sorted(e.name for e in catalog.environments.values() if e.module is not None)
-    for generation in GENERATIONS.values():  # packages are listed from the classic venv
+    for generation in GENERATIONS.values():
         absent = generation.missing_venv_message(settings.environ)
-        installed = f": installed {', '.join(packages) or 'none'}" if generation is CLASSIC else ""
-        lines.append(f"{generation.format:<13} {absent or f'{generation.python(settings.environ)}{installed}'}")
+        envs = [e.name for e in catalog.environments.values() if e.module and e.format == generation.format]
+        found = f"{generation.python(settings.environ)}: installed {', '.join(sorted(envs)) or 'none'}"
+        lines.append(f"{generation.format:<13} {absent or found}")
     for problem in catalog.errors:
         lines.append(f"              cannot parse {problem['file']}: {problem['error']}")
     return lines, not missing

@@ -30,11 +30,10 @@ from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import Settings
 from tinker_atropos.run_files import RunFiles, read_jsonl
 from tinker_atropos.verifiers.sequences import PROMPT_LOGPROB, PROMPT_MASK, from_branch, sequence
-from tinker_atropos.verifiers.venvs import CLASSIC, V1
+from tinker_atropos.verifiers.venvs import CLASSIC, GENERATIONS, V1
 
 pytestmark = pytest.mark.anyio
 VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
-PACKAGE_DIR = Path(__file__).parent / "byo_envs" / "verifiers_package"
 SMALL = {"total_steps": 2, "group_size": 2, "batch_size": 4, "eval_size": 2, "max_completion_tokens": 12}
 # per environment: the profile (its model), its config edits, the metrics its rubric reports, model
 # turns per episode. tiny-chat spends a token per character, and a tool prompt alone is ~900 of them,
@@ -170,12 +169,23 @@ async def test_an_environment_is_scored_and_trained_from_its_own_code(
     assert evals and all(e["num_items"] == 2 for e in evals), evals
 
 
+# per API generation: the package of ours (tests/byo_envs), its distribution and module names
+PACKAGES = {
+    "verifiers": ("verifiers_package", "vf-letter-count", "vf_letter_count"),
+    "verifiers-v1": ("verifiers_v1_package", "vf-shout-v1", "vf_shout_v1"),
+}
+
+
 @pytest.fixture
-def installed_package(tmp_path: Path) -> Iterator[str]:
-    """tests/byo_envs/verifiers_package built as a wheel and pip-installed in the verifiers venv, as a
-    user installs a published environment there; uninstalled afterwards."""
-    python = CLASSIC.python({})
-    source = shutil.copytree(PACKAGE_DIR, tmp_path / "source")  # the build writes beside the sources
+def installed_package(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A package of ours (`request.param`: its API generation) built as a wheel and pip-installed in
+    that generation's venv, as a user installs a published environment there; uninstalled afterwards."""
+    generation = GENERATIONS[request.param]
+    python = generation.python({})
+    if not python.exists():
+        pytest.skip(f"run `{generation.make_command}` first (make test does)")
+    folder, distribution, module = PACKAGES[generation.format]
+    source = shutil.copytree(Path(__file__).parent / "byo_envs" / folder, tmp_path / "source")  # builds write there
     quiet = {"check": True, "capture_output": True}
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), source],
@@ -184,25 +194,37 @@ def installed_package(tmp_path: Path) -> Iterator[str]:
     (wheel,) = tmp_path.glob("*.whl")
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], **quiet)
     try:
-        yield "vf_letter_count"
+        yield module
     finally:
-        subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "vf-letter-count"], **quiet)
+        subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", distribution], **quiet)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CLASSIC.python({}).exists(), reason="run `make verifiers` first (make test does)")
-async def test_an_environment_installed_in_the_verifiers_venv_is_listed_and_runs(
+@pytest.mark.parametrize("installed_package", list(PACKAGES), indirect=True)
+async def test_an_environment_installed_in_a_verifiers_venv_is_listed_and_runs(
     installed_package: str, rl_home: Path
 ) -> None:
-    async with open_app(settings(stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
+    classic = installed_package == "vf_letter_count"
+    # per package: its format, its description, a field of its config (name, default, edit), the profile
+    env_format, description, (name, default, edit), profile = (
+        ("verifiers", "Count one letter in each word, scored by exact match.", ("letter", "e", "p"), "local")
+        if classic
+        else (
+            "verifiers-v1",
+            "Write a word in capitals, scored by whether the reply holds it so.",
+            ("taskset", {"num_tasks": 8}, {"num_tasks": 4}),
+            "smollm2",
+        )
+    )
+    async with open_app(settings(profile, stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
         listed = {e["name"]: e for e in (await call(client, "rl_list_environments"))["environments"]}
         entry = listed[installed_package]
-        assert entry["format"] == "verifiers" and entry["file"].endswith("vf_letter_count/__init__.py"), entry
-        assert entry["description"] == "Count one letter in each word, scored by exact match."
+        assert entry["format"] == env_format and entry["file"].endswith(f"{installed_package}/__init__.py"), entry
+        assert entry["description"] == description
         await call(client, "rl_select_environment", name=installed_package)
         fields = {f["name"]: f for f in (await call(client, "rl_get_current_config"))["fields"]}
-        assert (fields["letter"]["section"], fields["letter"]["default"]) == ("verifiers", "e")
-        await call(client, "rl_edit_config", field="letter", value="p")
+        assert (fields[name]["section"], fields[name]["default"]) == ("verifiers", default)
+        await call(client, "rl_edit_config", field=name, value=edit)
         for field, value in SMALL.items():
             await call(client, "rl_edit_config", field=field, value=value)
         tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=300)
@@ -211,10 +233,7 @@ async def test_an_environment_installed_in_the_verifiers_venv_is_listed_and_runs
         assert len(model["step_scores"][0]) == 2, model
         config = yaml.safe_load(Path(model["config"]).read_text())
         # loaded by module name, as installed (its relative import works), with the edited argument
-        assert (config["env"]["verifiers_module"], config["env"]["verifiers_args"]) == (
-            installed_package,
-            {"letter": "p"},
-        )
+        assert (config["env"]["verifiers_module"], config["env"]["verifiers_args"]) == (installed_package, {name: edit})
 
 
 @pytest.mark.slow

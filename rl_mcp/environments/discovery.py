@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -158,10 +159,11 @@ def _python_files(root: Path) -> list[Path]:
 class Discovery:
     """Scans the env dirs; per-file parses are cached by (mtime, size) so a rescan is cheap."""
 
-    def __init__(self, env_dirs: tuple[Path, ...], verifiers_python: Path | None = None) -> None:
+    def __init__(self, env_dirs: tuple[Path, ...], verifiers_venvs: Mapping[str, Path] | None = None) -> None:
         self.env_dirs = env_dirs
-        self.verifiers_python = verifiers_python  # its venv's installed verifiers environments are listed too
-        self._packages: tuple[tuple[int, ...], list[EnvironmentInfo]] = ((), [])
+        # format -> the Python of its venv: the environments installed there are listed too
+        self.verifiers_venvs = dict(verifiers_venvs or {})
+        self._packages: tuple[tuple[tuple[str, tuple[int, ...]], ...], list[EnvironmentInfo]] = ((), [])
         self._parsed: dict[Path, tuple[tuple[int, int], _FileScan]] = {}
         self._tasks: dict[
             EnvironmentInfo, tuple[tuple[reasoning_gym_format.TaskEntry, ...], list[EnvironmentInfo]]
@@ -197,10 +199,9 @@ class Discovery:
         return hit[1]
 
     def _installed(self) -> list[EnvironmentInfo]:
-        """The verifiers venv's installed environments, read again only when its site-packages change."""
-        if self.verifiers_python is None:
-            return []
-        now = verifiers_packages.stamp(self.verifiers_python)
+        """The verifiers venvs' installed environments (each venv's own API generation), read again
+        only when a venv's site-packages change."""
+        now = tuple((f, verifiers_packages.stamp(p)) for f, p in sorted(self.verifiers_venvs.items()))
         if now != self._packages[0]:
             found = [
                 EnvironmentInfo(
@@ -214,7 +215,9 @@ class Discovery:
                     format=p.found.format,
                     module=p.module,
                 )
-                for p in verifiers_packages.installed(self.verifiers_python)
+                for env_format, python in sorted(self.verifiers_venvs.items())
+                for p in verifiers_packages.installed(python)
+                if p.found.format == env_format  # a classic module in the v1 venv cannot run there
             ]
             self._packages = (now, found)
         return self._packages[1]

@@ -60,3 +60,8 @@ V1 = Generation(
     child_file=Path(__file__).with_name("v1_child.py"),
 )
 GENERATIONS = {g.format: g for g in (CLASSIC, V1)}
+
+
+def verifiers_venvs(environ: Mapping[str, str]) -> dict[str, Path]:
+    """Each API generation's format -> the Python of its venv (discovery lists what is installed there)."""
+    return {g.format: g.python(environ) for g in GENERATIONS.values()}
