@@ -99,3 +99,24 @@ async def test_an_attached_engine_that_does_not_answer_fails_the_run_fast(tmp_pa
     tail = "\n".join(status["failure_log_tail"] or [])
     assert "trainer exited with code 3" in status["error"], status  # 3: the backend is unavailable
     assert "self-hosted Tinker engine" in tail and url in tail, tail
+
+
+def test_the_engines_crash_line_is_kept_whatever_the_log_says_after_it(tmp_path: Path) -> None:
+    """The API server logs its engine's crash, then every request that finishes as it stops: the
+    line (with the exit code) is what `died()` quotes, not the tail it has scrolled out of."""
+    from rl_mcp.engines.service import _LogMarker
+    from rl_mcp.engines.skyrl import CRASH_MARKER
+
+    log = tmp_path / "engine.log"
+    log.write_text("before this start: Background engine crashed with exit code -6\n")
+    marker = _LogMarker(log, CRASH_MARKER)
+    with log.open("a") as f:
+        f.write("INFO - uvicorn.access: GET /api/v1/healthz 200\nERROR - skyrl: Background engine cra")
+    assert not marker.seen()  # half a line so far (and the earlier start's crash is not this one)
+    with log.open("a") as f:
+        f.write("shed with exit code -9, exiting API server\n")
+        f.writelines(f'INFO - uvicorn.access: "POST /api/v1/asample" 200 ({i})\n' for i in range(40))
+    assert (
+        marker.seen()
+        and marker.line == "ERROR - skyrl: Background engine crashed with exit code -9, exiting API server"
+    )

@@ -127,7 +127,8 @@ class EngineService:
         if self._child.running:
             if self._crash is None or not self._crash.seen():
                 return None
-            return self._failure("SkyRL's Tinker engine process died")
+            # its own line: the log's tail soon fills with the requests that finish as the server stops
+            return self._failure(f"SkyRL's Tinker engine process died (its API server logged: {self._crash.line})")
         return self._failure(f"SkyRL's Tinker engine exited with code {self._child.poll()}")
 
     def state(self) -> dict[str, Any]:
@@ -189,13 +190,15 @@ class EngineService:
 
 
 class _LogMarker:
-    """Whether a line holding `marker` was written to the log since this start (read as it grows)."""
+    """Whether a line holding `marker` was written to the log since this start (read as it grows),
+    and that line."""
 
     def __init__(self, path: Path, marker: str) -> None:
         self.path, self.marker = path, marker
         self.offset = path.stat().st_size if path.exists() else 0
         self.found = False
-        self._partial = b""
+        self.line = ""
+        self._partial = b""  # the last line read, until its end comes
 
     def seen(self) -> bool:
         if not self.found:
@@ -207,6 +210,10 @@ class _LogMarker:
                 return False
             self.offset += len(chunk)
             text = self._partial + chunk
-            self._partial = text[-len(self.marker) :]
-            self.found = self.marker.encode() in text
+            self._partial = text[text.rfind(b"\n") + 1 :]
+            at = text.find(self.marker.encode())
+            if at >= 0:
+                end = text.find(b"\n", at)
+                self.line = text[text.rfind(b"\n", 0, at) + 1 : end if end >= 0 else None].decode(errors="replace")
+                self.found = True
         return self.found
