@@ -10,6 +10,7 @@ the engine's log as a resource; everything stopped with the server.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,7 @@ def transformers_greedy(adapter: Path, prompts: list[str]) -> list[list[int]]:
 
 def environ(home: Path, **extra: str) -> dict[str, str]:
     env = {**os.environ, "RL_MCP_HOME": str(home), "RL_MCP_PROFILE": "skyrl", "RL_MCP_STATUS_MIN_INTERVAL": "0"}
+    env["RL_MCP_ENV_DIRS"] = str(Path(__file__).parent / "byo_envs" / "verifiers")  # word_count
     env.pop("TINKER_API_KEY", None)
     return {**env, **extra}
 
@@ -198,6 +200,24 @@ async def test_the_tinker_backend_end_to_end_on_skyrls_engine(tmp_path: Path) ->
         assert d_done["status"] == "completed", d_done
         assert [int(m["step"]) for m in metrics_of(d)] == [1, 2]
         assert engine_processes(), "the engine runs while the server does"
+
+        # --- a classic verifiers environment, 2 steps: its own code's model calls sampled by the engine --
+        await call(client, "rl_select_environment", name="word_count")
+        for field, value in {**AGENT, "num_examples": 6, "max_completion_tokens": 8}.items():
+            await call(client, "rl_edit_config", field=field, value=value)
+        v = await call(client, "rl_start_training")
+        v_done = await wait_for(client, v["run_id"], ended, 900)
+        assert v_done["status"] == "completed", v_done
+        assert [m["env_metrics"]["num_turns"] for m in metrics_of(v)] == [1.0, 1.0]  # the rubric's, logged
+        batch = json.loads(RunFiles(Path(v["run_dir"])).first_batch.read_text())["groups"][0]
+        from transformers import AutoTokenizer
+
+        from tinker_atropos.models.paths import model_dir
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2-135m"))
+        for tokens, masks, episode in zip(batch["tokens"], batch["masks"], batch["messages"]):
+            trained = [t for t, m in zip(tokens, masks) if m != -100]  # the engine's sampled ids, as sampled
+            assert tokenizer.decode(trained, skip_special_tokens=True) == episode[-1]["content"], episode
 
         # --- the engine killed as the OOM killer does: the run fails saying so, with the fix ---------
         await call(client, "rl_select_environment", name="arithmetic")
