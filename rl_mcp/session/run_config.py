@@ -36,14 +36,14 @@ def render_run_config(
     name = run_name or state.wandb_name or wandb_name_for(schema.environment)
     values = {n: resolve_field(schema, profile, state, n) for n in schema.fields}
     env = {n: v for n, (v, status) in values.items() if schema.fields[n].section == "env" and status != "managed"}
-    if schema.task is not None:  # a reasoning-gym task: the settings edited, the rest the generator's defaults
-        task = {n: v for n, (v, status) in values.items() if schema.fields[n].section == "task" and status == "edited"}
-        env.update(task=schema.task, task_config=task)
-    if schema.verifiers_source is not None:  # a verifiers environment: load_environment's edited arguments
-        edited = {
-            n: v for n, (v, status) in values.items() if schema.fields[n].section == "verifiers" and status == "edited"
-        }
-        env.update(**schema.verifiers_source, verifiers_args=edited)
+
+    def edited(section: str) -> dict[str, Any]:  # the rest keep the environment's own defaults
+        return {n: v for n, (v, status) in values.items() if schema.fields[n].section == section and status == "edited"}
+
+    if schema.task is not None:  # a reasoning-gym task: its generator's settings
+        env.update(task=schema.task, task_config=edited("task"))
+    if schema.verifiers_source is not None:  # a verifiers environment: its load_environment arguments
+        env.update(**schema.verifiers_source, verifiers_args=edited("verifiers"))
     env.update(
         tokenizer_name=profile.tokenizer_name,
         rollout_server_url=f"http://127.0.0.1:{api_port}",

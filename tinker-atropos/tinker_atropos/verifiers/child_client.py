@@ -69,7 +69,7 @@ class VerifiersChild:
         ready = json.loads(head) if head.strip() else {"error": "the verifiers child exited while loading"}
         if not ready.get("ready"):
             await proc.wait()
-            await asyncio.sleep(0.1)  # the relay reads the rest of its stderr
+            await asyncio.wait([child._relay], timeout=5)  # the relay reads its stderr to the end
             await child.close()
             raise VerifiersChildError(f"{ready.get('error')} (exit code {proc.returncode}); {child._tail()}")
         child.train_rows, child.eval_rows = int(ready["train"]), int(ready["eval"])

@@ -79,9 +79,9 @@ class VerifiersHostEnv(ChatTaskEnv):
 
     async def setup(self) -> None:
         cfg = self.config
-        source = {"module": cfg.verifiers_module} if cfg.verifiers_module else {"file": str(cfg.verifiers_file)}
         if not (cfg.verifiers_module or cfg.verifiers_file):
             raise ValueError("a verifiers run needs verifiers_file or verifiers_module in its env config")
+        source = {"module": cfg.verifiers_module} if cfg.verifiers_module else {"file": str(cfg.verifiers_file)}
         server = self.server.servers[0].config
         generation = GENERATIONS[cfg.verifiers_format]
         options = ["--tokenizer", str(cfg.tokenizer_name)] if generation is V1 else []  # it renders prompts itself
