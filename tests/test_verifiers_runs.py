@@ -29,7 +29,7 @@ from rl_mcp.app import open_app
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import Settings
 from tinker_atropos.run_files import RunFiles, read_jsonl
-from tinker_atropos.verifiers.sequences import PROMPT_LOGPROB, PROMPT_MASK, from_branch, sequence
+from tinker_atropos.verifiers.sequences import PROMPT_LOGPROB, PROMPT_MASK, from_branch, from_text, sequence
 from tinker_atropos.verifiers.venvs import CLASSIC, GENERATIONS, V1
 
 pytestmark = pytest.mark.anyio
@@ -82,6 +82,12 @@ def test_a_v1_branch_keeps_its_mask_and_its_sampled_logprobs() -> None:
     assert seq.logprobs == [PROMPT_LOGPROB, -0.25, PROMPT_LOGPROB, -1.5]
     with pytest.raises(ValueError, match="2 tokens, 1 mask and 2 logprobs"):
         from_branch([1, 2], [True], [0.0, 0.0])
+
+
+def test_a_rollout_retokenized_from_its_text_claims_no_sampler_logprobs() -> None:
+    seq = from_text([1, 2], [3, 4])
+    assert (seq.tokens, seq.masks) == ([1, 2, 3, 4], [PROMPT_MASK, PROMPT_MASK, 3, 4])
+    assert seq.logprobs == []  # batches.py: the trainer scores such a sequence with its own sampler
 
 
 # --- through the MCP tools --------------------------------------------------------------------

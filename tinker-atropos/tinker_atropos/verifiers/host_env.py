@@ -23,7 +23,7 @@ from pydantic import Field
 from tinker_atropos.environments.common import ChatTaskConfig, ChatTaskEnv, Score, Task, local_server_defaults
 from tinker_atropos.models.paths import SMOLLM2
 from tinker_atropos.verifiers.child_client import VerifiersChild
-from tinker_atropos.verifiers.sequences import Sequence, from_branch, sequence
+from tinker_atropos.verifiers.sequences import Sequence, from_branch, from_text, sequence
 from tinker_atropos.verifiers.venvs import GENERATIONS, V1
 
 # verifiers' per-rollout metrics that the trainer already reports under its own names
@@ -130,7 +130,7 @@ class VerifiersHostEnv(ChatTaskEnv):
 
     def _sequence(self, rollout: dict[str, Any]) -> Sequence:
         """The rollout's exact sequence; from its text alone when the server sent no token ids (an
-        OpenAI-only endpoint under rl_test_inference), which scores it but does not train it."""
+        OpenAI-only endpoint under rl_test_inference), without sampler logprobs."""
         if branch := rollout.get("sequence"):  # verifiers-v1: the trace's own masked sequence
             return from_branch(branch["token_ids"], branch["sampled_mask"], branch["logprobs"])
         turns = rollout.get("turns")
@@ -146,10 +146,10 @@ class VerifiersHostEnv(ChatTaskEnv):
             return seq
         prompt = self.tokenizer.apply_chat_template(rollout["prompt"], tokenize=False, add_generation_prompt=True)
         reply = "".join(str(m.get("content") or "") for m in rollout["completion"] if m.get("role") == "assistant")
-        seq = Sequence()
-        seq.extend(self.tokenizer.encode(prompt, add_special_tokens=False), trained=False)
-        seq.extend(self.tokenizer.encode(reply, add_special_tokens=False), trained=True)
-        return seq
+        return from_text(
+            self.tokenizer.encode(prompt, add_special_tokens=False),
+            self.tokenizer.encode(reply, add_special_tokens=False),
+        )
 
     async def evaluate(self, *args: Any, final: bool = False, **kwargs: Any) -> None:
         """Greedy rollouts of the eval rows; one line appended to eval.jsonl."""

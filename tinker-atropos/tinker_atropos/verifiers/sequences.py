@@ -57,3 +57,14 @@ def from_branch(token_ids: list[int], sampled_mask: list[bool], logprobs: list[f
     for token, sampled, logprob in zip(token_ids, sampled_mask, logprobs, strict=True):
         seq.extend([token], trained=sampled, logprobs=[float(logprob)] if sampled else None)
     return seq
+
+
+def from_text(prompt_ids: list[int], reply_ids: list[int]) -> Sequence:
+    """A rollout whose server sent no token ids, re-tokenized from its text: no sampler logprobs (an
+    empty list, which the trainer fills with its own sampler's: batches.py), never placeholders that
+    would read as the policy's."""
+    seq = Sequence()
+    seq.extend(prompt_ids, trained=False)
+    seq.extend(reply_ids, trained=True)
+    seq.logprobs = []
+    return seq
