@@ -120,3 +120,15 @@ def test_the_engines_crash_line_is_kept_whatever_the_log_says_after_it(tmp_path:
         marker.seen()
         and marker.line == "ERROR - skyrl: Background engine crashed with exit code -9, exiting API server"
     )
+
+
+def test_the_crash_line_names_the_death_after_the_api_server_has_exited_too() -> None:
+    """The API server may have stopped itself (143) before a run asks why: the answer still gives
+    the engine's own -9 (the OOM killer's mark), not the server's code."""
+    from rl_mcp.engines.service import engine_death
+
+    crash = "ERROR - skyrl: Background engine crashed with exit code -9, exiting API server"
+    assert engine_death(None, None) is None  # up and well
+    for api_exit in (None, 143):  # still stopping, or gone
+        assert "exit code -9" in (engine_death(api_exit, crash) or ""), api_exit
+    assert engine_death(143, None) == "SkyRL's Tinker engine exited with code 143"

@@ -120,16 +120,12 @@ class EngineService:
             await self._stopped.wait()
 
     def died(self) -> str | None:
-        """Why the engine is gone, when it exited without being asked to (None while it runs). Its API
-        server outlives its engine process by up to 10 s: the crash it logs counts at once."""
+        """Why the engine is gone, when it exited without being asked to (None while it runs)."""
         if self._child is None or self._stop.is_set():
             return None
-        if self._child.running:
-            if self._crash is None or not self._crash.seen():
-                return None
-            # its own line: the log's tail soon fills with the requests that finish as the server stops
-            return self._failure(f"SkyRL's Tinker engine process died (its API server logged: {self._crash.line})")
-        return self._failure(f"SkyRL's Tinker engine exited with code {self._child.poll()}")
+        crash = self._crash.line if self._crash is not None and self._crash.seen() else None
+        what = engine_death(self._child.poll(), crash)
+        return None if what is None else self._failure(what)
 
     def state(self) -> dict[str, Any]:
         """What doctor and rl://profile show."""
@@ -187,6 +183,17 @@ class EngineService:
 
     def _failure(self, what: str) -> str:
         return explain_exit(what, tail_lines(self.log_path, 40), self.log_path)
+
+
+def engine_death(api_exit_code: int | None, crash_line: str | None) -> str | None:
+    """What ended the engine (None: it runs). The API server outlives its engine process by up to
+    10 s, then exits itself (code 143): the crash line it logged is the cause, up or not, quoted
+    itself because the log's tail soon fills with the requests that finish as the server stops."""
+    if crash_line is not None:
+        return f"SkyRL's Tinker engine process died (its API server logged: {crash_line})"
+    if api_exit_code is None:
+        return None
+    return f"SkyRL's Tinker engine exited with code {api_exit_code}"
 
 
 class _LogMarker:
