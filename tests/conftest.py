@@ -21,26 +21,6 @@ PYTHON = sys.executable
 _LEAKY_ENV = ("RL_MCP_PROFILE", "RL_MCP_ENV_DIRS", "RL_MCP_AUTH_TOKEN", "RL_MCP_INTROSPECT_TIMEOUT")
 
 
-# Started before the rest: xdist hands out whole files (--dist loadfile) most tests first, which
-# left SkyRL's 18-minute story to start last, alone on one worker while the other sat idle.
-LONGEST_FIRST = ("tests/test_skyrl_engine.py", "tests/test_verifiers_runs.py")
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    if config.getvalue("dist") != "loadfile":
-        return None  # xdist's own
-    from xdist.scheduler import LoadFileScheduling
-
-    class LongestFirst(LoadFileScheduling):
-        def _assign_work_unit(self, node: object) -> None:
-            for scope in reversed(LONGEST_FIRST):
-                if scope in self.workqueue:
-                    self.workqueue.move_to_end(scope, last=False)
-            super()._assign_work_unit(node)  # type: ignore[arg-type]
-
-    return LongestFirst(config, log)  # type: ignore[arg-type]
-
-
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
