@@ -101,6 +101,15 @@ def one_group(env_file: Path, args: dict[str, Any], url: str, home: Path) -> tup
     return ready, reply
 
 
+def port_files_left(before: set[Path]) -> set[Path]:
+    """verifiers' `/tmp/vf-port-*` files made since `before` that outlive their read-back: another
+    worker's launch holds one for at most a 1 s poll, so a file still there 3 s on was left."""
+    new = set(Path("/tmp").glob("vf-port-*")) - before
+    if new:
+        time.sleep(3)
+    return {p for p in new if p.exists()}
+
+
 def sampled_spans(ids: list[int], mask: list[bool]) -> list[list[int]]:
     spans: list[list[int]] = []
     for i, (token, sampled) in enumerate(zip(ids, mask)):
@@ -116,9 +125,10 @@ def test_a_v1_environment_answers_a_group_with_the_tokens_the_server_sampled(
     env_name: str, server: str, tmp_path: Path
 ) -> None:
     args, turns = CASES[env_name]
-    started = time.monotonic()
+    started, port_files = time.monotonic(), set(Path("/tmp").glob("vf-port-*"))
     ready, reply = one_group(VERIFIERS_DIR / f"{env_name}.py", args, server, tmp_path)
     print(f"{env_name}: load + one group of 2 in {time.monotonic() - started:.1f} s")
+    assert not port_files_left(port_files)  # a tool server's port file is removed once read back
     assert ready == {"ready": True, "train": 3, "eval": 3} and reply["id"] == 7
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_model(MODEL)))
     config = AutoConfig.from_pretrained(str(ensure_model(MODEL)))

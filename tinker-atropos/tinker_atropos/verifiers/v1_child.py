@@ -50,6 +50,7 @@ from renderers.base import (
 )
 from renderers.configs import BaseRendererConfig, CustomRendererConfig
 from renderers.default import DefaultRenderer
+from verifiers.v1.mcp import launch as vf_launch
 
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(</tool_call>|$)", re.S)
 PEP_723 = re.compile(r"(?m)^# /// script$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
@@ -217,6 +218,18 @@ async def _prepare_here(
     return [sys.executable, path]
 
 
+_read_back_port = vf_launch._read_back_port
+
+
+async def _read_back_port_once(runtime: vf.Runtime, path: str) -> int:
+    """verifiers' port read-back, then the port file removed: verifiers names it `/tmp/vf-port-<uuid>`
+    on every tool-server launch (one per rollout with tools) and never removes it."""
+    try:
+        return await _read_back_port(runtime, path)
+    finally:
+        await runtime.run(["rm", "-f", path], {})
+
+
 # --- loading ---------------------------------------------------------------------------------------
 
 
@@ -336,6 +349,7 @@ def main() -> None:
     opts = parser.parse_args()
     out = child_lines.private_stdout()
     vf.Runtime.prepare_uv_script = _prepare_here  # type: ignore[method-assign]
+    vf_launch._read_back_port = _read_back_port_once
     try:
         child = Child(_load(opts.file, opts.module, json.loads(opts.args)), opts.tokenizer)
     except Exception as exc:
