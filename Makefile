@@ -6,14 +6,13 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo test lint bench install inspector hermes browser smollm2 skyrl-engine verifiers verifiers-v1 clean
+.PHONY: demo setup test lint bench install inspector hermes browser smollm2 skyrl-engine verifiers verifiers-v1 clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch first, as the CPU wheel: otherwise a dependency pulls a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[local,dev]"
+	# torch pinned in the same resolver pass, as the CPU wheel: unpinned, a dependency pulls a multi-GB CUDA build
+	$(PY) -m pip install -q torch==2.13.0 -e ".[local,dev]"
 	touch $@
 
 install: $(STAMP)
@@ -44,8 +43,8 @@ $(CHROMIUM):
 browser: $(CHROMIUM)
 
 # SkyRL's Tinker engine (the `skyrl` profile: self-hosted Tinker) in its own Python 3.12 venv: it
-# pins tinker < 0.26 and transformers <= 5.16.1. torch (peft imports it) first: for Python 3.12 the
-# registry has only its CUDA build (~4 GB of wheels, once); jax, flax and optax directly (skyrl's
+# pins tinker < 0.26 and transformers <= 5.16.1. torch (peft imports it) pinned in the same pass: for
+# Python 3.12 the registry has only its CUDA build (~4 GB of wheels, once); jax, flax and optax directly (skyrl's
 # `jax` extra pulls CUDA jaxlib); aiohttp is imported but not declared; uv runs it (the API server
 # starts its engine with `uv run`, read from its own command line).
 PYTHON312 ?= $(shell PYENV_VERSION=3.12.1 python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || command -v python3.12)
@@ -54,8 +53,7 @@ $(SKYRL):
 	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: set PYTHON312=/path/to/python3.12"; exit 1; }
 	$(PYTHON312) -m venv .venv-skyrl
 	.venv-skyrl/bin/python -m pip install -q --upgrade pip
-	.venv-skyrl/bin/python -m pip install -q torch==2.13.0
-	.venv-skyrl/bin/python -m pip install -q "skyrl[tinker]==0.4.0" "jax>=0.8,<1.0" "flax>=0.12.10" optax aiohttp uv==0.13.9
+	.venv-skyrl/bin/python -m pip install -q torch==2.13.0 "skyrl[tinker]==0.4.0" "jax>=0.8,<1.0" "flax>=0.12.10" optax aiohttp uv==0.13.9
 	touch $@
 
 skyrl-engine: $(SKYRL)
@@ -108,15 +106,25 @@ lint: $(STAMP)
 # portable kernels and AVX2's, so a tolerance that only one kernel order meets fails on any machine.
 KERNEL_FAMILIES := default avx2
 
-test: $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1) lint
+# Everything the tests need, built side by side: each venv is one install that mostly waits on the
+# registry and unpacks wheels on one core, so four at once finish in about the time of the longest.
+SETUP := $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1)
+setup:
+	$(MAKE) --jobs=4 --output-sync=target $(SETUP)
+
+test: setup lint
 	for cap in $(KERNEL_FAMILIES); do \
 		echo "== tests marked kernels, ATEN_CPU_CAPABILITY=$$cap"; \
 		ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m kernels || exit 1; \
 	done
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
+	# the full suite records where its time goes (tests/suite_timeline.py), printed pass or fail
+	# (bench/suite_profile.py); xdist hands out whole files, the longest first (tests/file_seconds.json)
+	rm -rf .suite-timeline
+	RL_MCP_SUITE_TIMELINE=.suite-timeline $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15; \
+		status=$$?; $(PY) bench/suite_profile.py .suite-timeline --files 15 --tests 10; exit $$status
 
 bench: $(STAMP) $(SMOLLM2)
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+	for b in bench/*.py; do [ $$b = bench/suite_profile.py ] || $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl .venv-verifiers .venv-verifiers-v1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,11 +15,42 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+import suite_timeline
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 # Variables that would make a test depend on the machine it runs on.
 _LEAKY_ENV = ("RL_MCP_PROFILE", "RL_MCP_ENV_DIRS", "RL_MCP_AUTH_TOKEN", "RL_MCP_INTROSPECT_TIMEOUT")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    suite_timeline.register(config)
+
+
+# Each file's worker-seconds in a full run (`bench/suite_profile.py TIMELINE --write-file-seconds`).
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Whole files (--dist loadfile), the longest first: xdist's own order (most tests first) left
+    SkyRL's story, two tests long, to start last while the other worker sat idle for minutes."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    seconds: dict[str, float] = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.exists() else {}
+
+    class LongestFirst(LoadFileScheduling):
+        ordered = False
+
+        def _assign_work_unit(self, node: object) -> None:
+            if not self.ordered:  # files not in the record (new ones) after, in collection order
+                for scope in sorted(self.workqueue, key=lambda scope: -seconds.get(scope, 0.0)):
+                    self.workqueue.move_to_end(scope)
+                self.ordered = True
+            super()._assign_work_unit(node)  # type: ignore[arg-type]
+
+    return LongestFirst(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ import yaml
 from mcp import Client
 
 from rl_mcp.app import open_app
+from rl_mcp.inference.progress import WAITING_REPORT_S
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import PROFILES_DIR, Settings
 
@@ -120,10 +121,12 @@ async def test_a_run_whose_environment_discards_every_group_shows_it_then_fails(
 async def test_a_long_reply_shows_progress_and_its_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """The environment asks 100000 tokens a reply, more than the 4096-token context: the server caps
     each at max_reply_tokens, rl_get_current_config says so, and the test reports the tokens the
-    server generates while it waits, then flags the cut replies with the field."""
+    server generated while it waits, then flags the cut replies with the field. Scoring takes longer
+    than a waiting report's period: on a fast machine the replies alone came before the first one."""
     settings = settings_with(monkeypatch)
     async with open_app(settings) as app, Client(build_server(app)) as client:
-        await select(client, "long_replies", max_token_length=100_000, max_reply_tokens=1500)
+        edits = {"max_token_length": 100_000, "max_reply_tokens": 1500, "score_delay_s": WAITING_REPORT_S + 1.5}
+        await select(client, "long_replies", **edits)
         config = await call(client, "rl_get_current_config")
         progress: list = []
         answer = await call(client, "rl_test_inference", progress, num_steps=1, group_size=2, timeout_s=300)

@@ -44,8 +44,10 @@ CLOUD_KEY = "tml-the-users-real-cloud-key"
 
 @pytest.fixture
 def sdk_attach(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The SDK's own _attach_sequence_ids; the module attribute is restored after the test."""
-    original = sampling_client._attach_sequence_ids
+    """The SDK's own _attach_sequence_ids, in place for the test (unwrapped where an earlier test in
+    this process patched it, as SkyRL's story does); the module attribute is restored after it."""
+    current = sampling_client._attach_sequence_ids
+    original = getattr(current, "__wrapped__", current)
     monkeypatch.setattr(sampling_client, "_attach_sequence_ids", original)
     return original
 

@@ -1,7 +1,10 @@
 """An environment that asks each reply for `max_token_length` tokens, as hermes-agent's agent loop
 does per turn (its terminal_test_env sets 16000), with greedy decoding: the tiny model then never
 stops by itself, so every reply runs to whatever caps it. `prompt_words` pads the prompt, so a
-reply can run to the model's context instead."""
+reply can run to the model's context instead. `score_delay_s` makes scoring take that long after the
+replies came (a slow judge), so what rl_test_inference reports while it waits is seen on any machine."""
+
+import asyncio
 
 from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
 from atroposlib.utils.tokenize_for_trainer import tokenize_for_trainer
@@ -12,6 +15,7 @@ from tinker_atropos.environments.common import local_server_defaults
 
 class LongRepliesConfig(BaseEnvConfig):
     prompt_words: int = Field(0, ge=0, description="Filler words before the question")
+    score_delay_s: float = Field(0.0, ge=0.0, description="Seconds scoring takes once the replies came")
 
 
 class LongRepliesEnv(BaseEnv):
@@ -51,6 +55,7 @@ class LongRepliesEnv(BaseEnv):
             group["tokens"].append(out["tokens"])
             group["masks"].append(out["masks"])
             group["scores"].append(float(i))
+        await asyncio.sleep(self.config.score_delay_s)
         return group, []
 
     async def evaluate(self, *args, **kwargs):
