@@ -28,6 +28,7 @@ class TestTime:
     phases: dict[str, float] = field(default_factory=dict)  # setup / call / teardown seconds
     outcome: str = "passed"
     sleep_s: float = 0.0
+    own_cpu_s: float = 0.0  # the test process itself: in-process servers, models loaded there
     child_cpu_s: dict[str, float] = field(default_factory=dict)
     children: dict[str, int] = field(default_factory=dict)
 
@@ -72,32 +73,23 @@ class Timeline:
 def read_timeline(folder: Path) -> Timeline:
     """The tests of the full pytest session in `folder`. `make test` runs the kernel-family passes
     into the same files first, and a test may run pytest itself: each worker's lines are grouped by
-    the process that wrote them (or, in lines with no pid, split where no test ran for 10 s), and
-    the largest group is the session."""
+    the process that wrote them, and the largest group is the session."""
     tests: list[TestTime] = []
-    for path in sorted(folder.glob("gw*.jsonl")) or sorted(folder.glob("*.jsonl")):
-        groups: dict[object, dict[str, TestTime]] = defaultdict(dict)
-        gap_group, last_stop = 0, 0.0
+    for path in sorted(folder.glob("*.jsonl")):
+        groups: dict[int, dict[str, TestTime]] = defaultdict(dict)
         for raw in path.read_text().splitlines():
             line: dict[str, Any] = json.loads(raw)
-            if "pid" not in line and "start" in line:
-                if line["start"] - last_stop > 10.0:
-                    gap_group += 1
-                last_stop = line["stop"]
-            group = groups[line.get("pid", gap_group)]
-            test = group.setdefault(line["nodeid"], TestTime(line["nodeid"], line["worker"]))
+            test = groups[line["pid"]].setdefault(line["nodeid"], TestTime(line["nodeid"], line["worker"]))
             if line["when"] == "processes":
-                test.sleep_s = line.get("sleep_s", 0.0)
-                test.child_cpu_s = line.get("child_cpu_s", {})
-                test.children = line.get("children", {})
+                test.sleep_s, test.own_cpu_s = line["sleep_s"], line["own_cpu_s"]
+                test.child_cpu_s, test.children = line["child_cpu_s"], line["children"]
                 continue
             test.start, test.stop = min(test.start, line["start"]), max(test.stop, line["stop"])
             test.phases[line["when"]] = line["stop"] - line["start"]
             if line["outcome"] != "passed" and test.outcome == "passed":
                 test.outcome = line["outcome"]
-        session = max(groups.values(), key=len) if groups else {}
-        # without pids, a nested pytest's tests (outside tests/) fall in the session: they ran inside one of its
-        tests += [t for t in session.values() if t.phases and t.nodeid.startswith("tests/")]
+        if groups:
+            tests += [t for t in max(groups.values(), key=len).values() if t.phases]
     return Timeline(tests)
 
 
@@ -135,7 +127,9 @@ def report(timeline: Timeline, files: int, longest: int) -> list[str]:
     out += ["", "where the workers' time went"]
     total = sum(t.seconds for t in timeline.tests)
     sleeps = sum(t.sleep_s for t in timeline.tests)
+    own = sum(t.own_cpu_s for t in timeline.tests)
     out.append(f"  worker-seconds in tests {total:.0f}; fixed sleeps and polls in the test processes {sleeps:.0f}")
+    out.append(f"  CPU seconds of the test processes themselves (in-process servers, models) {own:.0f}")
     cpu: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
     for t in timeline.tests:

@@ -1,8 +1,8 @@
 """Where a test run's time goes: one JSON line per test phase, read by `bench/suite_profile.py`.
 
 On when `RL_MCP_SUITE_TIMELINE` names a folder (`make test` sets it). Each xdist worker appends to its
-own `<worker>.jsonl`: the phase's start and stop, its fixed sleeps in this process, and the processes
-the test started, sampled in a thread (their kind, read from the command line, and the CPU seconds
+own `<worker>.jsonl`: the phase's start and stop, its fixed sleeps and CPU seconds in this process,
+and the processes the test started, sampled in a thread (their kind, read from the command line, and the CPU seconds
 they used). Sampling reads /proc twice a second; it does not slow the test it measures.
 """
 
@@ -134,14 +134,14 @@ class Timeline:
         self.sleeps = _Sleeps()
         self.sampler = _Sampler()
         self._slept = 0.0
+        self._own_cpu = 0.0
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
         self.sampler.take()  # what ran between tests is not this test's
-        self._slept = self.sleeps.total
+        self._slept, self._own_cpu = self.sleeps.total, _own_cpu()
         yield
         cpu, count = self.sampler.take()
-        usage = _own_cpu()
         self._write(
             {
                 "nodeid": item.nodeid,
@@ -150,7 +150,7 @@ class Timeline:
                 "sleep_s": round(self.sleeps.total - self._slept, 2),
                 "child_cpu_s": {k: round(v, 2) for k, v in cpu.items()},
                 "children": count,
-                "own_cpu_s": usage,
+                "own_cpu_s": round(_own_cpu() - self._own_cpu, 2),  # in-process servers, models
             }
         )
 
@@ -174,7 +174,7 @@ class Timeline:
 
 def _own_cpu() -> float:
     times = os.times()
-    return round(times.user + times.system, 2)
+    return times.user + times.system
 
 
 def register(config: pytest.Config) -> None:

@@ -24,6 +24,7 @@ import psutil
 import pytest
 import yaml
 from mcp import Client
+from test_env_stalls import select
 from test_runs_resume_e2e import call, ended, wait_for
 
 from rl_mcp.app import AppContext, open_app
@@ -153,16 +154,10 @@ async def story(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Story
             await anyio.sleep(0.5)
 
 
-async def select(client: Client, name: str, edits: dict[str, Any]) -> None:
-    await call(client, "rl_select_environment", name=name)
-    for field_name, value in edits.items():
-        await call(client, "rl_edit_config", field=field_name, value=value)
-
-
 # --- A: the engine starts with it (stage engine); stopped once its state at step 1 is saved ---------
 async def test_a_run_starts_the_engine_and_trains_through_the_tinker_sdk(story: Story) -> None:
     client = story.client
-    await select(client, "arithmetic", ARITHMETIC)
+    await select(client, "arithmetic", **ARITHMETIC)
     a = story.runs["A"] = await call(client, "rl_start_training")
     config = yaml.safe_load(Path(a["config_path"]).read_text())["tinker"]
     assert config["backend"] == "tinker" and config["self_hosted"] is True
@@ -229,7 +224,7 @@ async def test_the_trained_weights_answer_inference_and_export_as_the_engine_sam
 # --- an agentic environment, 2 steps --------------------------------------------------------------------
 async def test_an_agentic_environment_trains_on_the_engine(story: Story) -> None:
     client = story.client
-    await select(client, "tool_calculator", AGENT)
+    await select(client, "tool_calculator", **AGENT)
     d = await call(client, "rl_start_training")
     d_done = await wait_for(client, d["run_id"], ended, 1500)
     assert d_done["status"] == "completed", d_done
@@ -240,7 +235,7 @@ async def test_an_agentic_environment_trains_on_the_engine(story: Story) -> None
 # --- a classic verifiers environment, 2 steps: its own code's model calls sampled by the engine ------
 async def test_a_verifiers_environment_samples_its_own_calls_on_the_engine(story: Story) -> None:
     client = story.client
-    await select(client, "word_count", {**AGENT, "num_examples": 6, "max_completion_tokens": 8})
+    await select(client, "word_count", **AGENT, num_examples=6, max_completion_tokens=8)
     v = await call(client, "rl_start_training")
     v_done = await wait_for(client, v["run_id"], ended, 900)
     assert v_done["status"] == "completed", v_done
@@ -280,7 +275,7 @@ async def test_the_engine_stops_once_unused_and_starts_again_for_the_next_user(s
 # --- the engine killed as the OOM killer does: the run fails saying so, with the fix -----------------
 async def test_an_engine_killed_under_its_run_fails_it_naming_the_cause_and_the_fix(story: Story) -> None:
     client = story.client
-    await select(client, "arithmetic", {})
+    await select(client, "arithmetic")
     e = await call(client, "rl_start_training")
     await wait_for(client, e["run_id"], lambda s: s["status"] == "running", 600)
     for proc in engine_processes():
