@@ -383,6 +383,48 @@ def test_a_request_in_flight_finishes_on_the_sampler_it_started_with(base, sampl
     assert new["logprobs"][1:] != pytest.approx(result["logprobs"][1:], abs=10 * tol)  # another model
 
 
+def decoding(http: httpx.Client) -> tuple[int, int]:
+    """(rows decoding now, tokens generated so far) as /health says."""
+    health = http.get("/health").json()
+    return health["decoding"]["rows"], health["generated_tokens"]
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_a_client_that_gives_up_frees_its_rows_within_a_second(served, http, path: str) -> None:
+    # greedy on the tiny model runs to its max_tokens: 8 rows of 4000 tokens take seconds
+    ask = {"prompt": "hello"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "hi"}]}
+    body = {**ask, "max_tokens": 4000, "n": 8, "temperature": 0.0}
+    gave_up: list[BaseException] = []
+
+    def impatient() -> None:
+        try:
+            httpx.post(served[1].url + path, json=body, timeout=1.0)
+        except httpx.TimeoutException as exc:
+            gave_up.append(exc)
+
+    before = http.get("/health").json()["cancelled_requests"]
+    client = threading.Thread(target=impatient)
+    client.start()
+    deadline = time.monotonic() + 5
+    while decoding(http)[0] < 8:  # its rows are in the batch
+        assert time.monotonic() < deadline, "the request never started decoding"
+        time.sleep(0.02)
+    client.join(10)
+    assert gave_up, "the client got its answer before its timeout: ask for more tokens"
+    left = time.monotonic()
+    while decoding(http)[0]:
+        assert time.monotonic() - left < 1.0, "the abandoned request still decodes a second after its client left"
+        time.sleep(0.02)
+    _, generated = decoding(http)
+    time.sleep(0.3)
+    assert decoding(http) == (0, generated)  # nothing decodes for nobody
+    assert http.get("/health").json()["cancelled_requests"] == before + 1
+    # the next request is served at once, not after the abandoned one's 32000 tokens
+    started = time.monotonic()
+    http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 8, "temperature": 0.0}).raise_for_status()
+    assert time.monotonic() - started < 1.0
+
+
 def test_serve_in_thread_reports_a_taken_port(base) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

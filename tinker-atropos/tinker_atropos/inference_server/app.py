@@ -22,6 +22,7 @@ from tinker_atropos.agent.chat_format import ChatScaffold, openai_tool_calls
 from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.inference_server import engine
 from tinker_atropos.inference_server.conversations import ConversationCache
+from tinker_atropos.inference_server.disconnects import Cancellations, CancelOnDisconnect
 from tinker_atropos.inference_server.engine import Generation, SamplerLoop, SampleSpec
 from tinker_atropos.inference_server.holder import SamplerHolder, SamplerNotReady
 from tinker_atropos.inference_server.schemas import (
@@ -130,6 +131,8 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
             loop_box.pop("loop").close()
 
     app = FastAPI(title="tinker-atropos inference", lifespan=lifespan)
+    cancellations = Cancellations()
+    app.add_middleware(CancelOnDisconnect, cancellations=cancellations)
 
     async def sample(prompt: list[int], n: int, spec: SampleSpec) -> list[Generation]:
         sampler, _ = holder.current()
@@ -151,8 +154,16 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
             return JSONResponse(status_code=503, content={"status": "loading"})
         sampler, _ = holder.current()
         # the local sampler counts the tokens it decodes as it goes (rl_test_inference's progress)
-        generated = getattr(sampler, "generated_tokens", None)
-        return JSONResponse({"status": "ok", "sampler": holder.label, "generated_tokens": generated})
+        # and times its decode steps (an environment's request timeout follows them)
+        return JSONResponse(
+            {
+                "status": "ok",
+                "sampler": holder.label,
+                "generated_tokens": getattr(sampler, "generated_tokens", None),
+                "decoding": getattr(sampler, "decoding", None),
+                "cancelled_requests": cancellations.count,
+            }
+        )
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

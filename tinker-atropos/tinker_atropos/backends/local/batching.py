@@ -28,6 +28,7 @@ from tinker import types
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from tinker_atropos.backends.local.decode_clock import DecodeClock
 from tinker_atropos.backends.local.precision import mixed
 from tinker_atropos.backends.local.prefix_cache import MIN_REUSE, Hit, PrefixCache, common_prefix
 
@@ -110,6 +111,7 @@ class ContinuousBatcher:
         self.prefilled_tokens = 0  # prompt tokens run through the model
         self.cached_tokens = 0  # prompt tokens whose keys and values came from the prefix cache
         self.peak_rows = 0
+        self.clock = DecodeClock()  # the wall time a step takes, as a row lives it (/health)
 
     # -- the caller's side ----------------------------------------------------------------------
     def submit(self, request: Request) -> Future[list[Sampled]]:
@@ -313,6 +315,7 @@ class ContinuousBatcher:
         """Sample one token for every row, retire the finished ones, run the next forward pass."""
         if not self._rows:
             return
+        self.clock.stepped(len(self._rows))
         nxt, logprobs = self._sample()
         self.generated_tokens += len(self._rows)
         done = []
@@ -403,6 +406,7 @@ class ContinuousBatcher:
         self.steps += 1
 
     def _reset(self) -> None:
+        self.clock.idle()
         self._rows, self._cache = [], None
         self._mask = torch.zeros(0, 0, dtype=torch.long)
         self._logits = torch.zeros(0, 0)

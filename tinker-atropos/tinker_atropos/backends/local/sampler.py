@@ -97,6 +97,12 @@ class LocalSampler:
         return _response(results)
 
     @property
+    def decoding(self) -> dict[str, float | int | None]:
+        """Rows decoding now; the mean wall time of a decode step and its mean rows (/health)."""
+        clock = self.batcher.clock
+        return {"rows": self.batcher.rows, "step_s": clock.step_s, "mean_rows": clock.rows}
+
+    @property
     def generated_tokens(self) -> int:
         """Tokens sampled so far, counted as they are decoded (the inference server's /health)."""
         return self.batcher.generated_tokens

@@ -1,0 +1,44 @@
+"""How long one decode step takes here, as a row in the batch lives it.
+
+A reply of R tokens takes R steps of the shared batch, and each of its rows waits for everything the
+batching thread does between two steps (new prompts prefilled, logprobs scored, the trainer's share
+of the CPU). So the wall time from one step to the next, while rows are decoding, is what a request
+costs per token on this machine now; an environment derives its request timeout from it
+(`tinker_atropos/request_timeouts.py`, through the inference server's /health).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+WINDOW = 256  # the latest steps averaged
+
+
+class DecodeClock:
+    """The mean wall time between consecutive decode steps, and the mean rows they decoded."""
+
+    def __init__(self) -> None:
+        self._gaps: deque[float] = deque(maxlen=WINDOW)
+        self._rows: deque[int] = deque(maxlen=WINDOW)
+        self._last: float | None = None
+
+    def stepped(self, rows: int) -> None:
+        """A step decoded `rows` rows; the first step after an idle spell starts a new gap."""
+        now = time.monotonic()
+        if self._last is not None:
+            self._gaps.append(now - self._last)
+            self._rows.append(rows)
+        self._last = now
+
+    def idle(self) -> None:
+        """No row is decoding: the time until the next one starts is not a step's."""
+        self._last = None
+
+    @property
+    def step_s(self) -> float | None:
+        return sum(self._gaps) / len(self._gaps) if self._gaps else None
+
+    @property
+    def rows(self) -> float | None:
+        return sum(self._rows) / len(self._rows) if self._rows else None
