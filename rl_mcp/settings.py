@@ -241,8 +241,12 @@ class EnvLimits:
     """How long an environment that scores no group is waited on (runs and rl_test_inference)."""
 
     error_timeout_s: float = 120.0  # its rollouts raise
-    discard_timeout_s: float = 120.0  # its rollouts return no group, raising nothing ...
-    discard_groups: int = 20  # ... or it discarded this many in a row, whichever comes first
+    # its rollouts return no group, raising nothing: a test stops after this long or this many in a
+    # row, whichever comes first; a run fails only after both (the time stretched to this many of its
+    # measured groups), or after discard_hard_limit_s of discards alone
+    discard_timeout_s: float = 120.0
+    discard_groups: int = 20
+    discard_hard_limit_s: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -262,14 +266,20 @@ class Settings:
     stop_runs_on_exit: bool = False
     # A run whose environment raises and scores no group for this long fails with its exception.
     env_error_timeout_s: float = 120.0
-    # One whose rollouts return no group (raising nothing) fails after this long or this many in a row.
+    # One whose rollouts return no group (raising nothing): EnvLimits.
     env_discard_timeout_s: float = 120.0
     env_discard_groups: int = 20
+    env_discard_hard_limit_s: float = 3600.0
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
 
     @property
     def env_limits(self) -> EnvLimits:
-        return EnvLimits(self.env_error_timeout_s, self.env_discard_timeout_s, self.env_discard_groups)
+        return EnvLimits(
+            self.env_error_timeout_s,
+            self.env_discard_timeout_s,
+            self.env_discard_groups,
+            self.env_discard_hard_limit_s,
+        )
 
     @property
     def env_process_vars(self) -> tuple[str, ...]:
@@ -319,6 +329,7 @@ class Settings:
             env_error_timeout_s=_seconds(env, "RL_MCP_ENV_ERROR_TIMEOUT", 120.0),
             env_discard_timeout_s=_seconds(env, "RL_MCP_ENV_DISCARD_TIMEOUT", 120.0),
             env_discard_groups=_count(env, "RL_MCP_ENV_DISCARD_GROUPS", 20),
+            env_discard_hard_limit_s=_seconds(env, "RL_MCP_ENV_DISCARD_HARD_LIMIT", 3600.0),
             environ=env,
         )
 

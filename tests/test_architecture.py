@@ -50,6 +50,7 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.models.paths",
     "tinker_atropos.models.smollm2_wheel",
     "tinker_atropos.reply_cap",
+    "tinker_atropos.request_timeouts",
     "tinker_atropos.run_files",
     "tinker_atropos.verifiers",
     "tinker_atropos.verifiers.venvs",

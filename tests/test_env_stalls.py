@@ -93,7 +93,7 @@ async def test_a_run_whose_environment_discards_every_group_shows_it_then_fails(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     timeout_s = 20
-    settings = settings_with(monkeypatch, RL_MCP_ENV_DISCARD_TIMEOUT=str(timeout_s), RL_MCP_ENV_DISCARD_GROUPS="10000")
+    settings = settings_with(monkeypatch, RL_MCP_ENV_DISCARD_TIMEOUT=str(timeout_s), RL_MCP_ENV_DISCARD_GROUPS="5")
     async with open_app(settings) as app, Client(build_server(app)) as client:
         await select(client, "equal_scores", **RUN)
         run_id = (await call(client, "rl_start_training"))["run_id"]
@@ -163,18 +163,64 @@ async def test_a_reply_cut_by_the_context_or_the_environments_own_cap_is_flagged
     assert (cap["cut_by"], cap["field"]) == ("max_token_length", "max_token_length"), cap
 
 
-async def test_a_run_shows_requests_that_outlive_their_timeout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A profile whose requests time out after 1 s; a capped reply (1024 tokens) takes longer on a CPU."""
+async def until_done(client: Client, run_id: str, seen: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's last status; `seen`: each finding code's first sighting while it ran."""
+    with anyio.fail_after(300):
+        while (status := await call(client, "rl_check_status", run_id=run_id))["status"] not in ("completed", "failed"):
+            for finding in status["findings"]:
+                seen.setdefault(finding["code"], {**finding, "environment_requests": status["environment_requests"]})
+            await anyio.sleep(0.5)
+    return status
+
+
+async def test_requests_that_outlive_a_binding_timeout_get_a_derived_one_and_the_run_trains(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A profile whose requests time out after 1 s, and replies of 1500 tokens (the tiny model's greedy
+    replies never stop), a group of 4 at a time: every first try times out. With the timeout fixed,
+    every retry did too and the run made no step; derived from the server's measured decode step,
+    the retries fit and it trains."""
     profile = yaml.safe_load((PROFILES_DIR / "local.yaml").read_text())
     profile["inference"]["timeout"] = 1
+    profile["locked"]["tinker"]["max_token_trainer_length"] = 2048  # the long replies are trained
     (tmp_path / "slow.yaml").write_text(yaml.safe_dump(profile))
     settings = settings_with(monkeypatch, profile=str(tmp_path / "slow.yaml"))
-    status = await run_until(settings, "timeouts", max_token_length=100_000)
-    requests = status["environment_requests"]
-    assert requests["client_timeout_s"] == 1 and requests["client_retries"] >= 1, requests
-    summary = requests["timeouts_summary"]
+    seen: dict[str, dict[str, Any]] = {}
+    async with open_app(settings) as app, Client(build_server(app)) as client:
+        edits = {"max_token_length": 100_000, "max_reply_tokens": 1500, "group_size": 4, "max_batches_offpolicy": 1}
+        await select(client, "long_replies", **{**RUN, "batch_size": 4, **edits})
+        started = await call(client, "rl_start_training")
+        status = await until_done(client, run_id := started["run_id"], seen)
+        results = await call(client, "rl_get_results", run_id=run_id)
+    assert status["status"] == "completed", status["error"]
+    assert "stalled" not in seen, seen["stalled"]  # the cause is named instead
+    first = seen["requests_time_out"]
+    summary = first["environment_requests"]["timeouts_summary"]
     assert "outlived the client's 1 s timeout" in summary and "lower max_reply_tokens" in summary, summary
-    assert "outlive their timeout" in status["next_step"]
+    requests = status["environment_requests"]
+    basis = requests["client_timeout_basis"]
+    assert requests["client_timeout_s"] > 1 and requests["answered"] >= 2, requests
+    assert "ms a decode step measured at" in basis and "capped at 1500 by the server" in basis, basis
+    assert "at least the environment's 1 s" in basis, basis
+    finding = {f["code"]: f for f in results["findings"]}["requests_time_out"]
+    assert finding["severity"] == "info" and "outlived their timeout" in finding["title"], finding
+    assert "timed out; the timeout now" in finding["evidence"][0]["summary"], finding
+    config = yaml.safe_load(Path(started["config_path"]).read_text())
+    assert config["request_timeouts"] == {"margin": 2.0, "prefill_s": 10.0, "ceiling_s": 1800.0}
+
+
+async def test_a_slow_environment_whose_first_groups_tie_trains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its 8 tied groups take 12 s or more, three times RL_MCP_ENV_DISCARD_TIMEOUT: a run used to end
+    there. It ends for discards only after RL_MCP_ENV_DISCARD_GROUPS (20) in a row as well, so it
+    shows the discards as a finding, then scores and trains."""
+    settings = settings_with(monkeypatch, RL_MCP_ENV_DISCARD_TIMEOUT="4")
+    seen: dict[str, dict[str, Any]] = {}
+    async with open_app(settings) as app, Client(build_server(app)) as client:
+        await select(client, "slow_ties", **RUN)
+        run_id = (await call(client, "rl_start_training"))["run_id"]
+        status = await until_done(client, run_id, seen)
+    assert status["status"] == "completed", status["error"]
+    assert "likely equal scores" in seen["groups_discarded"]["title"], seen
 
 
 async def test_a_run_shows_replies_that_run_to_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:

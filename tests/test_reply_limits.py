@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rl_mcp.runs.env_health import Requests, read_health, stalled
+from rl_mcp.runs.env_health import Requests, discarding, read_health, stalled
 from rl_mcp.runs.reply_length import at_cap, config_note, limit, timeouts_line
 from rl_mcp.settings import EnvLimits
 from tinker_atropos.env_health import HealthRecorder
@@ -42,15 +42,30 @@ def recorded(tmp_path: Path, discards: int) -> Path:
     return path
 
 
-def test_a_run_that_discards_every_group_fails_after_so_many_in_a_row_or_so_long(tmp_path: Path) -> None:
+def test_a_run_that_discards_every_group_fails_on_evidence_not_on_the_clock_alone(tmp_path: Path) -> None:
     path = recorded(tmp_path, 3)
     now = read_health(path).discards.at  # type: ignore[union-attr]
     assert stalled(path, now - 10, LIMITS, now=now) is None
-    assert stalled(path, now - 10, EnvLimits(discard_groups=3), now=now) is not None
-    why = stalled(path, now - 130, LIMITS, now=now)
-    assert why is not None and why.startswith("the environment discarded every group for 130 s")
+    # a slow environment (a minute a group) whose first groups tie goes on: 3 in a row is not 20
+    assert stalled(path, now - 130, LIMITS, now=now) is None
+    # enough in a row, and for as long as that many of its groups take (here 4 s a group)
+    assert stalled(path, now - 12, EnvLimits(discard_groups=3, discard_timeout_s=5), now=now) is not None
+    assert stalled(path, now - 12, EnvLimits(discard_groups=3, discard_timeout_s=60), now=now) is None
+    assert stalled(path, now - 12, EnvLimits(discard_groups=4, discard_timeout_s=5), now=now) is None
+    # discards alone for the hard limit end it however few
+    why = stalled(path, now - 130, EnvLimits(discard_hard_limit_s=100), now=now)
+    assert why is not None and why.startswith("the environment discarded every group for 130 s (3 in a row")
     assert "scores [0.0, 0.0]" in why and "sample replies: ''; 'olleh'" in why
     assert "here every reply scored 0" in why and "here most replies are under 40 characters" in why
+
+
+def test_rl_test_inference_stops_its_bounded_wait_on_either(tmp_path: Path) -> None:
+    health = read_health(recorded(tmp_path, 3))
+    assert health is not None and health.discards is not None
+    now = health.discards.at
+    assert discarding(health, now - 10, LIMITS, now) is None
+    assert discarding(health, now - 10, EnvLimits(discard_groups=3), now) is not None
+    assert discarding(health, now - 130, LIMITS, now) is not None
 
 
 def test_a_scored_group_restarts_the_count(tmp_path: Path) -> None:

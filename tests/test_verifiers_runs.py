@@ -249,10 +249,12 @@ async def test_episodes_longer_than_the_trainer_takes_are_named_then_fail_the_ru
 ) -> None:
     """adder_tools on tiny-chat (a token per character): two turns after a ~900-token tool prompt pass
     the local profile's locked max_token_trainer_length of 1024. atroposlib skips each such group with
-    one log line; the run says so, with the fix, and fails after RL_MCP_ENV_DISCARD_TIMEOUT."""
+    one log line; the run says so, with the fix, and fails after RL_MCP_ENV_DISCARD_GROUPS in a row and
+    RL_MCP_ENV_DISCARD_TIMEOUT."""
     for name, value in {"RL_MCP_ENV_DIRS": str(VERIFIERS_DIR), "RL_MCP_STATUS_MIN_INTERVAL": "0"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("RL_MCP_ENV_DISCARD_TIMEOUT", "20")
+    monkeypatch.setenv("RL_MCP_ENV_DISCARD_GROUPS", "3")
     async with open_app(settings(stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
         await call(client, "rl_select_environment", name="adder_tools")
         for field, value in {**SMALL, "max_token_length": 2048, "max_turns": 2}.items():

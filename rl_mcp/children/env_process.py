@@ -24,6 +24,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit("usage: python -m rl_mcp.children.env_process <environment file> <command> [flags]")
     from tinker_atropos import atropos_compat, env_health, env_logging
     from tinker_atropos.run_files import ENV_HEALTH_VAR
+    from tinker_atropos.timeout_fitter import policy_of
 
     env_file = Path(argv[0]).resolve()
     sys.argv = [str(env_file), *argv[1:]]
@@ -32,7 +33,7 @@ def main(argv: list[str]) -> None:
     atropos_compat.apply()
     health_file = os.environ.get(ENV_HEALTH_VAR)
     if health_file:
-        env_health.install(Path(health_file))
+        env_health.install(Path(health_file), policy_of(argv))
     runpy.run_path(str(env_file), run_name="__main__")
 
 

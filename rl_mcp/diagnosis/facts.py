@@ -8,7 +8,7 @@ from typing import Any
 
 from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.findings import Evidence
-from rl_mcp.runs.env_health import Discards
+from rl_mcp.runs.env_health import Discards, Requests
 from rl_mcp.runs.metrics import Points
 
 
@@ -28,6 +28,7 @@ class RunFacts:
     replies_step: int | None = None  # the step of `replies`
     replies: list[tuple[float, str]] = field(default_factory=list)  # its best-scored replies (score, text)
     discards: Discards | None = None  # the groups its environment discarded (env_health.json)
+    requests: Requests | None = None  # its environment's model requests (env_health.json)
 
 
 def window(points: Points) -> int:

@@ -63,4 +63,5 @@ def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> 
         replies_step=replies_step,
         replies=replies,
         discards=health.discards if health else None,
+        requests=health.requests if health else None,
     )

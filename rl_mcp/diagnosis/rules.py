@@ -17,6 +17,7 @@ from rl_mcp.diagnosis.collapse import collapse_evidence, converged
 from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, sample_replies, span_of, window
 from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.diagnosis.next_steps import edit, lower_learning_rate
+from rl_mcp.diagnosis.request_rules import requests_time_out
 from rl_mcp.diagnosis.update_rules import loss_unstable, off_policy_drift
 from rl_mcp.runs.metrics import Points, series
 
@@ -200,11 +201,15 @@ def eval_regressed(facts: RunFacts) -> Finding | None:
 
 
 def stalled(facts: RunFacts) -> Finding | None:
-    """An active run whose next step is long overdue (or whose first step never came)."""
+    """An active run whose next step is long overdue (or whose first step never came), where no
+    cause is known (requests that time out have their own finding)."""
     if not facts.active:
         return None
     logs = NextStep("resources/read", {"uri": f"rl://runs/{facts.run_id}/logs/env"}, "")
     times = series(facts.metrics, "time")
+    r = facts.requests
+    if r is not None and r.last_timeout_at and (not times or r.last_timeout_at > times[-1][1]):
+        return None  # requests_time_out says why
     if not times:
         if facts.running_since is None or facts.now - facts.running_since < t.FIRST_STEP_STALL_SECONDS:
             return None
@@ -329,6 +334,7 @@ RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
     stalled,
     groups_discarded,
     throughput_drop,
+    requests_time_out,
 )
 
 

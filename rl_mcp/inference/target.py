@@ -206,6 +206,7 @@ def process_config(
     ]
     if inference_port is None:
         cfg.pop("tinker", None)  # read by the local server only; the environment ignores it
+        cfg.pop("request_timeouts", None)  # another server: its timeout is the test's
     else:
         tinker = cfg.setdefault("tinker", {})
         tinker.update(

@@ -45,7 +45,12 @@ class EnvRequests(BaseModel):
     answered: int
     timeouts: int = Field(description="Tries that outlived the client's timeout (atroposlib tries a request 3 times)")
     client_retries: int = Field(description="Requests the openai client sent again itself")
-    client_timeout_s: float | None
+    client_timeout_s: float | None = Field(description="The timeout of the latest request try")
+    client_timeout_basis: str | None = Field(
+        None,
+        description="How that timeout was derived: the reply tokens asked for, the server's measured decode "
+        "speed at the rows the run schedules, the margin and bounds (null: the environment's own, unchanged)",
+    )
     in_flight: int
     oldest_in_flight_s: float | None = Field(description="How long the oldest request in flight has waited")
     reply_tokens: int = Field(description="Tokens of the replies received")

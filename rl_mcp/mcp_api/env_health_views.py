@@ -47,6 +47,7 @@ def requests_view(requests: Requests, env: dict[str, Any], tinker: dict[str, Any
         timeouts=requests.timeouts,
         client_retries=requests.client_retries,
         client_timeout_s=requests.client_timeout_s,
+        client_timeout_basis=requests.client_timeout_basis,
         in_flight=requests.in_flight,
         oldest_in_flight_s=round(now - oldest, 1) if oldest else None,
         reply_tokens=requests.reply_tokens,

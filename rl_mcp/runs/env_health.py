@@ -115,6 +115,8 @@ class Requests:
     failed: int = 0
     client_retries: int = 0
     client_timeout_s: float | None = None
+    client_timeout_basis: str | None = None  # how it was derived (tinker_atropos/request_timeouts.py)
+    seconds_per_token: float | None = None  # a reply token's measured time at the rows the run schedules
     max_asked: int | None = None  # the most tokens a request asked for
     in_flight: int = 0
     oldest_in_flight_at: float | None = None
@@ -212,8 +214,8 @@ def raising(health: EnvHealth, running_since: float, timeout_s: float, now: floa
 
 
 def discarding(health: EnvHealth, running_since: float, limits: EnvLimits, now: float) -> str | None:
-    """Why to end a run or test whose environment discarded every group since it last scored one
-    (`limits.discard_groups` in a row, or for `limits.discard_timeout_s`), else None."""
+    """Why to stop rl_test_inference's bounded wait on an environment that discarded every group since
+    it last scored one (`limits.discard_groups` in a row, or for `limits.discard_timeout_s`), else None."""
     d = health.discards
     if d is None or d.in_a_row == 0:
         return None
@@ -226,6 +228,25 @@ def discarding(health: EnvHealth, running_since: float, limits: EnvLimits, now: 
     )
 
 
+def run_discarding(health: EnvHealth, running_since: float, limits: EnvLimits, now: float) -> str | None:
+    """Why to end a run whose environment discards every group, on evidence, else None: at least
+    `limits.discard_groups` in a row *and* for as long as that many of its groups take (its measured
+    seconds a group, at least `limits.discard_timeout_s`); or for `limits.discard_hard_limit_s` alone.
+    Two all-equal groups in a row are ordinary for a small model; a slow environment's 120 s are two."""
+    d = health.discards
+    if d is None or d.in_a_row == 0:
+        return None
+    quiet_s = now - max(d.last_group_at or 0.0, running_since)
+    per_group = max(0.0, d.at - running_since) / max(1, d.groups + d.total)
+    needed_s = max(limits.discard_timeout_s, limits.discard_groups * per_group)
+    if quiet_s < limits.discard_hard_limit_s and (d.in_a_row < limits.discard_groups or quiet_s < needed_s):
+        return None
+    return (
+        f"the environment discarded every group for {quiet_s:.0f} s ({d.in_a_row} in a row, about "
+        f"{per_group:.0f} s a group): its rollouts returned no group and raised nothing. {d.line}"
+    )
+
+
 def stalled(path: Path, running_since: float | None, limits: EnvLimits, now: float | None = None) -> str | None:
     """The failure of a run (running since `running_since`) whose environment only raises or only
     discards (`limits`), else None."""
@@ -233,4 +254,6 @@ def stalled(path: Path, running_since: float | None, limits: EnvLimits, now: flo
     if health is None or running_since is None:
         return None
     at = time.time() if now is None else now
-    return raising(health, running_since, limits.error_timeout_s, at) or discarding(health, running_since, limits, at)
+    return raising(health, running_since, limits.error_timeout_s, at) or run_discarding(
+        health, running_since, limits, at
+    )

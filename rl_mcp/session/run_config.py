@@ -5,6 +5,7 @@ rl_start_training and rl_test_inference both write it; it never holds a secret.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from rl_mcp.environments.introspection import ConfigSchema
 from rl_mcp.session.fields import resolve_field
 from rl_mcp.session.state import SessionState, wandb_name_for
 from rl_mcp.settings import Profile
+from tinker_atropos.request_timeouts import Policy
 from tinker_atropos.run_files import atomic_write_text
 
 LOCAL_API_KEY = "local"  # our own inference server: never a real secret
@@ -73,7 +75,16 @@ def render_run_config(
         tokenizer_name=profile.tokenizer_name,
     )
     server.setdefault("server_type", "sglang")
-    return {"env": env, "openai": [server], "tinker": tinker, "slurm": False, "testing": False}
+    # each request's timeout follows the work on this server (tinker_atropos/request_timeouts.py)
+    timeouts = asdict(Policy())
+    return {
+        "env": env,
+        "openai": [server],
+        "tinker": tinker,
+        "request_timeouts": timeouts,
+        "slurm": False,
+        "testing": False,
+    }
 
 
 def write_run_config(path: Path, config: dict[str, Any]) -> Path:

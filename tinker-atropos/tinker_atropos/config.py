@@ -115,6 +115,7 @@ class RunConfig(_Strict):
     env: dict[str, Any] = Field(default_factory=dict)
     openai: list[dict[str, Any]] = Field(default_factory=list)
     tinker: TinkerConfig
+    request_timeouts: dict[str, float] | None = None  # the environment's (request_timeouts.py)
     slurm: bool | dict[str, Any] = False
     testing: bool | dict[str, Any] = False
 

@@ -25,7 +25,9 @@ from typing import Any
 
 from tinker_atropos import env_requests
 from tinker_atropos.env_requests import Answered, collecting_replies
+from tinker_atropos.request_timeouts import Policy
 from tinker_atropos.run_files import atomic_write_text
+from tinker_atropos.timeout_fitter import TimeoutFitter
 
 _LIBRARY_DIRS = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]})
 REPLY_CHARS = 400  # a discarded group's sample reply is cut here
@@ -42,6 +44,8 @@ class Requests:
     failed: int = 0  # tries that raised something else
     client_retries: int = 0  # requests the openai client sent again (after a timeout or a server error)
     client_timeout_s: float | None = None
+    client_timeout_basis: str | None = None  # how the timeout was derived (request_timeouts.py)
+    seconds_per_token: float | None = None  # a reply token's time at the rows the run schedules (measured)
     max_asked: int | None = None  # the most tokens a request asked for (max_tokens)
     in_flight: int = 0
     oldest_in_flight_at: float | None = None
@@ -116,8 +120,13 @@ class HealthRecorder:
 
     # -- model requests (env_requests) ----------------------------------------------------------
 
-    def client_timeout(self, seconds: float | None) -> None:
-        self.health.requests.client_timeout_s = seconds
+    def client_timeout(
+        self, seconds: float | None, basis: str | None = None, seconds_per_token: float | None = None
+    ) -> None:
+        req = self.health.requests
+        req.client_timeout_s = seconds
+        req.client_timeout_basis = basis
+        req.seconds_per_token = seconds_per_token if seconds_per_token is not None else req.seconds_per_token
 
     def client_retried(self) -> None:
         self.health.requests.client_retries += 1
@@ -200,16 +209,20 @@ def _scores_since(env: Any, before: int) -> list[float] | None:
         return None
 
 
-def install(path: Path) -> None:
-    """Record every environment instance's `collect_trajectories` and model requests (created after this call)."""
+def install(path: Path, timeouts: Policy | None = None) -> None:
+    """Record every environment instance's `collect_trajectories` and model requests (created after this
+    call); with `timeouts`, derive each request's timeout from the run's work (`request_timeouts`)."""
     from atroposlib.envs.base import BaseEnv
 
     recorder = HealthRecorder(path)
-    env_requests.install(recorder)
+    fitter = TimeoutFitter(timeouts) if timeouts is not None else None
+    env_requests.install(recorder, fitter)
     original_init = BaseEnv.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
+        if fitter is not None:
+            fitter.attach(self)
         collect = self.collect_trajectories
 
         async def collect_trajectories(item: Any) -> Any:

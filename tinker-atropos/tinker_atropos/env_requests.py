@@ -16,6 +16,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tinker_atropos.timeout_fitter import TimeoutFitter
+
 WRAPPED = ("_chat_completion_wrapper", "_completion_wrapper", "_tokens_and_logprobs_completion_wrapper")
 OPENAI_RETRY = "Retrying request"  # the openai client's INFO line before it sends a request again
 REPLIES_KEPT = 8  # replies of one rollout kept for a discarded group's samples
@@ -44,7 +46,9 @@ class Answered:
 class RequestRecorder(Protocol):
     """Where the counts go (env_health.HealthRecorder)."""
 
-    def client_timeout(self, seconds: float | None) -> None: ...
+    def client_timeout(
+        self, seconds: float | None, basis: str | None = None, seconds_per_token: float | None = None
+    ) -> None: ...
     def client_retried(self) -> None: ...
     def request_started(self, asked: int | None) -> int: ...
     def request_failed(self, ticket: int, *, timed_out: bool) -> None: ...
@@ -117,11 +121,17 @@ class _RetryLines(logging.Handler):
             self.recorder.client_retried()
 
 
-def _wrap(method: Callable[..., Awaitable[Any]], server: Any, recorder: RequestRecorder) -> Callable[..., Any]:
+def _wrap(
+    method: Callable[..., Awaitable[Any]], server: Any, recorder: RequestRecorder, fitter: TimeoutFitter | None
+) -> Callable[..., Any]:
     decode = getattr(getattr(server, "tokenizer", None), "decode", None)
 
     async def request(**kwargs: Any) -> Any:
-        ticket = recorder.request_started(asked_tokens(kwargs))
+        asked = asked_tokens(kwargs)
+        if fitter is not None:  # each try gets the timeout the server's latest speed gives
+            fitted = await fitter.before_request(server, kwargs, asked)
+            recorder.client_timeout(fitted.timeout_s, fitted.basis, fitted.step_s)
+        ticket = recorder.request_started(asked)
         try:
             result = await method(**kwargs)
         except BaseException as exc:
@@ -141,8 +151,9 @@ def _wrap(method: Callable[..., Awaitable[Any]], server: Any, recorder: RequestR
     return request
 
 
-def install(recorder: RequestRecorder) -> None:
-    """Count every request of every API server created after this call (and the openai client's retries)."""
+def install(recorder: RequestRecorder, fitter: TimeoutFitter | None = None) -> None:
+    """Count every request of every API server created after this call (and the openai client's retries);
+    with `fitter`, each request's timeout is derived (`request_timeouts`)."""
     from atroposlib.envs.server_handling.server_baseline import APIServer
 
     original_init = APIServer.__init__
@@ -151,7 +162,7 @@ def install(recorder: RequestRecorder) -> None:
         original_init(self, *args, **kwargs)
         recorder.client_timeout(getattr(self.config, "timeout", None))
         for name in WRAPPED:
-            setattr(self, name, _wrap(getattr(self, name), self, recorder))
+            setattr(self, name, _wrap(getattr(self, name), self, recorder, fitter))
 
     APIServer.__init__ = __init__  # type: ignore[method-assign]
     logging.getLogger("openai").addHandler(_RetryLines(recorder))

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -161,6 +162,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
                 "sampler": holder.label,
                 "generated_tokens": getattr(sampler, "generated_tokens", None),
                 "decoding": getattr(sampler, "decoding", None),
+                "reply_cap": asdict(cap) if cap is not None else None,
                 "cancelled_requests": cancellations.count,
             }
         )

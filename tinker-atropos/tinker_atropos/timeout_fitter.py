@@ -1,0 +1,96 @@
+"""Each request's timeout set from the server's latest measured decode step, in the environment
+process (`request_timeouts.py` says how; `env_requests.py` calls `before_request` for every try).
+
+The server's `/health` is read at most every HEALTH_EVERY_S; the last step it measured stays in use
+while a new sampler (after each training step) starts its clock empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tinker_atropos.reply_cap import ReplyCap
+from tinker_atropos.request_timeouts import SECTION, Decoding, Fit, Policy, fit, workload
+
+logger = logging.getLogger(__name__)
+
+HEALTH_EVERY_S = 2.0
+
+
+def policy_of(argv: list[str]) -> Policy | None:
+    """The policy in the run config an environment process was given (`--config X.yaml`), or None."""
+    if "--config" not in argv[:-1]:
+        return None
+    try:
+        data = yaml.safe_load(Path(argv[argv.index("--config") + 1]).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None  # the environment's own config reader says what is wrong with it
+    return Policy.from_section(data.get(SECTION)) if isinstance(data, dict) else None
+
+
+def _cap(raw: Any) -> ReplyCap | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("max_reply_tokens"), int):
+        return None
+    context = raw.get("context")
+    return ReplyCap(context if isinstance(context, int) else None, raw["max_reply_tokens"])
+
+
+class TimeoutFitter:
+    """Sets each request's timeout (and its group's) from the server's latest measured decode step."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.env_config: Any = None
+        self._floors: dict[int, float] = {}  # each API server's own timeout, by id
+        self._decoding: Decoding | None = None
+        self._read_at = 0.0
+        self._worker_floor: float | None = None
+
+    def attach(self, env: Any) -> None:
+        """The environment whose config sizes the work (its group timeout is raised to fit)."""
+        self.env_config = getattr(env, "config", None)
+        worker = getattr(self.env_config, "worker_timeout", None)
+        self._worker_floor = float(worker) if isinstance(worker, (int, float)) and worker > 0 else None
+
+    async def before_request(self, server: Any, kwargs: dict[str, Any], asked: int | None) -> Fit:
+        """Fit `server`'s timeout to this request (and cap what it asks, where nothing fits)."""
+        floor = self._floors.setdefault(id(server), float(getattr(server.config, "timeout", 120) or 120))
+        result = fit(self.policy, floor, workload(self.env_config, asked), await self._measured(server))
+        server.config.timeout = math.ceil(result.timeout_s)
+        client = getattr(server, "openai", None)
+        if client is not None:
+            client.timeout = result.timeout_s  # the openai client reads it at each request
+        if result.cut_to is not None:
+            for key in ("max_tokens", "max_completion_tokens", "max_new_tokens"):
+                if key in kwargs:
+                    kwargs[key] = result.cut_to
+        if self._worker_floor is not None and self.env_config is not None:
+            self.env_config.worker_timeout = max(self._worker_floor, result.group_timeout_s)
+        return result
+
+    async def _measured(self, server: Any) -> Decoding | None:
+        """The server's decode step, read from its /health at most every HEALTH_EVERY_S (the last one
+        measured stays: a new sampler after each step starts its clock empty)."""
+        now = time.monotonic()
+        if now - self._read_at < HEALTH_EVERY_S:
+            return self._decoding
+        self._read_at = now
+        url = str(server.config.base_url).rstrip("/").removesuffix("/v1") + "/health"
+        try:
+            async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
+                health = (await client.get(url)).json()
+            decoding = health.get("decoding") or {}
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            logger.debug("no decode timing from %s: %s", url, exc)
+            return self._decoding
+        step, rows = decoding.get("step_s"), decoding.get("mean_rows")
+        if isinstance(step, (int, float)) and step > 0 and isinstance(rows, (int, float)):
+            self._decoding = Decoding(float(step), float(rows), _cap(health.get("reply_cap")))
+        return self._decoding
