@@ -19,6 +19,7 @@ from rl_mcp.engines.from_profile import attached_url, managed_engine
 from rl_mcp.engines.service import EngineService
 from rl_mcp.environments.discovery import Catalog, Discovery, EnvironmentInfo
 from rl_mcp.environments.introspection import ConfigSchema, Introspector
+from rl_mcp.environments.packages.install import EnvPackages, Report, Runtime
 from rl_mcp.environments.verifiers_format import check_runnable
 from rl_mcp.errors import UserError
 from rl_mcp.runs.manager import RunManager
@@ -54,6 +55,11 @@ class AppContext:
     runs_manager: RunManager | None = None
     runs_unavailable: str | None = None
     engine: EngineService | None = None  # the SkyRL engine this server manages for its profile
+
+    @property
+    def packages(self) -> EnvPackages:
+        """The environment folders' installs (shared with the introspector: one install at a time)."""
+        return self.introspector.packages
 
     @property
     def engine_url(self) -> str | None:
@@ -115,12 +121,18 @@ class AppContext:
         info = self.selected()
         return info, await self.introspector.schema(info)
 
-    async def runnable_schema(self) -> tuple[EnvironmentInfo, ConfigSchema]:
+    async def runnable_schema(self, report: Report | None = None) -> tuple[EnvironmentInfo, ConfigSchema]:
         """As `selected_schema`, for a run or an inference test: refused at once for an environment
-        that cannot run here (a verifiers one without its venv)."""
+        that cannot run here (a verifiers one without its venv, a folder whose dependencies cannot be
+        met); an environment folder is installed first when it is not, or changed (`report`: progress)."""
         info = self.selected()
         check_runnable(info.name, info.format, self.settings.environ)
+        await self.runtime(info, report)
         return info, await self.introspector.schema(info)
+
+    async def runtime(self, info: EnvironmentInfo, report: Report | None = None) -> Runtime:
+        """Where `info`'s environment process runs (its folder installed first when needed)."""
+        return await self.packages.runtime(info.name, info.format, info.package, report)
 
 
 @asynccontextmanager
@@ -138,7 +150,7 @@ async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
             settings=settings,
             session=Session.load(settings.state_file),
             discovery=Discovery(settings.env_dirs, verifiers_venvs(settings.environ)),
-            introspector=Introspector(settings),
+            introspector=Introspector(settings, EnvPackages(settings.home, settings.environ, settings.python)),
             task_group=tg,
         )
         stack.callback(tg.cancel_scope.cancel)  # runs last: after the manager's shutdown

@@ -28,6 +28,7 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     """The report's lines, and whether the server can start with this environment."""
     from rl_mcp.engines.doctor_lines import engine_lines
     from rl_mcp.environments.discovery import Discovery
+    from rl_mcp.environments.packages.install import VENVS_DIR, installed
     from rl_mcp.settings import SECRET_ENV_VARS, Settings, SettingsError, unexpanded_placeholders
     from tinker_atropos.verifiers.venvs import GENERATIONS, verifiers_venvs
 
@@ -75,9 +76,17 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
         lines.append(f"env dir       {env_dir}: {', '.join(names) or 'no environments'}")
     for generation in GENERATIONS.values():
         absent = generation.missing_venv_message(settings.environ)
-        envs = [e.name for e in catalog.environments.values() if e.module and e.format == generation.format]
+        envs = [
+            e.name
+            for e in catalog.environments.values()
+            if e.module and e.package is None and e.format == generation.format
+        ]
         found = f"{generation.python(settings.environ)}: installed {', '.join(sorted(envs)) or 'none'}"
         lines.append(f"{generation.format:<13} {absent or found}")
+    for record in installed(settings.home):  # environment folders, each in its own layered venv
+        lines.append(f"env folder    {record.environment} ({record.format}): {record.folder}")
+        lines.append(f"              installed {', '.join(record.distributions) or 'nothing'}")
+        lines.append(f"              into {settings.home / VENVS_DIR / record.module}, on {record.parent_python}")
     for problem in catalog.errors:
         lines.append(f"              cannot parse {problem['file']}: {problem['error']}")
     return lines, not missing

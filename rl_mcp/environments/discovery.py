@@ -3,7 +3,10 @@
 A class is an environment when `BaseEnv` is among its ancestors, followed by name through every
 scanned file (so a shared base class in another file counts): format `hermes` when
 `HermesAgentBaseEnv` is among them, else `atropos`. A file defining verifiers' `load_environment` is
-one too, named by its stem (`verifiers_format.py` says which and its format). The bundled
+one too, named by its stem (`verifiers_format.py` says which and its format). A folder with a
+`pyproject.toml` and a module (`packages/folder.py`) is an environment package: only its module's files
+are scanned, and its environments are named by the module (a class's own `name` first); it runs once
+installed into a venv of its own (`packages/install.py`). The bundled
 `ReasoningGymEnv` also lists each reasoning-gym task as `reasoning_gym:<task>` (`reasoning_gym_format.py`).
 """
 
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from rl_mcp.environments import reasoning_gym_format, verifiers_packages
+from rl_mcp.environments.packages.folder import PYPROJECT, PackageFolder, read_folder
 from rl_mcp.environments.verifiers_format import ENTRY_POINT, VerifiersEnv, read_module
 
 # atroposlib's BaseEnv, and the agent base (a BaseEnv in tinker_atropos/agent, outside the env dirs).
@@ -42,6 +46,7 @@ class EnvironmentInfo:
     format: EnvFormat = "atropos"
     task: str | None = None  # a reasoning-gym task: this runs `class_name` with `task` set
     module: str | None = None  # a verifiers environment installed as a package: loaded by this name
+    package: PackageFolder | None = None  # an environment folder with a pyproject: installed before it runs
 
 
 @dataclass(frozen=True)
@@ -144,15 +149,21 @@ def scan_file(path: Path) -> _FileScan:
     return _FileScan(classes=tuple(classes), verifiers=read_module(tree))
 
 
-def _python_files(root: Path) -> list[Path]:
-    out: list[Path] = []
+def _python_files(root: Path) -> list[tuple[Path, PackageFolder | None]]:
+    """The files to scan, each with the environment folder whose module it is part of (else None)."""
+    out: list[tuple[Path, PackageFolder | None]] = []
     base_depth = len(root.parts)
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
+        package = read_folder(here) if PYPROJECT in filenames else None
+        if package is not None:  # its module's files only (its `__init__.py` included), nothing else in it
+            dirnames[:] = []
+            out.extend((path, package) for path in package.files())
+            continue
         dirnames[:] = sorted(
             d for d in dirnames if not d.startswith((".", "_")) and len(here.parts) - base_depth < MAX_SCAN_DEPTH
         )
-        out.extend(here / f for f in sorted(filenames) if f.endswith(".py") and not f.startswith("_"))
+        out.extend((here / f, None) for f in sorted(filenames) if f.endswith(".py") and not f.startswith("_"))
     return out
 
 
@@ -223,24 +234,24 @@ class Discovery:
         return self._packages[1]
 
     def scan(self) -> Catalog:
-        files: list[tuple[Path, Path, _FileScan]] = []
+        files: list[tuple[Path, Path, _FileScan, PackageFolder | None]] = []
         errors: list[dict[str, str]] = []
         for env_dir in self.env_dirs:
             if not env_dir.is_dir():
                 errors.append({"file": str(env_dir), "error": "environment directory does not exist"})
                 continue
-            for path in _python_files(env_dir):
+            for path, package in _python_files(env_dir):
                 try:
                     scanned = self._scan(path)
                 except OSError as exc:
                     scanned = _FileScan(classes=(), error=f"{type(exc).__name__}: {exc}")
                 if scanned.error:
                     errors.append({"file": str(path), "error": scanned.error})
-                files.append((env_dir, path, scanned))
+                files.append((env_dir, path, scanned, package))
         # A class is an environment if BaseEnv is among its ancestors, following bases by name
         # through every scanned file (so a shared base class in another file counts).
         by_name: dict[str, list[_ClassDef]] = {}
-        for _, _, scanned in files:
+        for _, _, scanned, _ in files:
             for cls in scanned.classes:
                 by_name.setdefault(cls.name, []).append(cls)
         memo: dict[tuple[str, frozenset[str]], bool] = {}
@@ -256,7 +267,7 @@ class Discovery:
             memo[name, targets] = result
             return result
 
-        used_as_base = {b for _, _, scanned in files for c in scanned.classes for b in c.bases}
+        used_as_base = {b for _, _, scanned, _ in files for c in scanned.classes for b in c.bases}
         environments: dict[str, EnvironmentInfo] = {}
         shadowed: list[dict[str, str]] = []
 
@@ -274,7 +285,8 @@ class Discovery:
                     }
                 )
 
-        for env_dir, path, scanned in files:
+        for env_dir, path, scanned, package in files:
+            own = package.module if package is not None else path.stem  # a folder's environments: its module's name
             found: list[EnvironmentInfo] = []
             for cls in scanned.classes:
                 if not any(reaches(b, BASE_CLASSES) for b in cls.bases):
@@ -283,7 +295,7 @@ class Discovery:
                     continue  # a shared base class, not a runnable environment
                 found.append(
                     EnvironmentInfo(
-                        name=cls.env_name or path.stem,
+                        name=cls.env_name or own,
                         class_name=cls.name,
                         file=path,
                         env_dir=env_dir,
@@ -291,12 +303,13 @@ class Discovery:
                         description=cls.docstring,
                         config_class=cls.config_class or "BaseEnvConfig",
                         format="hermes" if any(reaches(b, HERMES_BASES) for b in cls.bases) else "atropos",
+                        package=package,
                     )
                 )
             if (vf := scanned.verifiers) is not None:
                 found.append(
                     EnvironmentInfo(
-                        name=path.stem,
+                        name=own,
                         class_name=ENTRY_POINT,
                         file=path,
                         env_dir=env_dir,
@@ -304,6 +317,8 @@ class Discovery:
                         description=vf.description,
                         config_class=vf.config_class,
                         format=vf.format,
+                        module=package.module if package is not None else None,  # loaded as installed
+                        package=package,
                     )
                 )
             for info in sorted(found, key=lambda i: i.line):

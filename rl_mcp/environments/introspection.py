@@ -25,6 +25,8 @@ import anyio
 
 from rl_mcp.children.introspect import PRODUCT_FIELDS, RESULT_MARKER
 from rl_mcp.environments.discovery import EnvironmentInfo
+from rl_mcp.environments.missing_module import explain
+from rl_mcp.environments.packages.install import EnvPackages
 from rl_mcp.environments.reasoning_gym_format import SET_BY_TASK, task_fields
 from rl_mcp.environments.verifiers_format import FORMATS, HOST_CLASS, HOST_FILE, SET_BY_HOST, read_file
 from rl_mcp.errors import UserError
@@ -134,8 +136,10 @@ VERIFIERS_HOST = EnvironmentInfo(
 class Introspector:
     """Runs the introspection child, bounded by a timeout; caches answers by file mtime."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, packages: EnvPackages | None = None) -> None:
         self.settings = settings
+        # an environment folder's file is imported in its own venv, installed first
+        self.packages = packages or EnvPackages(settings.home, settings.environ, settings.python)
         self.cache_dir = settings.cache_dir / "introspect"
         self._memory: dict[str, ConfigSchema] = {}
         self._lock = anyio.Lock()
@@ -143,7 +147,7 @@ class Introspector:
     def cached(self, info: EnvironmentInfo) -> ConfigSchema | None:
         if info.format in FORMATS:
             host = self._cached(_cache_key(VERIFIERS_HOST))
-            return None if host is None else verifiers_schema(info, host)
+            return None if host is None else verifiers_schema(info, host, self._venv(info))
         found = self._cached(_cache_key(info))
         return task_schema(info, found) if found is not None and info.task else found
 
@@ -159,10 +163,14 @@ class Introspector:
         self._memory[key] = schema
         return schema
 
+    def _venv(self, info: EnvironmentInfo) -> Path | None:
+        """An environment folder's own venv (its run's verifiers child runs there), else None."""
+        return self.packages.venv(info.package) if info.package is not None else None
+
     async def schema(self, info: EnvironmentInfo) -> ConfigSchema:
         """The config schema of `info`, from cache or a fresh child process."""
         if info.format in FORMATS:
-            return verifiers_schema(info, await self._schema(VERIFIERS_HOST))
+            return verifiers_schema(info, await self._schema(VERIFIERS_HOST), self._venv(info))
         found = await self._schema(info)
         return task_schema(info, found) if info.task else found
 
@@ -188,7 +196,9 @@ class Introspector:
 
     async def _run_child(self, info: EnvironmentInfo | None) -> dict[str, Any]:
         args = [str(info.file), info.class_name] if info else [PRODUCT_FIELDS]
-        cmd = [self.settings.python, "-m", "rl_mcp.children.introspect", *args]
+        fmt, package = (info.format, info.package) if info else ("atropos", None)
+        runtime = await self.packages.runtime(info.name if info else "", fmt, package)
+        cmd = [runtime.python, "-m", "rl_mcp.children.introspect", *args]
         what = f"environment {info.name!r} ({info.file}, class {info.class_name})" if info else _PRODUCT_WHAT
         fix = "Fix the file and select it again" if info else "Check the server's venv (rl-mcp doctor)"
         cwd = info.file.parent if info else self.settings.project_root
@@ -213,6 +223,8 @@ class Introspector:
         marker = stdout.rfind(RESULT_MARKER)
         if proc.returncode != 0 or marker < 0:
             tail = "\n".join((stderr or stdout).strip().splitlines()[-TRACEBACK_TAIL_LINES:])
+            if missing := explain(stderr or stdout, runtime.home):
+                raise IntrospectionError(f"{what} failed to load: {missing}\nTraceback tail:\n{tail}")
             raise IntrospectionError(
                 f"{what} failed to load "
                 f"(exit code {proc.returncode} after {time.monotonic() - started:.1f} s). "
@@ -222,10 +234,10 @@ class Introspector:
         return answer
 
 
-def verifiers_schema(info: EnvironmentInfo, host: ConfigSchema) -> ConfigSchema:
+def verifiers_schema(info: EnvironmentInfo, host: ConfigSchema, venv: Path | None = None) -> ConfigSchema:
     """A verifiers environment's fields, read from its file now (section `verifiers`), then its host's
     (VerifiersHostEnv, less what the run sets); where a name is both, the environment's field is kept
-    (as an Atropos config's is)."""
+    (as an Atropos config's is). `venv`: an environment folder's own, where its run's child runs."""
     found = read_file(info.file)
     if found is None or found.format != info.format:
         raise IntrospectionError(
@@ -250,6 +262,7 @@ def verifiers_schema(info: EnvironmentInfo, host: ConfigSchema) -> ConfigSchema:
         verifiers_source={
             "verifiers_format": info.format,
             **({"verifiers_module": info.module} if info.module else {"verifiers_file": str(info.file)}),
+            **({"verifiers_venv": str(venv)} if venv is not None else {}),
         },
     )
 

@@ -45,6 +45,7 @@ SET_BY_HOST = (
     "verifiers_module",
     "verifiers_args",
     "verifiers_format",
+    "verifiers_venv",
 )  # the run's own: not fields a user edits
 
 _SCALARS = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "None": "null", "NoneType": "null"}

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from rl_mcp.environments.missing_module import ModuleHome
 from rl_mcp.errors import UserError
 from rl_mcp.settings import EnvLimits, without_secrets
 
@@ -75,6 +76,8 @@ class InferenceRequest:
     timeout_s: float
     out_dir: Path
     env_limits: EnvLimits = field(default_factory=EnvLimits)  # when an environment that only discards is stopped
+    env_python: str | None = None  # the environment process's interpreter (an Atropos folder's own venv)
+    module_home: ModuleHome | None = None  # where the environment's code imports from: named with a missing module
 
 
 def resolve_target(

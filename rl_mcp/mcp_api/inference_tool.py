@@ -97,7 +97,8 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
         settings, profile = app.settings, app.settings.profile
         # the local backend's model, or a self-hosted engine's (the same offline folder it loads)
         on_this_machine = profile.backend == "local" or profile.engine is not None
-        info, schema = await app.runnable_schema()
+        info, schema = await app.runnable_schema(lambda message: ctx.report_progress(0, None, message))
+        runtime = await app.runtime(info)  # installed by now: where its process runs
         run: tuple[str, RunCheckpoint] | None = None
         if run_id is not None:
             if models or base_url or api_key_env or target not in (None, "local"):
@@ -142,6 +143,8 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
             timeout_s=timeout_s,
             out_dir=out_dir,
             env_limits=settings.env_limits,
+            env_python=runtime.python,
+            module_home=runtime.home,
         )
         engine = next((w.engine_url for w in where.weights.values() if w.engine_url), None)
         async with app.engine_hold(engine, lambda message: ctx.report_progress(0, None, message)):

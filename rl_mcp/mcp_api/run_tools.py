@@ -107,7 +107,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         elif not fork:
             plan = _resume_plan(app, resume_from, checkpoint_step, total_steps)
             return await _started(plan)
-        info, schema = await app.runnable_schema()
+        info, schema = await app.runnable_schema(lambda message: ctx.report_progress(0, None, message))
         state, profile = app.session.state, app.settings.profile
 
         def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:

@@ -16,6 +16,7 @@ import httpx
 import yaml
 
 from rl_mcp.engines.service import EngineService
+from rl_mcp.environments.packages.install import runtime_of_file
 from rl_mcp.environments.verifiers_format import runnable_file
 from rl_mcp.logs import tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models, models_to_build
@@ -86,6 +87,8 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
         else [python, "-m", "tinker_atropos.launch", "--config", config]
     )
     run_api = str(Path(python).with_name("run-api"))
+    # an Atropos environment folder runs on its own venv (installed before the run started)
+    env_python = runtime_of_file(settings.home, env_file, "atropos", settings.environ, python).python
     api_url = f"http://127.0.0.1:{rec.api_port}"
     return [
         StagePlan(
@@ -100,7 +103,15 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
         ),
         StagePlan(
             Stage.ENV,
-            [python, "-m", "rl_mcp.children.env_process", str(runnable_file(env_file)), "serve", "--config", config],
+            [
+                env_python,
+                "-m",
+                "rl_mcp.children.env_process",
+                str(runnable_file(env_file)),
+                "serve",
+                "--config",
+                config,
+            ],
             _env_registered(http, api_url, rec.log_path("api")),
         ),
     ]

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 from tinker_atropos.verifiers.child_lines import KEY_VAR
@@ -41,12 +42,15 @@ class VerifiersChild:
         api_key: str,
         timeout_s: float,
         options: list[str],
+        venv: str | None = None,
     ) -> VerifiersChild:
         """The child of `generation`, its environment loaded; `source`: {"file": path} or {"module":
-        name}; `options`: more of the child's command-line options."""
+        name}; `options`: more of the child's command-line options; `venv`: an environment folder's
+        own venv (layered on the generation's), else the generation's."""
         ((kind, where),) = source.items()
+        python = Path(venv) / "bin" / "python" if venv else generation.python(os.environ)
         proc = await asyncio.create_subprocess_exec(
-            str(generation.python(os.environ)),
+            str(python),
             str(generation.child_file),
             f"--{kind}",
             where,

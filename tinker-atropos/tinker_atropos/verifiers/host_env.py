@@ -33,6 +33,9 @@ AGENT_METRICS = {"num_turns": "turns", "total_tool_calls": "tool_calls"}
 class VerifiersHostConfig(ChatTaskConfig):
     verifiers_file: str | None = Field(default=None, description="The verifiers environment's file.")
     verifiers_module: str | None = Field(default=None, description="Or its installed package's module name.")
+    verifiers_venv: str | None = Field(
+        default=None, description="The venv its child runs in (an environment folder's own); default: its generation's."
+    )
     verifiers_args: dict[str, Any] = Field(
         default_factory=dict, description="load_environment's keyword arguments (the ones left out keep its defaults)."
     )
@@ -86,7 +89,13 @@ class VerifiersHostEnv(ChatTaskEnv):
         generation = GENERATIONS[cfg.verifiers_format]
         options = ["--tokenizer", str(cfg.tokenizer_name)] if generation is V1 else []  # it renders prompts itself
         self.child = await VerifiersChild.start(
-            generation, source, cfg.verifiers_args, server.api_key or "local", cfg.load_timeout_s, options
+            generation,
+            source,
+            cfg.verifiers_args,
+            server.api_key or "local",
+            cfg.load_timeout_s,
+            options,
+            cfg.verifiers_venv,
         )
         await super().setup()
 
