@@ -200,13 +200,25 @@ async def test_a_module_installed_nowhere_is_named_with_the_venv_and_the_command
     rl_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RL_MCP_ENV_DIRS", str(MISSING_DIR))
-    async with open_app(settings("local")) as app, Client(build_server(app)) as client:
+    monkeypatch.setenv("RL_MCP_STATUS_MIN_INTERVAL", "0")
+    async with open_app(settings("local", stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
         # an Atropos file: imported (for its fields) in the product's venv
         message = await refused(client, "rl_select_environment", name="needs_nowhere")
         assert "module 'rl_mcp_test_nowhere_module' is not installed" in message, message
         assert f"{PRODUCT_VENV} (the product's venv)" in message, message
         assert f"{PRODUCT_VENV}/bin/pip install rl-mcp-test-nowhere-module" in message, message
         assert "No module named 'rl_mcp_test_nowhere_module'" in message  # the original, kept below
+        # one that imports it only once it runs: the run's failure names it the same way
+        await call(client, "rl_select_environment", name="late_import")
+        for field, value in {"total_steps": 2, "batch_size": 4, "steps_per_eval": 100}.items():
+            await call(client, "rl_edit_config", field=field, value=value)
+        run_id = (await call(client, "rl_start_training"))["run_id"]
+        status = await wait_for(client, run_id, ended, 180)
+        assert status["status"] == "failed" and status["error"].startswith(
+            "module 'rl_mcp_test_nowhere_module' is not installed"
+        ), status["error"]
+        assert f"{PRODUCT_VENV}/bin/pip install rl-mcp-test-nowhere-module" in status["error"], status["error"]
+        assert "exited with code" in status["error"].split("The original error:")[1], status["error"]
         if not CLASSIC.python({}).exists():
             return
         # a classic verifiers file: it loads in verifiers' venv, which lacks what the product's has

@@ -20,6 +20,7 @@ _MISSING = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([
 # where the import name differs from the distribution and no venv here has it installed
 KNOWN = {"yaml": "PyYAML", "PIL": "Pillow", "cv2": "opencv-python", "sklearn": "scikit-learn", "bs4": "beautifulsoup4"}
 ORIGINAL_LINES = 6
+MODULE_TAIL_LINES = 400  # of a failed environment's log, searched for the import error
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ def distribution_for(module: str, site_dirs: Iterable[Path]) -> str:
             if module in _top_level(dist_info):
                 return normalize(_name(dist_info))  # as the registry names it: reasoning_gym -> reasoning-gym
     return KNOWN.get(module, module.replace("_", "-"))
+
+
+def explained(error: str | None, log_tail: list[str], home: ModuleHome) -> str | None:
+    """`error` with what to do first when the log's tail names a missing module (a run's failure)."""
+    missing = explain("\n".join(log_tail), home)
+    return f"{missing}\n{error}" if missing and error else missing or error
 
 
 def explain(text: str, home: ModuleHome) -> str | None:

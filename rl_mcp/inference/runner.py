@@ -20,7 +20,7 @@ from typing import Any, Literal
 import anyio
 import httpx
 
-from rl_mcp.environments.missing_module import explain
+from rl_mcp.environments.missing_module import MODULE_TAIL_LINES, explained
 from rl_mcp.environments.verifiers_format import runnable_file
 from rl_mcp.inference.progress import Progress, ProgressFn, waiting_line
 from rl_mcp.inference.scores import ScoreSummary, read_groups, summarize
@@ -248,8 +248,8 @@ async def _run_process(
         latest = health.error if health else None
         why = latest.line if latest else last_error_line(out.log_tail) or "see the log tail"
         out.error = f"the environment process exited with code {code}: {why}"
-    if req.module_home is not None and (missing := explain("\n".join(tail_lines(out.log, 400)), req.module_home)):
-        out.error = f"{missing}\n{out.error}"  # what to do here first, the process's own account below
+    if req.module_home is not None:  # what to do here first, the process's own account below
+        out.error = explained(out.error, tail_lines(out.log, MODULE_TAIL_LINES), req.module_home)
 
 
 async def _watch_health(

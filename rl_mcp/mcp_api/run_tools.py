@@ -124,7 +124,8 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
             atomic_write_text(RunFiles(run_dir).edits, json.dumps(state.edits, indent=1, default=str))
             return write_run_config(RunFiles(run_dir).config, config)
 
-        plan = RunPlan(environment=info.name, env_file=info.file, write_config=write, run_name=state.wandb_name)
+        home = (await app.runtime(info)).home  # installed by now: where its code imports from
+        plan = RunPlan(info.name, info.file, write, run_name=state.wandb_name, module_home=home)
         if resume_from is not None:  # a fork: the parent's state, the session's config
             parent = app.runs.get(resume_from)
             saved = resume.choose_state(parent, checkpoint_step)

@@ -10,6 +10,8 @@ from typing import Any, Protocol
 import anyio
 import yaml
 
+from rl_mcp.environments.missing_module import MODULE_TAIL_LINES, ModuleHome, explained
+from rl_mcp.logs import tail_lines
 from rl_mcp.processes import Child
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName
@@ -41,6 +43,7 @@ class RunPlan:
     write_config: Callable[[Path, int, int, str], Path]
     run_name: str | None = None  # the selection's wandb_name; the run id when another run has it
     lineage: Lineage | None = None  # set for a resume (which keeps the parent's run_name) or a fork
+    module_home: ModuleHome | None = None  # where the environment's code imports from (a missing module's fix)
 
     @property
     def keeps_run_name(self) -> bool:
@@ -88,11 +91,18 @@ class Live:
     changed: anyio.Event = field(default_factory=anyio.Event)  # set (and replaced) on every change
     stop_requested: bool = False
     ports_reserved: list[int] = field(default_factory=list)
+    module_home: ModuleHome | None = None  # the plan's: a missing module named with its fix
 
     def touch(self) -> None:
         """Wake whoever waits for the next stage or the settling."""
         self.changed.set()
         self.changed = anyio.Event()
+
+    def explained(self, error: str | None, tail_of: str | None) -> str | None:
+        """A failure's error, led by the fix where the environment's log names a missing module."""
+        if tail_of != ProcessName.ENV or self.module_home is None:
+            return error
+        return explained(error, tail_lines(self.rec.log_path(tail_of), MODULE_TAIL_LINES), self.module_home)
 
     def settle(self) -> None:
         self.settled.set()

@@ -123,7 +123,7 @@ class RunManager:
         except BaseException:
             self.ports.release([api_port, inference_port])
             raise
-        live = Live(rec=rec, ports_reserved=[api_port, inference_port])
+        live = Live(rec=rec, ports_reserved=[api_port, inference_port], module_home=plan.module_home)
         self._live[rec.run_id] = live
         self._tg.start_soon(self._run, live, plan.env_file)
         self.events.runs_list_changed()
@@ -270,7 +270,7 @@ class RunManager:
         with anyio.CancelScope(shield=True):
             await self._stop_children(live)
         tmpdirs.remove_run_tmpdir(rec.files)  # what killed children left in their TMPDIR goes too
-        rec.status, rec.error, rec.ended_at = status, error, time.time()
+        rec.status, rec.error, rec.ended_at = status, live.explained(error, tail_of), time.time()
         if tail_of is not None:
             rec.log_tail = tail_lines(rec.log_path(tail_of), FAILURE_TAIL_LINES)
         self._save(rec)

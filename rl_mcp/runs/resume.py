@@ -163,6 +163,7 @@ def fork_plan(
         write_config=write,
         run_name=session_plan.run_name,
         lineage=Lineage(parent.run_id, state.step, forked=True),
+        module_home=session_plan.module_home,
     )
 
 
