@@ -33,9 +33,20 @@ def test_the_timeout_follows_the_reply_tokens_and_the_rows_the_run_schedules() -
     assert got.timeout_s == pytest.approx(2 * 2048 * 0.160 + 10)
     assert got.group_timeout_s == pytest.approx(3 * got.timeout_s + 10)
     assert got.cut_to is None
-    assert "2 x 2048 tokens x 160.0 ms a token" in got.basis and "scaled to the 32 rows" in got.basis
+    assert "2 x 2048 tokens x 160.0 ms a decode step at the 32 rows the run schedules" in got.basis
+    assert "(measured at 8.0 rows, scaled to 32 rows)" in got.basis
     # a fast server: never below the environment's own timeout
     assert fit(POLICY, 120.0, Workload(64, 8, 1), Decoding(0.001, 8.0)).timeout_s == 120.0
+
+
+def test_a_step_at_the_scheduled_rows_is_read_off_the_steps_measured_at_several() -> None:
+    # SmolLM2-like: 59 ms a step alone, 4 ms more a row: 8 rows take 87 ms, not 8 x 59
+    measured = Decoding(0.060, 1.5, by_rows={1: 0.059, 2: 0.063, 3: 0.067})
+    step, how = measured.step_at(8)
+    assert step == pytest.approx(0.087) and how == "read at 8 rows off the steps measured at 1-3 rows"
+    assert measured.step_at(2) == (0.063, "measured at 2 rows")
+    # a slower step at fewer rows (the trainer took the CPU meanwhile) is the least it takes
+    assert Decoding(0.1, 2.0, by_rows={1: 0.2, 4: 0.1}).step_at(6)[0] == 0.2
 
 
 def test_the_servers_cap_sizes_the_reply_and_past_the_ceiling_the_request_asks_less() -> None:

@@ -7,7 +7,7 @@ the run schedules makes it (group_size rows per group, several groups at once, t
 them). A request that outlives its timeout is tried again from nothing, so a run whose replies cannot
 fit makes no step at all. Here each request's timeout is
 
-    margin x R x (the server's measured seconds per decode step, scaled to the rows the run schedules)
+    margin x R x (the server's measured seconds per decode step at the rows the run schedules)
     + a prefill allowance,
 
 at least the environment's own timeout and at most a ceiling; where even the ceiling cannot hold R
@@ -24,7 +24,7 @@ and its diagnosis reads the same numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tinker_atropos.reply_cap import ReplyCap
@@ -66,6 +66,27 @@ class Decoding:
     step_s: float
     mean_rows: float
     cap: ReplyCap | None = None
+    by_rows: dict[int, float] = field(default_factory=dict)  # the mean step at each count of rows seen
+
+    def step_at(self, rows: int) -> tuple[float, str]:
+        """A decode step's seconds with `rows` rows, and how it is known: measured there; read off the
+        line through the steps measured at two or more counts of rows (a step's fixed cost plus its
+        cost a row), never below the slowest measured at fewer rows; else the mean step scaled in
+        proportion to the rows (the most a step can grow)."""
+        if rows in self.by_rows:
+            return self.by_rows[rows], f"measured at {rows} rows"
+        points = sorted(self.by_rows.items())
+        if len(points) >= 2:
+            n = len(points)
+            mean_r, mean_s = sum(r for r, _ in points) / n, sum(s for _, s in points) / n
+            spread = sum((r - mean_r) ** 2 for r, _ in points)
+            slope = max(0.0, sum((r - mean_r) * (s - mean_s) for r, s in points) / spread)
+            fewer = [s for r, s in points if r < rows] or [min(s for _, s in points)]
+            step = max(mean_s + slope * (rows - mean_r), max(fewer))
+            return step, f"read at {rows} rows off the steps measured at {points[0][0]}-{points[-1][0]} rows"
+        scale = max(1.0, rows / max(self.mean_rows, 1.0))
+        how = f"measured at {self.mean_rows:.1f} rows" + (f", scaled to {rows} rows" if scale > 1 else "")
+        return self.step_s * scale, how
 
 
 @dataclass(frozen=True)
@@ -82,8 +103,7 @@ def fit(policy: Policy, floor_s: float, work: Workload, decoding: Decoding | Non
     if decoding is None:
         basis = f"the environment's own {floor_s:.0f} s: the server has not timed a decode step yet"
         return Fit(floor_s, None, work.turns * floor_s + policy.prefill_s, None, basis)
-    scale = max(1.0, work.rows / max(decoding.mean_rows, 1.0))
-    per_token = decoding.step_s * scale
+    per_token, how = decoding.step_at(work.rows)
     asked = decoding.cap.limit(work.reply_tokens) if decoding.cap else work.reply_tokens
     tokens = asked
     room = (policy.ceiling_s - policy.prefill_s) / (policy.margin * per_token)
@@ -93,11 +113,9 @@ def fit(policy: Policy, floor_s: float, work: Workload, decoding: Decoding | Non
     derived = policy.margin * tokens * per_token + policy.prefill_s
     timeout = min(policy.ceiling_s, max(floor_s, derived))
     basis = (
-        f"{timeout:.0f} s: {policy.margin:g} x {tokens} tokens x {per_token * 1000:.1f} ms a token "
-        f"({decoding.step_s * 1000:.1f} ms a decode step measured at {decoding.mean_rows:.1f} rows"
-        + (f", scaled to the {work.rows} rows the run schedules" if scale > 1 else "")
-        + f") + {policy.prefill_s:.0f} s, at least the environment's {floor_s:.0f} s"
-        + f" and at most {policy.ceiling_s:.0f} s"
+        f"{timeout:.0f} s: {policy.margin:g} x {tokens} tokens x {per_token * 1000:.1f} ms a decode step at the "
+        f"{work.rows} rows the run schedules ({how}) + {policy.prefill_s:.0f} s, "
+        f"at least the environment's {floor_s:.0f} s and at most {policy.ceiling_s:.0f} s"
     )
     if asked < work.reply_tokens:
         basis += f" (the {work.reply_tokens} tokens asked are capped at {asked} by the server: max_reply_tokens)"

@@ -35,6 +35,13 @@ def policy_of(argv: list[str]) -> Policy | None:
     return Policy.from_section(data.get(SECTION)) if isinstance(data, dict) else None
 
 
+def _by_rows(decoding: dict[str, Any]) -> dict[int, float]:
+    try:
+        return {int(r): float(s) for r, s in (decoding.get("step_s_by_rows") or {}).items()}
+    except (TypeError, ValueError, AttributeError):
+        return {}
+
+
 def _cap(raw: Any) -> ReplyCap | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("max_reply_tokens"), int):
         return None
@@ -92,5 +99,5 @@ class TimeoutFitter:
             return self._decoding
         step, rows = decoding.get("step_s"), decoding.get("mean_rows")
         if isinstance(step, (int, float)) and step > 0 and isinstance(rows, (int, float)):
-            self._decoding = Decoding(float(step), float(rows), _cap(health.get("reply_cap")))
+            self._decoding = Decoding(float(step), float(rows), _cap(health.get("reply_cap")), _by_rows(decoding))
         return self._decoding

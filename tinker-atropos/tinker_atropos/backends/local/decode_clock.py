@@ -13,14 +13,17 @@ import time
 from collections import deque
 
 WINDOW = 256  # the latest steps averaged
+ROWS_WINDOW = 64  # ... and the latest at each count of rows
 
 
 class DecodeClock:
-    """The mean wall time between consecutive decode steps, and the mean rows they decoded."""
+    """The mean wall time between consecutive decode steps, and the mean rows they decoded; the mean
+    at each count of rows seen (a step costs more with more rows, and how much more is measured)."""
 
     def __init__(self) -> None:
         self._gaps: deque[float] = deque(maxlen=WINDOW)
         self._rows: deque[int] = deque(maxlen=WINDOW)
+        self._by_rows: dict[int, deque[float]] = {}
         self._last: float | None = None
 
     def stepped(self, rows: int) -> None:
@@ -29,6 +32,7 @@ class DecodeClock:
         if self._last is not None:
             self._gaps.append(now - self._last)
             self._rows.append(rows)
+            self._by_rows.setdefault(rows, deque(maxlen=ROWS_WINDOW)).append(now - self._last)
         self._last = now
 
     def idle(self) -> None:
@@ -42,3 +46,7 @@ class DecodeClock:
     @property
     def rows(self) -> float | None:
         return sum(self._rows) / len(self._rows) if self._rows else None
+
+    @property
+    def by_rows(self) -> dict[int, float]:
+        return {rows: sum(gaps) / len(gaps) for rows, gaps in sorted(self._by_rows.items())}

@@ -100,7 +100,8 @@ class LocalSampler:
     def decoding(self) -> dict[str, float | int | None]:
         """Rows decoding now; the mean wall time of a decode step and its mean rows (/health)."""
         clock = self.batcher.clock
-        return {"rows": self.batcher.rows, "step_s": clock.step_s, "mean_rows": clock.rows}
+        by_rows = {str(rows): s for rows, s in clock.by_rows.items()}
+        return {"rows": self.batcher.rows, "step_s": clock.step_s, "mean_rows": clock.rows, "step_s_by_rows": by_rows}
 
     @property
     def generated_tokens(self) -> int:
