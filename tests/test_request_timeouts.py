@@ -127,3 +127,22 @@ def test_without_a_measured_speed_the_group_halves_and_once_it_fits_nothing_is_a
     found = requests_time_out(facts(fitted, steps=3))
     assert found is not None and found.severity == "info" and found.next_step.tool == "rl_check_status"
     assert requests_time_out(facts(Requests(sent=3, answered=3))) is None
+
+
+def test_the_servers_clock_times_steps_by_rows_without_prefills(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tinker_atropos.backends.local import decode_clock
+
+    now = [0.0]
+    monkeypatch.setattr(decode_clock.time, "monotonic", lambda: now[0])
+    clock = decode_clock.DecodeClock()
+    for rows, gap in [(1, 0.05)] * 9 + [(2, 0.06)] * 3:
+        now[0] += gap
+        clock.stepped(rows)
+    now[0] += 3.0  # a prompt prefilled between two steps: paid once, not a token's time
+    clock.exclude(2.94)
+    clock.stepped(1)
+    assert clock.by_rows == {1: pytest.approx((8 * 0.05 + 0.06) / 9)}  # 2 rows: too few steps timed yet
+    clock.idle()
+    now[0] += 100.0  # idle: not a step
+    clock.stepped(1)
+    assert clock.step_s == pytest.approx((8 * 0.05 + 3 * 0.06 + 0.06) / 12)

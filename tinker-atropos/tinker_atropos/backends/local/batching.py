@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -178,7 +179,9 @@ class ContinuousBatcher:
             with torch.inference_mode(), mixed(self.device, self.autocast):
                 self._run_jobs(jobs)
                 try:
+                    started = time.monotonic()
                     self._admit([r for r in admitted if not r.cancelled])
+                    self.clock.exclude(time.monotonic() - started)  # a prefill is paid once, not a token
                     self._step()
                 except Exception as exc:  # fails the requests in flight; the batcher goes on with the next
                     logger.exception("batched decode step failed")
