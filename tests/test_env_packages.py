@@ -129,9 +129,12 @@ async def test_a_folder_is_installed_on_first_use_then_scored_and_trained(
         progress.append(message or "")
 
     async with open_app(settings(profile, stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
-        await call(client, "rl_select_environment", name=env_name)
-        # an Atropos file is imported for its fields: its folder is installed at its selection
+        selected = await client.call_tool("rl_select_environment", {"name": env_name}, progress_callback=on_progress)
+        assert not selected.is_error, selected.content[0].text  # type: ignore[union-attr]
+        # an Atropos file is imported for its fields: its folder is installed at its selection, with progress
         assert len(installed(rl_home)) == (0 if generation else 1)
+        assert any(m.startswith("installing environment") for m in progress) == (generation is None), progress
+        progress.clear()
         small = {**SMALL, "max_token_length": 1024} if generation else ATROPOS_SMALL
         for field, value in {**small, **edits}.items():
             await call(client, "rl_edit_config", field=field, value=value)

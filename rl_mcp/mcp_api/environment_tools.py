@@ -35,6 +35,8 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
     @tool_errors
     async def rl_select_environment(name: EnvName, ctx: Context) -> SelectionResult:
         info = app.environment(name)
+        if info.package is not None:  # an environment folder: installed first (its fields are read in its venv)
+            await app.runtime(info, lambda message: ctx.report_progress(0, None, message))
         fresh = app.introspector.cached(info) is None
         if fresh:  # seconds of importing in a child: tell clients that asked for progress
             await ctx.report_progress(0, 1, f"loading the config fields of {name} (in a child process)")
