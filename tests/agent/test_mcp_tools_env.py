@@ -1,0 +1,264 @@
+"""The `mcp` environment's rollouts against real MCP servers over stdio (mcp-server-time and
+mcp-server-git from PyPI, in `.venv-mcp-servers`; a misbehaving one of ours): every call a real
+`tools/call`, exact tokens with only the model's turns trained, the check reward with partial
+credit, the judge against a local endpoint, and the failures, each a clear error with no server
+process left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import psutil
+import pytest
+from agent_helpers import close_env, make_env
+
+from tinker_atropos.environments.mcp_tools_env import McpToolsEnv
+from tinker_atropos.mcp_tools.judge import JudgeError
+from tinker_atropos.mcp_tools.sessions import ServerUnavailable
+from tinker_atropos.mcp_tools.tool_policy import ToolPolicyError
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVERS_VENV = ROOT / ".venv-mcp-servers" / "bin"
+FAULTY = ROOT / "tests" / "fixtures" / "mcp_servers" / "faulty_server.py"
+pytestmark = pytest.mark.anyio
+
+
+def _call(name: str, **arguments) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def server_processes() -> list[psutil.Process]:
+    """Live MCP server processes started under this test process."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            line = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "mcp-server-" in line or "faulty_server" in line:
+            found.append(p)
+    return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(scope="module")
+def servers_file(tmp_path_factory) -> Path:
+    assert (SERVERS_VENV / "mcp-server-time").exists(), "run `make mcp-servers`"
+    root = tmp_path_factory.mktemp("mcp")
+    repo = root / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=T", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "notes.txt").write_text("hello\n")
+    subprocess.run([*git, "add", "notes.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "Add the notes file"], check=True)
+    path = root / "tool-servers.json"
+    servers = {
+        "time": {"command": str(SERVERS_VENV / "mcp-server-time"), "args": ["--local-timezone", "UTC"]},
+        "git": {"command": str(SERVERS_VENV / "mcp-server-git"), "args": ["--repository", str(repo)]},
+        "faulty": {"command": sys.executable, "args": [str(FAULTY)], "env": {"FAULTY_SETTING": "1"}},
+        "broken": {"command": sys.executable, "args": [str(FAULTY), "--crash-at-start"]},
+        "missing": {"command": str(root / "no-such-server")},
+    }
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return path
+
+
+def tasks_file(tmp_path: Path, *tasks: dict) -> str:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    return str(path)
+
+
+def env_for(url, tiny_path, servers_file: Path, server: str, tasks: str, **overrides) -> McpToolsEnv:
+    return make_env(
+        McpToolsEnv,
+        url,
+        tiny_path,
+        mcp_server=server,
+        tool_servers_file=str(servers_file),
+        tasks_file=tasks,
+        group_size=2,
+        max_token_length=8192,
+        eval_fraction=0.0,
+        **overrides,
+    )
+
+
+async def group_of(env: McpToolsEnv):
+    try:
+        await env.setup()
+        return (await env.collect_trajectories(env.train_items[0]))[0]
+    finally:
+        await close_env(env)
+
+
+TOKYO = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
+
+
+async def test_time_server_calls_are_real_and_only_the_model_turns_are_trained(
+    scripted, tiny_path, servers_file, tmp_path
+) -> None:
+    url, sampler = scripted
+    task = {"prompt": "It is 12:00 in UTC. What time is it in Tokyo?", "answer": "21:00", "check": {"contains": True}}
+    sampler.script = [_call("convert_time", **TOKYO), "It is 21:00 in Tokyo."]
+    env = env_for(url, tiny_path, servers_file, "time", tasks_file(tmp_path, task))
+    group = await group_of(env)
+    assert group["scores"] == [1.0, 1.0]
+    assert group["overrides"][0] == {"correct": True, "turns": 2, "tool_calls": 1, "tool_errors": 0}
+    result = json.loads(group["messages"][0][-2]["content"])  # the server's own answer
+    assert result["target"]["timezone"] == "Asia/Tokyo" and "T21:00" in result["target"]["datetime"]
+    tokens, masks = group["tokens"][0], group["masks"][0]
+    trained = env.tokenizer.decode([t for t, m in zip(tokens, masks) if m != -100])
+    context = env.tokenizer.decode([t for t, m in zip(tokens, masks) if m == -100])
+    assert '"name": "convert_time"' in trained and "It is 21:00 in Tokyo." in trained
+    assert "Asia/Tokyo" in context and "<tool_response>" in context and "<tool_response>" not in trained
+    assert len(group["inference_logprobs"][0]) == len(tokens)
+    assert server_processes() == []
+
+    # partial credit: the right call, a wrong final answer; and no call at all
+    sampler.script = [_call("convert_time", **TOKYO), "It is noon."]
+    group = await group_of(env_for(url, tiny_path, servers_file, "time", tasks_file(tmp_path, task)))
+    assert group["scores"] == [0.3, 0.3]
+    sampler.script = ["I think it is 9 o'clock."]
+    group = await group_of(env_for(url, tiny_path, servers_file, "time", tasks_file(tmp_path, task)))
+    assert group["scores"] == [0.0, 0.0] and group["overrides"][0]["tool_calls"] == 0
+
+
+async def test_git_server_on_a_repository_the_test_made(scripted, tiny_path, servers_file, tmp_path) -> None:
+    url, sampler = scripted
+    tasks = tasks_file(
+        tmp_path,
+        {
+            "prompt": "Which branch is checked out?",
+            "check": {"called": "git_branch", "arguments": {"branch_type": "local"}},
+        },
+    )
+    repo = str(servers_file.parent / "repo")
+    sampler.script = [_call("git_branch", repo_path=repo, branch_type="local"), "main"]
+    env = env_for(url, tiny_path, servers_file, "git", tasks)
+    group = await group_of(env)
+    assert group["scores"] == [1.0, 1.0] and "main" in group["messages"][0][-2]["content"]
+    # the default allow-list: git's read-only tools; git_reset (destructive) and the writers are not offered
+    assert "git_reset" not in env.allowed.names and "git_commit" not in env.allowed.names
+    assert {"git_log", "git_status", "git_branch"} <= set(env.allowed.names)
+    sampler.script = [_call("git_log", repo_path=repo, max_count=1), "Add the notes file"]
+    tasks = tasks_file(tmp_path, {"prompt": "What was the last commit?", "check": {"final_answer_from": "git_log"}})
+    group = await group_of(env_for(url, tiny_path, servers_file, "git", tasks))
+    assert group["scores"] == [0.3, 0.3]  # the whole log text is not stated: the call earns partial credit
+    sampler.script = [_call("git_reset", repo_path=repo), "Done."]
+    group = await group_of(env_for(url, tiny_path, servers_file, "git", tasks))
+    assert (
+        group["overrides"][0]["tool_errors"] == 1 and "Unknown tool: 'git_reset'" in group["messages"][0][-2]["content"]
+    )
+    assert server_processes() == []
+
+
+async def test_a_destructive_tool_asked_for_implicitly_is_refused(scripted, tiny_path, servers_file, tmp_path) -> None:
+    url, _ = scripted
+    tasks = tasks_file(tmp_path, {"prompt": "Clean up.", "check": {"called": "wipe"}})
+    for tools in (None, ["*"]):
+        env = env_for(url, tiny_path, servers_file, "faulty", tasks, tools=tools)
+        with pytest.raises(ToolPolicyError, match="'wipe'.*never enabled implicitly.*`tools`"):
+            await env.setup()
+        await close_env(env)
+    env = env_for(url, tiny_path, servers_file, "faulty", tasks, tools=["echo", "wipe"])
+    await env.setup()  # named: allowed
+    await close_env(env)
+    assert server_processes() == []
+
+
+async def test_failures_are_clear_errors_and_leave_no_process(
+    scripted, tiny_path, servers_file, tmp_path, monkeypatch
+) -> None:
+    url, sampler = scripted
+    tasks = tasks_file(tmp_path, {"prompt": "Echo hi.", "check": {"contains": "hi"}})
+    env = env_for(url, tiny_path, servers_file, "missing", tasks)
+    with pytest.raises(ServerUnavailable, match="not found.*tool-servers file"):
+        await env.setup()
+    env = env_for(url, tiny_path, servers_file, "broken", tasks)
+    with pytest.raises(ServerUnavailable, match="cannot open its database"):  # its stderr tail
+        await env.setup()
+
+    # crash mid-rollout: that call and the next are tool errors; the rollout is scored
+    sampler.script = [_call("crash"), _call("echo", text="hi"), "hi"]
+    group = await group_of(env_for(url, tiny_path, servers_file, "faulty", tasks))
+    first, second = group["messages"][0][3]["content"], group["messages"][0][5]["content"]
+    assert json.loads(first)["error"] and json.loads(second)["error"], (first, second)
+    assert group["overrides"][0]["tool_errors"] == 2
+    # a hanging call times out; isError comes back as a tool error; a long result is cut
+    sampler.script = [_call("hang"), _call("fail"), _call("big"), "hi"]
+    env = env_for(
+        url, tiny_path, servers_file, "faulty", tasks, tool_timeout_s=2, max_tool_result_chars=500, max_agent_turns=4
+    )
+    group = await group_of(env)
+    hang, fail, big = (group["messages"][0][i]["content"] for i in (3, 5, 7))
+    assert "no answer within 2 s" in hang and "Error executing tool fail" in fail  # isError, as the server words it
+    assert len(big) < 700 and "result cut at 500" in big
+    # the server sees only its configured env and the minimum: no product key
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-servers")
+    sampler.script = [_call("env_keys"), "hi"]
+    group = await group_of(env_for(url, tiny_path, servers_file, "faulty", tasks))
+    names = group["messages"][0][3]["content"].split(",")
+    assert "FAULTY_SETTING" in names and "OPENAI_API_KEY" not in names and "PATH" in names
+    assert server_processes() == []
+
+
+class _Judge(BaseHTTPRequestHandler):
+    answer = ""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": self.answer}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def judge_url() -> Iterator[str]:
+    httpd = HTTPServer(("127.0.0.1", 0), _Judge)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}/v1"
+    httpd.shutdown()
+
+
+async def test_judge_scores_a_group_relative_and_fails_by_name(
+    scripted, tiny_path, servers_file, tmp_path, judge_url
+) -> None:
+    url, sampler = scripted
+    tasks = tasks_file(tmp_path, {"prompt": "Echo hi.", "check": {"contains": "hi"}})
+    sampler.script = [_call("echo", text="hi"), "hi"]
+    _Judge.answer = (
+        'Verdict: {"scores": [{"id": 1, "score": 0.9, "reason": "used echo"}, {"id": 2, "score": 0.4, "reason": "ok"}]}'
+    )
+    env = env_for(
+        url, tiny_path, servers_file, "faulty", tasks, reward="judge", judge_base_url=judge_url, judge_model="j"
+    )
+    group = await group_of(env)
+    assert group["scores"] == [0.9, 0.4] and env.verdicts[-1].reason == "ok"
+    _Judge.answer = "I cannot decide."
+    env = env_for(url, tiny_path, servers_file, "faulty", tasks, reward="judge", judge_base_url=judge_url)
+    with pytest.raises(JudgeError, match="judge_unparseable.*I cannot decide"):
+        await group_of(env)
+    env = env_for(url, tiny_path, servers_file, "faulty", tasks, reward="judge", judge_base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(JudgeError, match="judge_unreachable.*127.0.0.1:9"):
+        await group_of(env)
+    env = env_for(
+        url, tiny_path, servers_file, "faulty", tasks, reward="judge", judge_api_key_var="RL_MCP_TEST_JUDGE_KEY"
+    )
+    with pytest.raises(JudgeError, match="judge_key_missing.*RL_MCP_TEST_JUDGE_KEY"):
+        await group_of(env)
+    assert "RL_MCP_TEST_JUDGE_KEY" not in os.environ
+    assert server_processes() == []
