@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 from agent_helpers import close_env, make_env
+from mcp_tool_servers import SERVERS_VENV, git_repo
 
 from tinker_atropos.environments.mcp_tools_env import McpToolsEnv
 from tinker_atropos.mcp_tools.judge import JudgeError
@@ -25,7 +25,6 @@ from tinker_atropos.mcp_tools.sessions import ServerUnavailable
 from tinker_atropos.mcp_tools.tool_policy import ToolPolicyError
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVERS_VENV = ROOT / ".venv-mcp-servers" / "bin"
 FAULTY = ROOT / "tests" / "fixtures" / "mcp_servers" / "faulty_server.py"
 pytestmark = pytest.mark.anyio
 
@@ -51,13 +50,7 @@ def server_processes() -> list[psutil.Process]:
 def servers_file(tmp_path_factory) -> Path:
     assert (SERVERS_VENV / "mcp-server-time").exists(), "run `make mcp-servers`"
     root = tmp_path_factory.mktemp("mcp")
-    repo = root / "repo"
-    repo.mkdir()
-    git = ["git", "-C", str(repo), "-c", "user.name=T", "-c", "user.email=t@example.com"]
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    (repo / "notes.txt").write_text("hello\n")
-    subprocess.run([*git, "add", "notes.txt"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "Add the notes file"], check=True)
+    repo = git_repo(root, "Add the notes file")
     path = root / "tool-servers.json"
     servers = {
         "time": {"command": str(SERVERS_VENV / "mcp-server-time"), "args": ["--local-timezone", "UTC"]},

@@ -144,5 +144,5 @@ def score(task: Task, messages: Sequence[dict[str, Any]], partial_credit: float 
     if ok_calls:
         return Verdict(partial_credit, False, f"a correct tool call ({ok_calls[0].name}), the check failed")
     if calls or any("<tool_call>" in str(m.get("content") or "") for m in messages if m.get("role") == "assistant"):
-        return Verdict(round(partial_credit / 3, 4), False, "a tool call was attempted but failed or did not parse")
+        return Verdict(round(partial_credit / 3, 4), False, "a call that failed, did not parse or used another tool")
     return Verdict(0.0, False, "no tool call, and the check failed" if answer is not None else "no final answer")
