@@ -130,7 +130,8 @@ async def test_servers_are_listed_with_their_tools_and_the_agent_writes_tasks(rl
         tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=600)
         model: dict[str, Any] = tested["results"][0]
         assert model["status"] == "ok", (model["error"], model["log_tail"])
-        assert "git_branch" in model["sample_trajectory"] or "[USER]" in model["sample_trajectory"]
+        assert "[USER]" in model["sample_trajectory"] and len(model["reward_reasons"]) == 2
+        assert all(": " in r and "check: " in r for r in model["reward_reasons"]), model["reward_reasons"]
     assert leftover_servers() == []
 
 
@@ -162,4 +163,6 @@ async def test_a_tool_server_environment_trains_two_steps_on_smollm2(rl_home: Pa
         assert done["status"] == "completed", (done["error"], done["failure_log_tail"])
     lines = [json.loads(x) for x in (Path(started["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2] and all(m["agent_turns_mean"] >= 1 for m in lines)
+    verdicts = [json.loads(x) for x in (Path(started["run_dir"]) / "verdicts.jsonl").read_text().splitlines()]
+    assert verdicts and all(v["reward"] == "check" and len(v["reasons"]) == len(v["scores"]) == 2 for v in verdicts)
     assert leftover_servers() == []

@@ -104,7 +104,13 @@ async def test_time_server_calls_are_real_and_only_the_model_turns_are_trained(
     env = env_for(url, tiny_path, servers_file, "time", tasks_file(tmp_path, task))
     group = await group_of(env)
     assert group["scores"] == [1.0, 1.0]
-    assert group["overrides"][0] == {"correct": True, "turns": 2, "tool_calls": 1, "tool_errors": 0}
+    assert group["overrides"][0] == {
+        "correct": True,
+        "turns": 2,
+        "tool_calls": 1,
+        "tool_errors": 0,
+        "reason": "check: final answer passes contains",
+    }
     result = json.loads(group["messages"][0][-2]["content"])  # the server's own answer
     assert result["target"]["timezone"] == "Asia/Tokyo" and "T21:00" in result["target"]["datetime"]
     tokens, masks = group["tokens"][0], group["masks"][0]
@@ -119,6 +125,7 @@ async def test_time_server_calls_are_real_and_only_the_model_turns_are_trained(
     sampler.script = [_call("convert_time", **TOKYO), "It is noon."]
     group = await group_of(env_for(url, tiny_path, servers_file, "time", tasks_file(tmp_path, task)))
     assert group["scores"] == [0.3, 0.3]
+    assert group["overrides"][0]["reason"] == "check: a correct tool call (convert_time), the check failed"
     sampler.script = ["I think it is 9 o'clock."]
     group = await group_of(env_for(url, tiny_path, servers_file, "time", tasks_file(tmp_path, task)))
     assert group["scores"] == [0.0, 0.0] and group["overrides"][0]["tool_calls"] == 0
@@ -240,7 +247,10 @@ async def test_judge_scores_a_group_relative_and_fails_by_name(
         url, tiny_path, servers_file, "faulty", tasks, reward="judge", judge_base_url=judge_url, judge_model="j"
     )
     group = await group_of(env)
-    assert group["scores"] == [0.9, 0.4] and env.verdicts[-1].reason == "ok"
+    assert group["scores"] == [0.9, 0.4] and [o["reason"] for o in group["overrides"]] == [
+        "judge: used echo",
+        "judge: ok",
+    ]
     _Judge.answer = "I cannot decide."
     env = env_for(url, tiny_path, servers_file, "faulty", tasks, reward="judge", judge_base_url=judge_url)
     with pytest.raises(JudgeError, match="judge_unparseable.*I cannot decide"):
@@ -255,3 +265,29 @@ async def test_judge_scores_a_group_relative_and_fails_by_name(
         await group_of(env)
     assert "RL_MCP_TEST_JUDGE_KEY" not in os.environ
     assert server_processes() == []
+
+
+async def test_a_stdio_server_in_bubblewrap_has_no_network(
+    scripted, tiny_path, servers_file, tmp_path, judge_url
+) -> None:
+    from tinker_atropos.agent.sandboxes.bwrap import probe
+
+    if (why := probe()) is not None:
+        pytest.skip(f"bubblewrap does not run here: {why}")
+    url, sampler = scripted
+    tasks = tasks_file(tmp_path, {"prompt": "What time is it in Tokyo?", "check": {"called": "convert_time"}})
+    sampler.script = [_call("convert_time", **TOKYO), "21:00"]
+    group = await group_of(env_for(url, tiny_path, servers_file, "time", tasks, sandbox="bwrap"))
+    assert group["scores"] == [1.0, 1.0] and "Asia/Tokyo" in group["messages"][0][3]["content"]
+    port = int(judge_url.rsplit(":", 1)[1].split("/")[0])  # a port that listens on the host
+    sampler.script = [_call("connect", port=port), "hi"]
+    outside = await group_of(env_for(url, tiny_path, servers_file, "faulty", tasks_file(tmp_path, EAGER)))
+    inside = await group_of(
+        env_for(url, tiny_path, servers_file, "faulty", tasks_file(tmp_path, EAGER), sandbox="bwrap")
+    )
+    assert outside["messages"][0][3]["content"] == "connected"
+    assert inside["messages"][0][3]["content"].startswith("unreachable")
+    assert server_processes() == []
+
+
+EAGER = {"prompt": "x", "check": {"contains": "x"}}

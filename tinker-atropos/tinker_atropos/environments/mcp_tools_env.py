@@ -10,6 +10,7 @@ scores of the group (`reward: judge`). See docs/mcp-tools.md.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +28,7 @@ from tinker_atropos.mcp_tools.sessions import list_tools, open_session
 from tinker_atropos.mcp_tools.tasks import Task, read_tasks, split_tasks
 from tinker_atropos.mcp_tools.tool_policy import ToolInfo, allowed_tools, refuse_unenabled
 from tinker_atropos.models.paths import SMOLLM2
+from tinker_atropos.run_files import RunFiles, append_jsonl
 
 SYSTEM_PROMPT = (
     "You can call tools. When a tool can answer, call it, then state the answer from its result in one short sentence."
@@ -172,19 +174,36 @@ class McpToolsEnv(HermesAgentBaseEnv):
         return ToolResult(outcome.text, error=outcome.error)
 
     async def compute_reward(self, item: Task, result: AgentResult, ctx: ToolContext) -> float:
-        verdict = checks.score(item, result.messages, self.cfg.partial_credit)
-        self.verdicts.append(verdict)
-        return verdict.reward
+        return checks.score(item, result.messages, self.cfg.partial_credit).reward
 
     def is_correct(self, item: Task, result: AgentResult, reward: float) -> bool:
         return checks.score(item, result.messages, 0.0).passed
 
     async def collect_trajectories(self, item: Task) -> tuple[ScoredDataGroup | None, list[Any]]:
+        """The group scored by the checks, or by the judge (`reward: judge`); each rollout's one-line
+        reason in its overrides (rl_test_inference shows them) and the group's in verdicts.jsonl."""
         group, backlog = await super().collect_trajectories(item)
-        if group is not None and self.cfg.reward == "judge":
-            verdicts = await judge_group(self.cfg, self._judge_default_url(), item, group.get("messages") or [])
+        if group is None:
+            return group, backlog
+        transcripts = group.get("messages") or []
+        if self.cfg.reward == "judge":
+            verdicts = await judge_group(self.cfg, self._judge_default_url(), item, transcripts)
             group["scores"] = [v.reward for v in verdicts]
-            self.verdicts.extend(verdicts)
+        else:
+            verdicts = [checks.score(item, m, self.cfg.partial_credit) for m in transcripts]
+        for override, verdict in zip(group["overrides"], verdicts):
+            override["reason"] = f"{self.cfg.reward}: {verdict.reason}"
+        self.verdicts.extend(verdicts)
+        if self.config.data_dir_to_save_evals:
+            line = {
+                "time": time.time(),
+                "step": self.curr_step,
+                "prompt": item.prompt[:200],
+                "reward": self.cfg.reward,
+                "scores": list(group["scores"]),
+                "reasons": [v.reason for v in verdicts],
+            }
+            append_jsonl(RunFiles(Path(self.config.data_dir_to_save_evals)).verdicts, line)
         return group, backlog
 
     def _judge_default_url(self) -> tuple[str, str]:
