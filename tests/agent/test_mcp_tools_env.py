@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -291,3 +292,37 @@ async def test_a_stdio_server_in_bubblewrap_has_no_network(
 
 
 EAGER = {"prompt": "x", "check": {"contains": "x"}}
+
+
+KILLED_MID_CALL = """
+import sys, anyio
+from pathlib import Path
+from tinker_atropos.mcp_tools.servers_file import find_server
+from tinker_atropos.mcp_tools.sessions import call_tool, open_session
+
+async def main():
+    spec = find_server(Path(sys.argv[1]), "faulty")
+    async with open_session(spec, start_timeout_s=20) as session:
+        print("calling", flush=True)
+        await call_tool(session, "hang", {}, timeout_s=600, max_chars=100)
+
+anyio.run(main)
+"""
+
+
+def test_a_server_dies_with_a_rollout_process_killed_outright(servers_file, tmp_path) -> None:
+    """SIGKILL leaves no cleanup to run: the server is started to die with its parent."""
+    import signal
+    import time
+
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_MID_CALL)
+    proc = subprocess.Popen([sys.executable, str(script), str(servers_file)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "calling"
+    time.sleep(1.0)  # the call is in flight: the server sleeps in `hang`
+    servers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "faulty_server" in " ".join(p.cmdline())]
+    assert servers, "the server should be running"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    gone, alive = psutil.wait_procs(servers, timeout=10)
+    assert alive == [], [p.cmdline() for p in alive]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -72,6 +73,25 @@ def _sandboxed(command: str, args: list[str], cwd: str | None) -> tuple[str, lis
     return binary, ["--unshare-net", "--unshare-pid", "--die-with-parent", *bound, *where, "--", command, *args]
 
 
+def _launch(spec: ServerSpec, sandbox: Sandbox) -> tuple[str, list[str]]:
+    """The command line that starts a stdio server: found first (a missing command is named), in
+    bubblewrap when asked (it dies with this process), else under `setpriv --pdeathsig KILL` where
+    util-linux has it, so the server dies with this process even when it is killed outright."""
+    assert spec.command is not None
+    found = shutil.which(spec.command, path=spec.env.get("PATH") or os.environ.get("PATH"))
+    if found is None:
+        raise ServerUnavailable(
+            f"{_describe(spec)} cannot start: command {spec.command!r} not found; install it or give its "
+            "full path in the tool-servers file"
+        )
+    if sandbox == "bwrap":
+        return _sandboxed(found, list(spec.args), spec.cwd)
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return found, list(spec.args)
+    return setpriv, ["--pdeathsig", "KILL", "--", found, *spec.args]
+
+
 def _describe(spec: ServerSpec) -> str:
     return f"server {spec.name!r} ({spec.url or ' '.join([spec.command or '', *spec.args])})"
 
@@ -91,10 +111,7 @@ async def open_session(
                     )
                     read, write = await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
                 else:
-                    assert spec.command is not None
-                    command, args = spec.command, list(spec.args)
-                    if sandbox == "bwrap":
-                        command, args = _sandboxed(command, args, spec.cwd)
+                    command, args = _launch(spec, sandbox)
                     fd, name = tempfile.mkstemp(prefix=f"mcp-{spec.name}-", suffix=".stderr", dir=errlog_dir)
                     os.close(fd)
                     errlog_path = Path(name)
@@ -105,11 +122,10 @@ async def open_session(
                 session = await stack.enter_async_context(ClientSession(read, write))
                 with anyio.fail_after(start_timeout_s):  # a server that never answers
                     await session.initialize()
-            except FileNotFoundError as exc:
-                raise ServerUnavailable(
-                    f"{_describe(spec)} cannot start: command {spec.command!r} not found ({exc}); install it or "
-                    "give its full path in the tool-servers file"
-                ) from exc
+            except ServerUnavailable:
+                raise
+            except FileNotFoundError as exc:  # found, yet not runnable (a missing cwd, a broken interpreter line)
+                raise ServerUnavailable(f"{_describe(spec)} cannot start: {exc}; check the tool-servers file") from exc
             except Exception as exc:
                 what = (
                     f"did not answer initialize within {start_timeout_s:g} s"
