@@ -326,3 +326,20 @@ def test_a_server_dies_with_a_rollout_process_killed_outright(servers_file, tmp_
     proc.wait(10)
     gone, alive = psutil.wait_procs(servers, timeout=10)
     assert alive == [], [p.cmdline() for p in alive]
+
+
+async def test_a_called_task_with_its_arguments_is_demonstrated_through_the_real_server(
+    scripted, tiny_path, servers_file, tmp_path
+) -> None:
+    url, sampler = scripted
+    task = {
+        "prompt": "UTC 12:00 is what in Tokyo?",
+        "answer": "21:00",
+        "check": {"called": "convert_time", "arguments": TOKYO},
+    }
+    sampler.script = ["No idea."]
+    env = env_for(url, tiny_path, servers_file, "time", tasks_file(tmp_path, task), demonstrations_per_group=1)
+    group = await group_of(env)
+    assert group["scores"] == [1.0, 0.0] and group["inference_logprobs"][0] == []
+    assert "T21:00" in group["messages"][0][3]["content"] and group["messages"][0][-1]["content"] == "21:00"
+    assert server_processes() == []

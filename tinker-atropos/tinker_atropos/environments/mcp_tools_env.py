@@ -19,6 +19,7 @@ from pydantic import Field
 
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv, HermesAgentEnvConfig
 from tinker_atropos.agent.loop import AgentResult, tool_error
+from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call, new_call_id
 from tinker_atropos.agent.tools import ToolContext, ToolResult
 from tinker_atropos.environments.common import local_server_defaults
 from tinker_atropos.mcp_tools import checks, rollout_sessions
@@ -157,6 +158,15 @@ class McpToolsEnv(HermesAgentBaseEnv):
 
     def format_prompt(self, item: Task) -> str:
         return item.prompt
+
+    def demonstration(self, item: Task) -> list[str] | None:
+        """A `called` task with its arguments can be shown (`demonstrations_per_group`): the call, then
+        the task's answer; a small model that never writes a tool call sees the format it is paid for."""
+        check = item.check
+        if check.kind != "called" or not check.tool or not check.arguments:
+            return None
+        call = ToolCall(check.tool, dict(check.arguments), new_call_id())
+        return [format_tool_call(call), item.answer or "Done."]
 
     def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
         enabled = [t for t in self.server_tools if t.name in self.allowed.names]
