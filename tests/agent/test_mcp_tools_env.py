@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -42,13 +44,36 @@ def server_processes() -> list[psutil.Process]:
             line = " ".join(p.cmdline())
         except psutil.Error:
             continue
-        if "mcp-server-" in line or "faulty_server" in line:
+        if ("mcp-server-" in line or "faulty_server" in line) and "--http" not in line:  # not the module's HTTP one
             found.append(p)
     return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.fixture(scope="module")
-def servers_file(tmp_path_factory) -> Path:
+def http_server() -> Iterator[str]:
+    """The faulty server over Streamable HTTP, its URL once it listens."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(FAULTY), "--http", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def servers_file(tmp_path_factory, http_server) -> Path:
     assert (SERVERS_VENV / "mcp-server-time").exists(), "run `make mcp-servers`"
     root = tmp_path_factory.mktemp("mcp")
     repo = git_repo(root, "Add the notes file")
@@ -59,6 +84,7 @@ def servers_file(tmp_path_factory) -> Path:
         "faulty": {"command": sys.executable, "args": [str(FAULTY)], "env": {"FAULTY_SETTING": "1"}},
         "broken": {"command": sys.executable, "args": [str(FAULTY), "--crash-at-start"]},
         "missing": {"command": str(root / "no-such-server")},
+        "remote": {"url": http_server, "headers": {"X-Token": "not-echoed"}},
     }
     path.write_text(json.dumps({"mcpServers": servers}))
     return path
@@ -313,7 +339,6 @@ anyio.run(main)
 def test_a_server_dies_with_a_rollout_process_killed_outright(servers_file, tmp_path) -> None:
     """SIGKILL leaves no cleanup to run: the server is started to die with its parent."""
     import signal
-    import time
 
     script = tmp_path / "killed.py"
     script.write_text(KILLED_MID_CALL)
@@ -343,3 +368,11 @@ async def test_a_called_task_with_its_arguments_is_demonstrated_through_the_real
     assert group["scores"] == [1.0, 0.0] and group["inference_logprobs"][0] == []
     assert "T21:00" in group["messages"][0][3]["content"] and group["messages"][0][-1]["content"] == "21:00"
     assert server_processes() == []
+
+
+async def test_a_streamable_http_server_is_called_like_a_stdio_one(scripted, tiny_path, servers_file, tmp_path) -> None:
+    url, sampler = scripted
+    sampler.script = [_call("echo", text="over http"), "over http"]
+    tasks = tasks_file(tmp_path, {"prompt": "Echo 'over http'.", "check": {"final_answer_from": "echo"}})
+    group = await group_of(env_for(url, tiny_path, servers_file, "remote", tasks))
+    assert group["scores"] == [1.0, 1.0] and group["messages"][0][3]["content"] == "over http"
