@@ -60,7 +60,7 @@ def leftover_servers() -> list[str]:
 
 
 async def test_servers_are_listed_with_their_tools_and_the_agent_writes_tasks(rl_home: Path) -> None:
-    async with serving(env_of(rl_home)) as (_, server), Client(server) as client:
+    async with serving(env_of(rl_home, RL_MCP_ENV_ERROR_TIMEOUT="20")) as (_, server), Client(server) as client:
         listed = await call(client, "rl_list_environments")
         names = {e["name"]: e for e in listed["environments"]}
         assert {"mcp:time", "mcp:git", "mcp:missing"} <= set(names) and "mcp_tools" not in names
@@ -132,6 +132,11 @@ async def test_servers_are_listed_with_their_tools_and_the_agent_writes_tasks(rl
         assert model["status"] == "ok", (model["error"], model["log_tail"])
         assert "[USER]" in model["sample_trajectory"] and len(model["reward_reasons"]) == 2
         assert all(": " in r and "check: " in r for r in model["reward_reasons"]), model["reward_reasons"]
+
+        # the judge by default is this run's own inference server: tiny-chat cannot judge, and says so by name
+        await call(client, "rl_edit_config", field="reward", value="judge")
+        judged = (await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=300))["results"][0]
+        assert judged["status"] == "failed" and "judge_" in judged["error"], (judged["status"], judged["error"])
     assert leftover_servers() == []
 
 

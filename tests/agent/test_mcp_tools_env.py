@@ -97,6 +97,7 @@ def tasks_file(tmp_path: Path, *tasks: dict) -> str:
 
 
 def env_for(url, tiny_path, servers_file: Path, server: str, tasks: str, **overrides) -> McpToolsEnv:
+    settings = {"group_size": 2, "max_token_length": 8192, "eval_fraction": 0.0, **overrides}
     return make_env(
         McpToolsEnv,
         url,
@@ -104,10 +105,7 @@ def env_for(url, tiny_path, servers_file: Path, server: str, tasks: str, **overr
         mcp_server=server,
         tool_servers_file=str(servers_file),
         tasks_file=tasks,
-        group_size=2,
-        max_token_length=8192,
-        eval_fraction=0.0,
-        **overrides,
+        **settings,
     )
 
 
@@ -376,3 +374,21 @@ async def test_a_streamable_http_server_is_called_like_a_stdio_one(scripted, tin
     tasks = tasks_file(tmp_path, {"prompt": "Echo 'over http'.", "check": {"final_answer_from": "echo"}})
     group = await group_of(env_for(url, tiny_path, servers_file, "remote", tasks))
     assert group["scores"] == [1.0, 1.0] and group["messages"][0][3]["content"] == "over http"
+
+
+async def test_a_fresh_process_per_rollout_unless_the_server_is_stateless(
+    scripted, tiny_path, servers_file, tmp_path
+) -> None:
+    url, sampler = scripted
+    sampler.script = [_call("pid"), "ok"]
+    tasks = tasks_file(tmp_path, EAGER)
+    group = await group_of(env_for(url, tiny_path, servers_file, "faulty", tasks, group_size=3))
+    assert len({m[3]["content"] for m in group["messages"]}) == 3
+    env = env_for(url, tiny_path, servers_file, "faulty", tasks, group_size=3, stateless=True)
+    try:
+        group = await group_of(env)
+        assert len({m[3]["content"] for m in group["messages"]}) == 1
+        assert len(server_processes()) == 1  # kept for the next group
+    finally:
+        await env.close()
+    assert server_processes() == []
