@@ -154,20 +154,68 @@ SMOLLM2_EDITS = {
 }
 
 
+def demonstrated(server: str, repo: Path) -> list[dict[str, Any]]:
+    """A task each run can demonstrate (a `called` check with every argument): a real tool result
+    in every group, whose tokens must not be trained."""
+    if server == "time":
+        args = {"source_timezone": "UTC", "time": "09:30", "target_timezone": "Asia/Tokyo"}
+        return [
+            {
+                "prompt": "Convert 09:30 UTC to Tokyo time.",
+                "answer": "18:30",
+                "check": {"called": "convert_time", "arguments": args},
+            }
+        ]
+    args = {"repo_path": str(repo), "branch_type": "local"}
+    return [
+        {
+            "prompt": f"Which branch is checked out in {repo}?",
+            "answer": "main",
+            "check": {"called": "git_branch", "arguments": args},
+        }
+    ]
+
+
 @pytest.mark.slow
-async def test_a_tool_server_environment_trains_two_steps_on_smollm2(rl_home: Path) -> None:
-    async with serving(env_of(rl_home, RL_MCP_PROFILE="smollm2")) as (_, server), Client(server) as client:
-        await call(client, "rl_write_mcp_tasks", server="time", tasks=TIME_TASKS)
-        await call(client, "rl_select_environment", name="mcp:time")
-        for field, value in SMOLLM2_EDITS.items():
+@pytest.mark.parametrize("server", ["time", "git"])
+async def test_a_tool_server_environment_trains_two_steps_on_smollm2(rl_home: Path, server: str) -> None:
+    from transformers import AutoTokenizer
+
+    from tinker_atropos.models import ensure_model
+    from tinker_atropos.run_files import RunFiles
+
+    async with serving(env_of(rl_home, RL_MCP_PROFILE="smollm2")) as (_, mcp_server), Client(mcp_server) as client:
+        tasks = demonstrated(server, rl_home.parent / "repo") * 4
+        await call(client, "rl_write_mcp_tasks", server=server, tasks=tasks, eval_fraction=0.0)
+        await call(client, "rl_select_environment", name=f"mcp:{server}")
+        # git's seven read-only tools' schemas take more than 1024 SmolLM2 tokens: refused with the length that fits
+        if server == "git":
+            await call(client, "rl_edit_config", field="max_token_length", value=1024)
+            refused = (await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=300))["results"][0]
+            assert refused["status"] == "failed" and "raise max_token_length to at least" in refused["error"]
+        edits = {**SMOLLM2_EDITS, "demonstrations_per_group": 1, "eval_before_training": False}
+        if server == "git":
+            edits["max_token_length"] = 2048
+        for field, value in edits.items():
             await call(client, "rl_edit_config", field=field, value=value)
         tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=600)
         assert tested["results"][0]["status"] == "ok", tested["results"][0]["log_tail"]
         started = await call(client, "rl_start_training", wait=True)
         done = await wait_status(client, started["run_id"], {"completed", "failed", "stopped", "lost"}, 900)
         assert done["status"] == "completed", (done["error"], done["failure_log_tail"])
-    lines = [json.loads(x) for x in (Path(started["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [1, 2] and all(m["agent_turns_mean"] >= 1 for m in lines)
-    verdicts = [json.loads(x) for x in (Path(started["run_dir"]) / "verdicts.jsonl").read_text().splitlines()]
+    files = RunFiles(Path(started["run_dir"]))
+    lines = [json.loads(x) for x in files.metrics.read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2] and all(m["agent_tool_calls_mean"] >= 0.5 for m in lines)
+    verdicts = [json.loads(x) for x in files.verdicts.read_text().splitlines()]
     assert verdicts and all(v["reward"] == "check" and len(v["reasons"]) == len(v["scores"]) == 2 for v in verdicts)
+    # the demonstrated rollout's tool result reached the model as context, never as trained tokens
+    tok = AutoTokenizer.from_pretrained(str(ensure_model("smollm2-135m")))
+    group = json.loads(files.first_batch.read_text())["groups"][0]
+    i = next(k for k, m in enumerate(group["messages"]) if any(x["role"] == "tool" for x in m))
+    tokens, masks = group["tokens"][i], group["masks"][i]
+    result = next(x["content"] for x in group["messages"][i] if x["role"] == "tool")
+    trained = tok.decode([t for t, m in zip(tokens, masks) if m != -100])
+    context = tok.decode([t for t, m in zip(tokens, masks) if m == -100])
+    assert "<tool_call>" in trained and "<tool_response>" not in trained and result[:40] not in trained
+    assert result[:40] in context
     assert leftover_servers() == []

@@ -18,6 +18,7 @@ from atroposlib.envs.base import APIServerConfig, ScoredDataGroup
 from pydantic import Field
 
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv, HermesAgentEnvConfig
+from tinker_atropos.agent.chat_format import ChatScaffold
 from tinker_atropos.agent.loop import AgentResult, tool_error
 from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call, new_call_id
 from tinker_atropos.agent.tools import ToolContext, ToolResult
@@ -143,6 +144,7 @@ class McpToolsEnv(HermesAgentBaseEnv):
         if not self.allowed.names:
             raise ValueError(f"no tool is enabled for server {cfg.mcp_server!r}: {self.allowed.note}")
         self.train_items, self.eval_items = split_tasks(tasks, cfg.eval_fraction, cfg.seed)
+        self._refuse_prompts_past_context(tasks)
         self.iter = 0
         self.session_settings = rollout_sessions.SessionSettings(
             self.spec, cfg.server_start_timeout_s, cfg.tool_timeout_s, cfg.max_tool_result_chars, cfg.sandbox
@@ -150,6 +152,22 @@ class McpToolsEnv(HermesAgentBaseEnv):
         self._gate = asyncio.Semaphore(cfg.max_concurrent_sessions)
         self._shared = rollout_sessions.SharedSession(self.session_settings) if self.spec.stateless else None
         self.verdicts: list[checks.Verdict] = []
+
+    def _refuse_prompts_past_context(self, tasks: list[Task]) -> None:
+        """A tool prompt that leaves no room for a reply makes every rollout end before its first
+        turn (scored 0, silently): refused here, with the length that fits."""
+        if self.tokenizer is None:
+            return
+        scaffold = ChatScaffold(self.tokenizer, self._resolve_tools_for_group()[0])
+        longest = max(len(scaffold.prompt_tokens(self.initial_messages(t))) for t in tasks)
+        reply = self.cfg.max_turn_tokens or 64
+        if longest + reply > self.cfg.max_token_length:
+            need = -(-(longest + 2 * reply) // 256) * 256
+            raise ValueError(
+                f"the prompt of server {self.cfg.mcp_server!r} ({len(self.allowed.names)} tools offered, their schemas "
+                f"included) takes {longest} tokens, leaving no room for a {reply}-token reply under max_token_length "
+                f"{self.cfg.max_token_length}: raise max_token_length to at least {need}, or offer fewer `tools`"
+            )
 
     async def get_next_item(self) -> Task:
         item = self.train_items[self.iter % len(self.train_items)]
