@@ -127,6 +127,14 @@ async def test_servers_are_listed_with_their_tools_and_the_agent_writes_tasks(rl
             assert refused.is_error, (field, value)
         for field, value in EDITS.items():
             await call(client, "rl_edit_config", field=field, value=value)
+        # git's tool prompt is past tiny-chat's 4096 tokens (a token per character): refused at start
+        # with the length that fits, not rollouts that silently end before their first turn
+        refused = (await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=300))["results"][0]
+        assert refused["status"] == "failed" and "raise max_token_length to at least" in refused["error"]
+
+        await call(client, "rl_select_environment", name="mcp:time")
+        for field, value in EDITS.items():
+            await call(client, "rl_edit_config", field=field, value=value)
         tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=600)
         model: dict[str, Any] = tested["results"][0]
         assert model["status"] == "ok", (model["error"], model["log_tail"])

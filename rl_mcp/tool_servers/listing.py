@@ -20,10 +20,9 @@ import anyio
 from rl_mcp.environments.mcp_format import servers_file
 from rl_mcp.errors import UserError
 from rl_mcp.settings import Settings, without_secrets
-from tinker_atropos.mcp_tools.servers_file import ServersFileError, ServerSpec, servers_path
+from tinker_atropos.mcp_tools.servers_file import PROBE_MARKER, ServersFileError, ServerSpec, servers_path
 from tinker_atropos.mcp_tools.tool_policy import Allowed, ToolInfo, allowed_tools
 
-RESULT_MARKER = "=== rl-mcp tool servers ==="  # tinker_atropos/mcp_tools/probe.py prints it
 TIMEOUT_VAR = "RL_MCP_TOOL_SERVER_TIMEOUT"
 CACHE_S = 300.0
 
@@ -130,9 +129,9 @@ class ToolServers:
         except TimeoutError:
             return {n: {"error": f"server {n!r}: listing its tools took over {limit:g} s"} for n in names}
         stdout = proc.stdout.decode(errors="replace")
-        marker = stdout.rfind(RESULT_MARKER)
+        marker = stdout.rfind(PROBE_MARKER)
         if marker < 0:
             tail = "\n".join(proc.stderr.decode(errors="replace").strip().splitlines()[-10:])
             return {n: {"error": f"listing the tools failed (exit {proc.returncode}): {tail}"} for n in names}
-        answer: dict[str, Any] = json.loads(stdout[marker + len(RESULT_MARKER) :])
+        answer: dict[str, Any] = json.loads(stdout[marker + len(PROBE_MARKER) :])
         return answer

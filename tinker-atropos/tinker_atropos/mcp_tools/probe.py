@@ -14,10 +14,8 @@ from typing import Any
 
 import anyio
 
-from tinker_atropos.mcp_tools.servers_file import ServerSpec, read_servers
+from tinker_atropos.mcp_tools.servers_file import PROBE_MARKER, ServerSpec, read_servers
 from tinker_atropos.mcp_tools.sessions import ServerUnavailable, list_tools, open_session
-
-RESULT_MARKER = "=== rl-mcp tool servers ==="
 
 
 async def probe_one(spec: ServerSpec, timeout_s: float) -> dict[str, Any]:
@@ -52,7 +50,7 @@ async def probe(path: Path, timeout_s: float, names: list[str]) -> dict[str, Any
 def main(argv: list[str]) -> int:
     path, timeout_s, names = Path(argv[0]), float(argv[1]), argv[2:]
     result = anyio.run(probe, path, timeout_s, names)
-    sys.stdout.write(f"\n{RESULT_MARKER}\n{json.dumps(result)}\n")
+    sys.stdout.write(f"\n{PROBE_MARKER}\n{json.dumps(result)}\n")
     return 0
 
 

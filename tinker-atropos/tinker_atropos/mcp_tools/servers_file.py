@@ -18,6 +18,7 @@ ENV_VAR = "RL_MCP_TOOL_SERVERS"
 DEFAULT_NAME = "tool-servers.json"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,49}$")
 KEYS = ("mcpServers", "mcp_servers")
+PROBE_MARKER = "=== rl-mcp tool servers ==="  # probe.py prints its JSON after it; the server reads it there
 KNOWN_FIELDS = {
     "command",
     "args",
