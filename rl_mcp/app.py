@@ -27,6 +27,8 @@ from rl_mcp.runs.store import StoreError
 from rl_mcp.session.state import Session
 from rl_mcp.settings import Settings
 from rl_mcp.statelock import acquire as lock_state_dir
+from rl_mcp.tool_servers.listing import ToolServers
+from tinker_atropos.mcp_tools.servers_file import servers_path
 from tinker_atropos.verifiers.venvs import verifiers_venvs
 
 logger = logging.getLogger("rl_mcp")
@@ -55,6 +57,14 @@ class AppContext:
     runs_manager: RunManager | None = None
     runs_unavailable: str | None = None
     engine: EngineService | None = None  # the SkyRL engine this server manages for its profile
+    tool_servers_listing: ToolServers | None = None
+
+    @property
+    def tool_servers(self) -> ToolServers:
+        """The user's MCP tool servers and their tools (listed in a child process, cached)."""
+        if self.tool_servers_listing is None:
+            self.tool_servers_listing = ToolServers(self.settings)
+        return self.tool_servers_listing
 
     @property
     def packages(self) -> EnvPackages:
@@ -149,7 +159,9 @@ async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
         app = AppContext(
             settings=settings,
             session=Session.load(settings.state_file),
-            discovery=Discovery(settings.env_dirs, verifiers_venvs(settings.environ)),
+            discovery=Discovery(
+                settings.env_dirs, verifiers_venvs(settings.environ), servers_path(settings.environ, settings.home)
+            ),
             introspector=Introspector(settings, EnvPackages(settings.home, settings.environ, settings.python)),
             task_group=tg,
         )

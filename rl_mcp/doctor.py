@@ -30,6 +30,7 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     from rl_mcp.environments.discovery import Discovery
     from rl_mcp.environments.packages.install import VENVS_DIR, installed
     from rl_mcp.settings import SECRET_ENV_VARS, Settings, SettingsError, unexpanded_placeholders
+    from tinker_atropos.mcp_tools.servers_file import servers_path
     from tinker_atropos.verifiers.venvs import GENERATIONS, verifiers_venvs
 
     raw = dict(os.environ if environ is None else environ)
@@ -70,7 +71,10 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     if profile.engine is not None:
         lines.extend(engine_lines(settings))
     lines.append(f"state dir     {settings.home}")
-    catalog = Discovery(settings.env_dirs, verifiers_venvs(settings.environ)).scan()
+    servers = servers_path(settings.environ, settings.home)
+    catalog = Discovery(settings.env_dirs, verifiers_venvs(settings.environ), servers).scan()
+    mcp = sorted(n for n, e in catalog.environments.items() if e.server)
+    lines.append(f"tool servers  {servers}: {', '.join(mcp) or 'none' if servers.exists() else 'no such file'}")
     for env_dir in settings.env_dirs:
         names = sorted(e.name for e in catalog.environments.values() if e.env_dir == env_dir)
         lines.append(f"env dir       {env_dir}: {', '.join(names) or 'no environments'}")

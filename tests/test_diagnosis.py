@@ -491,3 +491,16 @@ async def test_finding_sent_once_to_a_subscribed_client(tmp_path: Path) -> None:
     assert notices[0].data["finding"]["code"] == "no_reward_signal"
     assert notices[0].data["finding"]["next_step"]["tool"] == "rl_test_inference"
     assert sent_codes(RunFiles(Path(run["run_dir"])).findings_sent) == {"no_reward_signal"}
+
+
+def test_a_run_that_never_calls_a_tool_is_told_so_not_that_the_reward_is_broken() -> None:
+    """As a verifiers ToolEnv on SmolLM2 did: 0 tool calls in 2 steps, every group all-equal."""
+    silent = rows(2, agent_tool_calls_mean=0.0, no_signal_share=1.0, reward_std=0.0, reward_mean=0.0)
+    found = by_code(diagnose(facts(silent, env={**ENV, "demonstrations_per_group": 0, "system_prompt": None})))
+    assert "no_reward_signal" not in found
+    finding = found["no_tool_calls"]
+    assert finding.severity == "error" and "no tool call" in finding.title
+    assert finding.next_step.arguments == {"field": "demonstrations_per_group", "value": 1}
+    assert "not broken" in finding.next_step.why and "partial credit" in finding.next_step.why
+    called = rows(2, agent_tool_calls_mean=lambda s: 0.5 * (s - 1), no_signal_share=1.0, reward_std=0.0)
+    assert "no_tool_calls" not in by_code(diagnose(facts(called)))

@@ -20,7 +20,13 @@ from rl_mcp.session.run_config import render_run_config, write_run_config
 
 pytestmark = pytest.mark.anyio
 MODES = ["auto", "legacy"]
-OWN_TOOLS = {"rl_list_environments", "rl_select_environment", "rl_get_current_config", "rl_edit_config"}
+OWN_TOOLS = {
+    "rl_list_environments",
+    "rl_select_environment",
+    "rl_get_current_config",
+    "rl_edit_config",
+    "rl_write_mcp_tasks",
+}
 
 
 def fields_by_name(config: dict) -> dict[str, dict]:

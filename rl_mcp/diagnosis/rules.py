@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rl_mcp.diagnosis import thresholds as t
+from rl_mcp.diagnosis.agent_rules import no_tool_calls
 from rl_mcp.diagnosis.collapse import collapse_evidence, converged
 from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, sample_replies, span_of, window
 from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
@@ -51,7 +52,10 @@ def _widen_groups(facts: RunFacts, *, collapsed: bool, equal_groups: bool = True
 
 
 def no_reward_signal(facts: RunFacts) -> Finding | None:
-    """All-equal groups from the first step on: the environment's reward gives nothing to learn from."""
+    """All-equal groups from the first step on: the environment's reward gives nothing to learn from
+    (unless no rollout called a tool: `no_tool_calls` says why)."""
+    if no_tool_calls(facts) is not None:
+        return None
     next_step = _test_reward(
         facts, "score a few groups and read the samples: a reward that gives every reply the same score is broken"
     )
@@ -325,6 +329,7 @@ def throughput_drop(facts: RunFacts) -> Finding | None:
 
 
 RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
+    no_tool_calls,
     no_reward_signal,
     groups_narrowing,
     reward_up_eval_flat,

@@ -7,7 +7,8 @@ one too, named by its stem (`verifiers_format.py` says which and its format). A 
 `pyproject.toml` and a module (`packages/folder.py`) is an environment package: only its module's files
 are scanned, and its environments are named by the module (a class's own `name` first); it runs once
 installed into a venv of its own (`packages/install.py`). The bundled
-`ReasoningGymEnv` also lists each reasoning-gym task as `reasoning_gym:<task>` (`reasoning_gym_format.py`).
+`ReasoningGymEnv` also lists each reasoning-gym task as `reasoning_gym:<task>` (`reasoning_gym_format.py`);
+the bundled `McpToolsEnv` is listed as each server of the tool-servers file, `mcp:<name>` (`mcp_format.py`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rl_mcp.environments import reasoning_gym_format, verifiers_packages
+from rl_mcp.environments import mcp_format, reasoning_gym_format, verifiers_packages
 from rl_mcp.environments.packages.folder import PYPROJECT, PackageFolder, read_folder
 from rl_mcp.environments.verifiers_format import ENTRY_POINT, VerifiersEnv, read_module
 
@@ -29,7 +30,7 @@ BASE_CLASSES = frozenset({"BaseEnv", "HermesAgentBaseEnv"})
 HERMES_BASES = frozenset({"HermesAgentBaseEnv"})
 MAX_SCAN_DEPTH = 3
 _Entries = tuple[reasoning_gym_format.TaskEntry, ...]
-EnvFormat = Literal["atropos", "hermes", "verifiers", "verifiers-v1", "reasoning-gym"]
+EnvFormat = Literal["atropos", "hermes", "verifiers", "verifiers-v1", "reasoning-gym", "mcp"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class EnvironmentInfo:
     task: str | None = None  # a reasoning-gym task: this runs `class_name` with `task` set
     module: str | None = None  # a verifiers environment installed as a package: loaded by this name
     package: PackageFolder | None = None  # an environment folder with a pyproject: installed before it runs
+    server: str | None = None  # an MCP tool server (format mcp): this runs `class_name` with `mcp_server` set
 
 
 @dataclass(frozen=True)
@@ -170,8 +172,14 @@ def _python_files(root: Path) -> list[tuple[Path, PackageFolder | None]]:
 class Discovery:
     """Scans the env dirs; per-file parses are cached by (mtime, size) so a rescan is cheap."""
 
-    def __init__(self, env_dirs: tuple[Path, ...], verifiers_venvs: Mapping[str, Path] | None = None) -> None:
+    def __init__(
+        self,
+        env_dirs: tuple[Path, ...],
+        verifiers_venvs: Mapping[str, Path] | None = None,
+        tool_servers: Path | None = None,
+    ) -> None:
         self.env_dirs = env_dirs
+        self.tool_servers = tool_servers  # the tool-servers file: its servers are environments mcp:<name>
         # format -> the Python of its venv: the environments installed there are listed too
         self.verifiers_venvs = dict(verifiers_venvs or {})
         self._packages: tuple[tuple[tuple[str, tuple[int, ...]], ...], list[EnvironmentInfo]] = ((), [])
@@ -208,6 +216,20 @@ class Discovery:
             ]
             hit = self._tasks[host] = (entries, tasks)
         return hit[1]
+
+    def _add_servers(
+        self, host: EnvironmentInfo, add: Callable[[EnvironmentInfo], None], errors: list[dict[str, str]]
+    ) -> None:
+        """The tool servers as environments run by `host` (an unreadable file is a scan error)."""
+        if self.tool_servers is None:
+            return
+        try:
+            entries = mcp_format.server_entries(self.tool_servers)
+        except ValueError as exc:
+            errors.append({"file": str(self.tool_servers), "error": str(exc)})
+            return
+        for e in entries:
+            add(dataclasses.replace(host, name=e.name, description=e.description, format="mcp", server=e.server))
 
     def _installed(self) -> list[EnvironmentInfo]:
         """The verifiers venvs' installed environments (each venv's own API generation), read again
@@ -322,6 +344,9 @@ class Discovery:
                     )
                 )
             for info in sorted(found, key=lambda i: i.line):
+                if mcp_format.is_host(info.file, info.class_name):
+                    self._add_servers(info, add, errors)
+                    continue
                 add(info)
                 if reasoning_gym_format.is_task_host(info.file, info.class_name):
                     for task in self._tasks_of(info):

@@ -25,6 +25,7 @@ import anyio
 
 from rl_mcp.children.introspect import PRODUCT_FIELDS, RESULT_MARKER
 from rl_mcp.environments.discovery import EnvironmentInfo
+from rl_mcp.environments.mcp_format import SET_BY_SERVER, run_source
 from rl_mcp.environments.missing_module import explain
 from rl_mcp.environments.packages.install import EnvPackages
 from rl_mcp.environments.reasoning_gym_format import SET_BY_TASK, task_fields
@@ -32,6 +33,7 @@ from rl_mcp.environments.verifiers_format import FORMATS, HOST_CLASS, HOST_FILE,
 from rl_mcp.errors import UserError
 from rl_mcp.settings import PROJECT_ROOT, Settings, without_secrets
 from rl_mcp.tmpdirs import child_tmpdir
+from tinker_atropos.mcp_tools.servers_file import servers_path
 from tinker_atropos.run_files import atomic_write_text
 
 TRACEBACK_TAIL_LINES = 15
@@ -71,6 +73,7 @@ class ConfigSchema:
     task: str | None = None  # a reasoning-gym task environment's task (its run sets `task` and `task_config`)
     # a verifiers environment's {"verifiers_file": path} or, installed, {"verifiers_module": name}: its run's
     verifiers_source: dict[str, str] | None = None
+    mcp_source: dict[str, str] | None = None  # an MCP tool server's: mcp_server, tool_servers_file, default_tasks_file
 
     def field_schema(self, name: str) -> dict[str, Any]:
         """A self-contained JSON schema for one field (with the model's $defs)."""
@@ -149,7 +152,16 @@ class Introspector:
             host = self._cached(_cache_key(VERIFIERS_HOST))
             return None if host is None else verifiers_schema(info, host, self._venv(info))
         found = self._cached(_cache_key(info))
-        return task_schema(info, found) if found is not None and info.task else found
+        return None if found is None else self._specialized(info, found)
+
+    def _specialized(self, info: EnvironmentInfo, found: ConfigSchema) -> ConfigSchema:
+        """A reasoning-gym task's or a tool server's fields, from its host environment's."""
+        if info.task:
+            return task_schema(info, found)
+        if info.server:
+            servers = servers_path(self.settings.environ, self.settings.home)
+            return server_schema(info, found, run_source(self.settings.home, servers, info.server))
+        return found
 
     def _cached(self, key: str) -> ConfigSchema | None:
         hit = self._memory.get(key)
@@ -171,8 +183,7 @@ class Introspector:
         """The config schema of `info`, from cache or a fresh child process."""
         if info.format in FORMATS:
             return verifiers_schema(info, await self._schema(VERIFIERS_HOST), self._venv(info))
-        found = await self._schema(info)
-        return task_schema(info, found) if info.task else found
+        return self._specialized(info, await self._schema(info))
 
     async def _schema(self, info: EnvironmentInfo | None) -> ConfigSchema:
         """An environment's schema (None: the product's own fields), from cache or a child process."""
@@ -283,4 +294,16 @@ def task_schema(info: EnvironmentInfo, host: ConfigSchema) -> ConfigSchema:
         defs=host.defs,
         training_error=host.training_error,
         task=info.task,
+    )
+
+
+def server_schema(info: EnvironmentInfo, host: ConfigSchema, source: dict[str, str]) -> ConfigSchema:
+    """A tool server's fields: McpToolsEnv's, less what the server sets for each run (`source`)."""
+    return ConfigSchema(
+        environment=info.name,
+        config_class=host.config_class,
+        fields={n: f for n, f in host.fields.items() if n not in SET_BY_SERVER},
+        defs=host.defs,
+        training_error=host.training_error,
+        mcp_source=source,
     )

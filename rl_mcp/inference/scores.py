@@ -59,6 +59,10 @@ class AgentStats:
     tool_calls_per_rollout: float
     tool_errors: int
     sample_trajectory: str  # the best-scored rollout, as [USER] / [ASSISTANT] / [TOOL CALL] / [TOOL RESULT]
+    reasons: list[str]  # "score: why" per rollout, where the environment gives a reason (mcp: check or judge)
+
+
+MAX_REASONS = 16
 
 
 def read_groups(path: Path) -> list[dict[str, Any]]:
@@ -110,6 +114,12 @@ def _agent_stats(groups: list[dict[str, Any]], best: tuple[int, int] | None) -> 
         tool_calls_per_rollout=round(sum(int(o.get("tool_calls") or 0) for o in rows) / len(rows), 3),
         tool_errors=sum(int(o.get("tool_errors") or 0) for o in rows),
         sample_trajectory=trajectory,
+        reasons=[
+            f"{_as_float(score):.3g} {o['reason']}"
+            for g in groups
+            for score, o in zip(g["scores"], _overrides(g))
+            if isinstance(o.get("reason"), str)
+        ][:MAX_REASONS],
     )
 
 

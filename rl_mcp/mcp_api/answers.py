@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from rl_mcp.environments.discovery import EnvFormat
 from rl_mcp.mcp_api.env_health_answers import EnvRequests
 from rl_mcp.mcp_api.finding_answers import Diagnosed
+from rl_mcp.mcp_api.tool_server_answers import ToolServerView
 from rl_mcp.runs import vocab
 from tinker_atropos.run_files import ProcessName
 
@@ -26,7 +27,8 @@ class EnvironmentSummary(BaseModel):
     format: EnvFormat = Field(
         description="atropos (a BaseEnv), hermes (a HermesAgentBaseEnv), reasoning-gym (one task of the "
         "reasoning-gym package, run by the bundled reasoning_gym environment), verifiers (classic "
-        "`load_environment`) or verifiers-v1 (Taskset + Harness), each run in its venv"
+        "`load_environment`) or verifiers-v1 (Taskset + Harness), each run in its venv; mcp: one of the "
+        "user's MCP tool servers (see `tool_servers`)"
     )
 
 
@@ -60,6 +62,10 @@ class EnvironmentList(BaseModel):
     shadowed: list[ShadowedEnvironment] = Field(description="Duplicate names that were not used")
     errors: list[ScanProblem] = Field(description="Files that could not be parsed (they are skipped)")
     env_dirs: list[str] = Field(description="Directories scanned, in priority order")
+    tool_servers: list[ToolServerView] = Field(
+        default_factory=list, description="The MCP tool servers (environments mcp:<server>), each with its tools"
+    )
+    tool_servers_file: str | None = Field(default=None, description="Where they are configured (mcpServers JSON)")
     next_step: str
 
 

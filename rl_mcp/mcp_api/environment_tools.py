@@ -14,8 +14,10 @@ from rl_mcp.mcp_api.descriptions import tool_annotations
 from rl_mcp.mcp_api.environment_views import config_view, environment_list
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import FIELD_NAME_PATTERN, EnvName
+from rl_mcp.mcp_api.tool_server_tools import tool_server_views
 from rl_mcp.session.fields import apply_edit, resolve_field
 from rl_mcp.session.state import EditRejected
+from rl_mcp.tool_servers.listing import ToolServerError
 
 
 def register_environment_tools(server: MCPServer, app: AppContext) -> None:
@@ -25,7 +27,15 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
         annotations=tool_annotations("List RL environments", read_only=True, destructive=False, idempotent=True),
     )
     async def rl_list_environments() -> EnvironmentList:
-        return environment_list(app.catalog(), app.session.state.environment)
+        catalog = app.catalog()
+        listed = environment_list(catalog, app.session.state.environment)
+        if any(e.server for e in catalog.environments.values()):  # their tools, from a child process
+            try:
+                listed.tool_servers = tool_server_views(await app.tool_servers.listing())
+            except ToolServerError:
+                pass  # an unreadable file is already among `errors`
+        listed.tool_servers_file = str(app.tool_servers.path)
+        return listed
 
     @server.tool(
         name="rl_select_environment",

@@ -44,6 +44,11 @@ class ModelInferenceResult(BaseModel):
         description="Agent environments: the best-scored rollout as [USER] / [ASSISTANT] / [TOOL CALL] name(args) "
         "/ [TOOL RESULT] blocks, each cut to a readable length",
     )
+    reward_reasons: list[str] | None = Field(
+        default=None,
+        description="Each rollout's score and the reward's one-line reason, where the environment gives one "
+        "(mcp tool servers: the check's or the judge's)",
+    )
     output_jsonl: str | None = Field(description="The scored groups atroposlib wrote")
     output_html: str | None = Field(description="The same groups rendered for reading")
     log: str = Field(description="The environment process's log")

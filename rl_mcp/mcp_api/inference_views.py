@@ -67,6 +67,7 @@ def _model_result(o: ModelOutcome) -> ModelInferenceResult:
         tool_calls_per_rollout=agent.tool_calls_per_rollout if agent else None,
         tool_errors=agent.tool_errors if agent else None,
         sample_trajectory=agent.sample_trajectory if agent else None,
+        reward_reasons=agent.reasons if agent and agent.reasons else None,
         output_jsonl=str(o.jsonl) if o.jsonl else None,
         output_html=str(o.html) if o.html else None,
         log=str(o.log),

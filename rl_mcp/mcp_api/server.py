@@ -31,6 +31,7 @@ from rl_mcp.mcp_api.run_tools import register_run_tools
 from rl_mcp.mcp_api.run_view import run_view_extension
 from rl_mcp.mcp_api.spend import register_spend_gate
 from rl_mcp.mcp_api.subscriptions import ResourcePublisher, install_legacy_subscriptions
+from rl_mcp.mcp_api.tool_server_tools import register_tool_server_tools
 from rl_mcp.runs.metrics import MetricsCache
 
 
@@ -73,6 +74,7 @@ def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MC
     register_export_tool(server, app)
     register_compare_tool(server, app, cache)
     register_guide(server, app)
+    register_tool_server_tools(server, app)
     register_spend_gate(server, app)
     if app.runs_manager is not None:
         app.runs_manager.events.add_listener(publisher)

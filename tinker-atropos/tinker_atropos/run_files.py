@@ -152,6 +152,11 @@ class RunFiles:
         return self.run_dir / "eval.jsonl"
 
     @property
+    def verdicts(self) -> Path:
+        """An `mcp` environment's reward verdicts, a line per group: each rollout's score and one-line reason."""
+        return self.run_dir / "verdicts.jsonl"
+
+    @property
     def findings_sent(self) -> Path:
         """The diagnosis findings (by code) already sent to subscribed clients: never sent twice."""
         return self.run_dir / "findings_sent.json"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rl_mcp.mcp_api.descriptions.mcp_tools import MCP_FORMAT_NOTE
+
 # What an agent should know about an environment of each format before it edits a field.
 FORMAT_NOTES = {
     "hermes": " It is an agent environment: its episodes are multi-turn with tools (max_agent_turns, "
@@ -13,6 +15,7 @@ FORMAT_NOTES = {
     "prompt (tools, many turns) counts against max_token_trainer_length.",
     "verifiers-v1": " It is a verifiers-v1 environment, run from its own code in the verifiers-v1 venv: "
     "the fields in section `verifiers` are its EnvConfig's; its Task's rewards score the episodes.",
+    "mcp": MCP_FORMAT_NOTE,
 }
 
 

@@ -44,15 +44,20 @@ Start here. Call it to see what can be trained, or to check a custom environment
 
 <returns>
 Each environment's `name` (what rl_select_environment takes), class, file, one-line description,
-config class and `format` (atropos, hermes, verifiers, verifiers-v1); `task_catalogs`: families
+config class and `format` (atropos, hermes, verifiers, verifiers-v1, mcp); `task_catalogs`: families
 of tasks listed by name only, each task an environment of its own (reasoning-gym's: select
 `reasoning_gym:<task>`, e.g. reasoning_gym:leg_counting); which one is selected now; names
 shadowed by an earlier directory; files that could not be parsed (a syntax error is reported
-here and the file is skipped). Nothing is imported or run: files are only parsed.
+here and the file is skipped). Nothing is imported or run: files are only parsed. `tool_servers`:
+the user's MCP tool servers (from the tool-servers file, `tool_servers_file`: Claude Desktop's
+`mcpServers` JSON; RL_MCP_TOOL_SERVERS names another, e.g. the client's own config), each an
+environment `mcp:<server>` with its tools (names, descriptions, input schemas, annotations, which are
+enabled by default), read from the server itself; a server that cannot start has its `error`.
 </returns>
 
 <next_step>
-rl_select_environment(name) with one of the names. The source of any environment is readable as
+rl_select_environment(name) with one of the names; to train on a tool server, write its tasks first
+with rl_write_mcp_tasks. The source of any environment is readable as
 the resource rl://environments/{name}.
 </next_step>
 """

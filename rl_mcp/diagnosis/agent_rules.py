@@ -1,0 +1,40 @@
+"""Rules about agent (tool-calling) runs: a policy that never calls a tool.
+
+Seen with a published verifiers ToolEnv on SmolLM2: 0 tool calls in 2 steps, and the only finding
+was `no_reward_signal`, whose next step called the reward broken. A reward over tool use cannot
+separate replies that all skip the tools: the finding names that, and the ways out.
+"""
+
+from __future__ import annotations
+
+from rl_mcp.diagnosis.facts import RunFacts, evidence_of, span_of
+from rl_mcp.diagnosis.findings import Finding, NextStep
+from rl_mcp.diagnosis.next_steps import edit
+from rl_mcp.runs.metrics import series
+
+WAYS_OUT = (
+    "the model writes no tool call at all, so the tools and the reward over them are never reached (the "
+    "reward is not broken). Ways out: a model that writes tool calls (a larger or tool-tuned one), "
+    "partial credit for a well-formed call (`partial_credit`, where the environment has it), a system "
+    "prompt that shows one call, or a warm start that demonstrates the calls"
+)
+
+
+def no_tool_calls(facts: RunFacts) -> Finding | None:
+    """Every step of an agent run so far has zero tool calls per rollout."""
+    calls = series(facts.metrics, "agent_tool_calls_mean")
+    if not calls or any(v > 0 for _, v in calls):
+        return None
+    if "demonstrations_per_group" in facts.env and not facts.env.get("demonstrations_per_group"):
+        step = edit("demonstrations_per_group", 1, f"{WAYS_OUT}: one demonstrated rollout per group shows the format")
+    elif "system_prompt" in facts.env:
+        step = edit("system_prompt", "<a prompt with one example tool call>", WAYS_OUT)
+    else:
+        step = NextStep("rl_test_inference", {"num_steps": 1}, f"read the sample trajectories: {WAYS_OUT}")
+    return Finding(
+        "no_tool_calls",
+        "error",
+        "The model made no tool call in any rollout",
+        step,
+        [evidence_of("agent_tool_calls_mean", calls, f"0 tool calls per rollout over {span_of(calls)}")],
+    )

@@ -1,0 +1,85 @@
+"""rl_write_mcp_tasks, and the tool servers as rl_list_environments shows them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from pydantic import Field
+
+from rl_mcp.app import AppContext
+from rl_mcp.environments.mcp_format import PREFIX
+from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.descriptions.mcp_tools import NEXT_AFTER_TASKS, RL_WRITE_MCP_TASKS
+from rl_mcp.mcp_api.errors import tool_errors
+from rl_mcp.mcp_api.tool_server_answers import TasksSaved, ToolServerView, ToolView
+from rl_mcp.tool_servers.listing import ServerTools
+from rl_mcp.tool_servers.task_writing import save_tasks
+
+
+def tool_server_views(listing: dict[str, ServerTools]) -> list[ToolServerView]:
+    views = []
+    for name, st in listing.items():
+        allowed = st.allowed() if st.error is None else None
+        views.append(
+            ToolServerView(
+                environment=f"{PREFIX}{name}",
+                server=name,
+                connection=st.spec.public() if st.spec is not None else None,
+                tools=[
+                    ToolView(
+                        **t.to_json(),
+                        enabled_by_default=allowed is not None and t.name in allowed.names,
+                        destructive=t.destructive,
+                    )
+                    for t in st.tools
+                ],
+                default_tools=allowed.note if allowed is not None else "none: the server is not usable",
+                error=st.error,
+            )
+        )
+    return views
+
+
+def register_tool_server_tools(server: MCPServer, app: AppContext) -> None:
+    @server.tool(
+        name="rl_write_mcp_tasks",
+        description=RL_WRITE_MCP_TASKS,
+        annotations=tool_annotations(
+            "Write tasks for a tool server", read_only=False, destructive=True, idempotent=True
+        ),
+    )
+    @tool_errors
+    async def rl_write_mcp_tasks(
+        server: Annotated[
+            str,
+            Field(
+                description="The tool server's name (mcp:<server> without mcp:)",
+                pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,49}$",
+            ),
+        ],
+        tasks: Annotated[
+            list[dict[str, Any]], Field(description="Tasks: {prompt, answer?, check, split?, id?}", max_length=5000)
+        ],
+        tools: Annotated[
+            list[str] | None,
+            Field(description="The allow-list the run will use; omit for the default (read-only tools)"),
+        ] = None,
+        mode: Annotated[
+            Literal["replace", "append"], Field(description="Replace the saved tasks, or add to them")
+        ] = "replace",
+        eval_fraction: Annotated[float, Field(ge=0.0, lt=1.0, description="Share held out for evaluation")] = 0.25,
+    ) -> TasksSaved:
+        found = await app.tool_servers.server(server)
+        saved = save_tasks(app.settings.home, found, tasks, tools=tools, mode=mode, eval_fraction=eval_fraction)
+        return TasksSaved(
+            server=server,
+            path=str(saved.path),
+            tasks=saved.tasks,
+            added=saved.added,
+            train=saved.train,
+            eval=saved.eval,
+            tools_checked=saved.tools_checked,
+            allow_list=saved.allowed_note,
+            next_step=NEXT_AFTER_TASKS.format(server=server),
+        )
