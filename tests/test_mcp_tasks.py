@@ -53,6 +53,38 @@ def test_servers_file_reads_both_shapes_and_lists_a_bad_entry_with_its_error(tmp
     assert servers_path({}, tmp_path) == tmp_path / "tool-servers.json"
 
 
+def test_hermes_own_config_yaml_is_read_past_its_client_settings(tmp_path: Path) -> None:
+    """Hermes' ~/.hermes/config.yaml as its docs show it: other sections, per-server timeouts,
+    keepalive and sampling settings (read past), an SSE server (refused by name, not dropped)."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "model: {default: x}\n"
+        "mcp_servers:\n"
+        "  time:\n"
+        "    command: mcp-server-time\n"
+        "    args: []\n"
+        "    timeout: 120\n"
+        "    connect_timeout: 60\n"
+        "    keepalive_interval: 10\n"
+        "  remote:\n"
+        "    url: https://example.com/mcp\n"
+        "    headers: {Authorization: Bearer x}\n"
+        "    sampling: {enabled: false}\n"
+        "  searxng:\n"
+        "    url: http://localhost:8000/sse\n"
+        "    transport: sse\n"
+        "  typo:\n"
+        "    comand: x\n"
+    )
+    found = read_servers(path)
+    assert set(found.servers) == {"time", "remote"}, found.errors
+    assert "transport 'sse' is not served here" in found.errors["searxng"]
+    assert "unknown field(s) ['comand']" in found.errors["typo"]
+    path.write_text("mcp_servers: [\n")
+    with pytest.raises(ServersFileError, match="not readable YAML"):
+        read_servers(path)
+
+
 def test_allow_list_defaults_to_read_only_and_never_enables_a_destructive_tool_implicitly() -> None:
     ro = {"readOnlyHint": True}
     tools = [

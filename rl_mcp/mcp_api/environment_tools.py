@@ -8,6 +8,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from rl_mcp.app import AppContext
+from rl_mcp.environments.verifiers_format import FORMATS as VERIFIERS_FORMATS
 from rl_mcp.mcp_api import descriptions
 from rl_mcp.mcp_api.answers import ConfigView, EditResult, EnvironmentList, SelectionResult
 from rl_mcp.mcp_api.descriptions import tool_annotations
@@ -45,7 +46,8 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
     @tool_errors
     async def rl_select_environment(name: EnvName, ctx: Context) -> SelectionResult:
         info = app.environment(name)
-        if info.package is not None:  # an environment folder: installed first (its fields are read in its venv)
+        if info.package is not None and info.format not in VERIFIERS_FORMATS:  # its fields are read in its venv
+            # (a verifiers folder's are read from its file: it is installed at its first test or run)
             await app.runtime(info, lambda message: ctx.report_progress(0, None, message))
         fresh = app.introspector.cached(info) is None
         if fresh:  # seconds of importing in a child: tell clients that asked for progress

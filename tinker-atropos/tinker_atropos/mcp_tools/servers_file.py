@@ -1,8 +1,10 @@
-"""The tool-servers file: Claude Desktop's `mcpServers` JSON shape (Hermes' `mcp_servers` too).
+"""The tool-servers file: Claude Desktop's `mcpServers` JSON shape, or Hermes' own `config.yaml`
+(`mcp_servers`, the same fields): users point RL_MCP_TOOL_SERVERS at their client's file.
 
 stdio servers have `command`, `args`, `env` (and optional `cwd`); Streamable HTTP servers a `url`
-and optional `headers`. rl-mcp adds `stateless` (one process may serve every rollout). Standard
-library only: the server lists these without importing the MCP SDK.
+and optional `headers`. rl-mcp adds `stateless` (one process may serve every rollout); the client's
+own settings (Hermes' timeouts, keepalive, sampling, ...) are read past. The server lists these
+without importing the MCP SDK (YAML through PyYAML, which the server has).
 """
 
 from __future__ import annotations
@@ -32,6 +34,23 @@ KNOWN_FIELDS = {
     "type",
     "transport",
 }
+# the clients' own settings of a server, which rl-mcp has its own fields for (or no use of)
+CLIENT_FIELDS = {
+    "timeout",
+    "connect_timeout",
+    "keepalive_interval",
+    "idle_timeout_seconds",
+    "max_lifetime_seconds",
+    "lifecycle",
+    "supports_parallel_tool_calls",
+    "skip_preflight",
+    "sampling",
+    "tools",
+    "description",
+    "autoApprove",
+    "alwaysAllow",
+}
+TRANSPORTS = {"stdio", "http", "streamable_http", "streamable-http", "streamableHttp"}
 
 
 class ServersFileError(ValueError):
@@ -88,9 +107,15 @@ def parse_server(name: str, entry: Any) -> ServerSpec:
         raise ValueError(f"server name {name!r} is not usable: letters, digits, '_', '.', '-' (at most 50)")
     if not isinstance(entry, dict):
         raise ValueError("the entry must be an object with `command` (stdio) or `url` (Streamable HTTP)")
-    unknown = sorted(set(entry) - KNOWN_FIELDS)
+    unknown = sorted(set(entry) - KNOWN_FIELDS - CLIENT_FIELDS)
     if unknown:
         raise ValueError(f"unknown field(s) {unknown}; known: {sorted(KNOWN_FIELDS)}")
+    transport = entry.get("transport") or entry.get("type")
+    if transport is not None and transport not in TRANSPORTS:
+        raise ValueError(
+            f"transport {transport!r} is not served here: stdio (`command`) or Streamable HTTP (`url`); "
+            "an SSE-only server needs a Streamable HTTP endpoint"
+        )
     command, url = entry.get("command"), entry.get("url")
     if bool(command) == bool(url):
         raise ValueError("give exactly one of `command` (a stdio server) or `url` (Streamable HTTP)")
@@ -125,14 +150,31 @@ class ServersFile:
     errors: dict[str, str]
 
 
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def _load(path: Path) -> Any:
+    """JSON, or YAML for a `.yaml`/`.yml` file (Hermes' config.yaml)."""
+    text = path.read_text()
+    if path.suffix not in YAML_SUFFIXES:
+        return json.loads(text)
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 def read_servers(path: Path) -> ServersFile:
     """The servers of `path` (none when it does not exist); ServersFileError when it is unreadable."""
     if not path.exists():
         return ServersFile(path, {}, {})
     try:
-        data = json.loads(path.read_text())
+        data = _load(path)
     except (OSError, ValueError) as exc:
-        raise ServersFileError(f"tool-servers file {path} is not readable JSON ({exc}): fix it") from exc
+        kind = "YAML" if path.suffix in YAML_SUFFIXES else "JSON"
+        raise ServersFileError(f"tool-servers file {path} is not readable {kind} ({exc}): fix it") from exc
     table = next((data[k] for k in KEYS if isinstance(data, dict) and k in data), None)
     if not isinstance(table, dict):
         raise ServersFileError(
