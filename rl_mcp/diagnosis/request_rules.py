@@ -64,7 +64,8 @@ def _tokens_that_fit(facts: RunFacts, timeout: float) -> float | None:
     r, policy = facts.requests, Policy()
     if r is None or not r.seconds_per_token or timeout <= policy.prefill_s:
         return None
-    return (timeout - policy.prefill_s) / (policy.margin * r.seconds_per_token) + 0.5  # the float's last bits
+    # + half a token: a timeout derived for N tokens gives back N only up to float rounding (1499.9999)
+    return (timeout - policy.prefill_s) / (policy.margin * r.seconds_per_token) + 0.5
 
 
 def _current(facts: RunFacts, field: str | None) -> int | None:
