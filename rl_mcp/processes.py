@@ -23,9 +23,11 @@ from functools import partial
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import httpx
 import psutil
 
+from rl_mcp import warm_start
 from rl_mcp.errors import UserError
 from rl_mcp.tmpdirs import child_tmpdir, remove_tree
 
@@ -45,22 +47,29 @@ class StageError(UserError):
 
 @dataclass
 class Child:
-    """One supervised process. `popen` is None for a process adopted from an earlier server."""
+    """One supervised process: our own child (`popen`), forked by a warm template (`warm`), or
+    adopted from an earlier server (neither)."""
 
     name: str
     pid: int
     create_time: float
     log_path: Path
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    warm: warm_start.WarmChild | None = field(default=None, repr=False)
     _exit_code: int | None = None
 
     def poll(self) -> int | None:
-        """Exit code once exited (our own child), -1 for an adopted one that is gone, else None."""
+        """Exit code once exited (our own child or a template's), -1 for one that is gone with
+        nobody to tell its code (adopted, or its template gone), else None."""
         if self._exit_code is not None:
             return self._exit_code
         if self.popen is not None:
             self._exit_code = self.popen.poll()
             return self._exit_code
+        if self.warm is not None and not self.warm.lost:
+            self._exit_code = self.warm.poll()
+            if not self.warm.lost:
+                return self._exit_code
         if not same_process_alive(self.pid, self.create_time):
             self._exit_code = -1  # not our child: the real code is unknowable, the files tell the rest
         return self._exit_code
@@ -88,12 +97,16 @@ def spawn(
     env: Mapping[str, str],
     cwd: Path | None = None,
 ) -> Child:
-    """Start `argv` in a new session with stdout+stderr appended to `log_path`.
+    """Start `argv` in a new session with stdout+stderr appended to `log_path`: forked from a warm
+    template where one serves it (`rl_mcp/warm_start/`), else started cold.
 
     Secrets go in `env`, never in `argv` (argv is world-readable in /proc and lands in logs).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
+        warm = warm_start.fork(argv, env=env, cwd=cwd, stdout=log.fileno(), stderr=log.fileno())
+        if warm is not None:
+            return Child(name=name, pid=warm.pid, create_time=_create_time(warm.pid), log_path=log_path, warm=warm)
         popen = subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,
@@ -104,11 +117,14 @@ def spawn(
             start_new_session=True,
             close_fds=True,
         )
+    return Child(name=name, pid=popen.pid, create_time=_create_time(popen.pid), log_path=log_path, popen=popen)
+
+
+def _create_time(pid: int) -> float:
     try:
-        create_time = psutil.Process(popen.pid).create_time()
+        return psutil.Process(pid).create_time()
     except psutil.Error:
-        create_time = time.time()  # exited already; poll() reports its code
-    return Child(name=name, pid=popen.pid, create_time=create_time, log_path=log_path, popen=popen)
+        return time.time()  # exited already; poll() reports its code
 
 
 def same_process_alive(pid: int, create_time: float) -> bool:
@@ -255,12 +271,13 @@ _open_blocks: dict[int, tuple[Child, Path]] = {}
 
 
 async def stop_supervised(grace_s: float = 5.0) -> None:
-    """Stop the child of every open `supervised` block and remove its TMPDIR, side by side: for an
-    exit that will not wait for the blocks to end (a stdio server's os._exit)."""
+    """Stop the child of every open `supervised` block and remove its TMPDIR, side by side, and the
+    warm templates: for an exit that will not wait for the blocks to end (a stdio server's os._exit)."""
     with anyio.CancelScope(shield=True):
         async with anyio.create_task_group() as tg:
             for child, _ in list(_open_blocks.values()):
                 tg.start_soon(partial(stop, child, grace_s=grace_s))
+            tg.start_soon(anyio.to_thread.run_sync, warm_start.stop_templates)
     for _, tmp in list(_open_blocks.values()):
         remove_tree(tmp)
 

@@ -32,6 +32,7 @@ LAYERS = [
             "rl_mcp.diagnosis",
             "rl_mcp.engines",
             "rl_mcp.tool_servers",
+            "rl_mcp.warm_start",
         ),
     ),
     ("app wiring", ("rl_mcp.app",)),

@@ -153,10 +153,11 @@ LOCKER = textwrap.dedent(
 @pytest.mark.anyio
 async def test_locked_registry_refuses_a_start_and_starts_nothing(rl_home: Path, mcp_app) -> None:
     seed_finished_run(rl_home, "good-run")
-    # what earlier tests of this worker left running (an in-process W&B run's wandb-core) is not ours
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
     async with mcp_app() as (app, server), Client(server) as client:
         assert not (await client.call_tool("rl_select_environment", {"name": "letter_repeat"})).is_error
+        # what runs before the start is not the start's: earlier tests' leftovers (an in-process W&B
+        # run's wandb-core), the warm template a selection starts for the run it leads to
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
         locker = subprocess.Popen(
             [sys.executable, "-c", LOCKER, str(rl_home / "runs.sqlite")],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import anyio
 
+from rl_mcp import warm_start
 from rl_mcp.children.introspect import PRODUCT_FIELDS, RESULT_MARKER
 from rl_mcp.environments.discovery import EnvironmentInfo
 from rl_mcp.environments.mcp_format import SET_BY_SERVER, run_source
@@ -209,6 +210,7 @@ class Introspector:
         args = [str(info.file), info.class_name] if info else [PRODUCT_FIELDS]
         fmt, package = (info.format, info.package) if info else ("atropos", None)
         runtime = await self.packages.runtime(info.name if info else "", fmt, package)
+        warm_start.prepare(self.settings.python, self.settings.environ)  # for the run a selection leads to
         cmd = [runtime.python, "-m", "rl_mcp.children.introspect", *args]
         what = f"environment {info.name!r} ({info.file}, class {info.class_name})" if info else _PRODUCT_WHAT
         fix = "Fix the file and select it again" if info else "Check the server's venv (rl-mcp doctor)"

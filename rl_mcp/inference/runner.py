@@ -20,6 +20,7 @@ from typing import Any, Literal
 import anyio
 import httpx
 
+from rl_mcp import warm_start
 from rl_mcp.environments.missing_module import MODULE_TAIL_LINES, explained
 from rl_mcp.environments.verifiers_format import runnable_file
 from rl_mcp.inference.progress import Progress, ProgressFn, waiting_line
@@ -78,6 +79,7 @@ async def run_inference_test(
     spent is stopped and reported as a timeout."""
     deadline = time.monotonic() + req.timeout_s
     ports = ports or PortReservations()
+    warm_start.prepare(python, environ)  # its children fork from it once it is up (rl_mcp/warm_start/)
     tracker = Progress(req.num_steps, len(target.models), progress)
     limiter = anyio.CapacityLimiter(1 if target.kind == "local" else max_parallel)  # local: one model in RAM
     outcomes: dict[str, ModelOutcome] = {}

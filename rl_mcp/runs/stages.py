@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import yaml
 
+from rl_mcp import warm_start
 from rl_mcp.engines.service import EngineService
 from rl_mcp.environments.packages.install import runtime_of_file
 from rl_mcp.environments.verifiers_format import runnable_file
@@ -121,7 +122,9 @@ def preparations(
     settings: Settings, rec: RunRecord, engine: EngineService | None, timeouts: StageTimeouts
 ) -> list[tuple[Stage, Callable[[], Awaitable[object]]]]:
     """What comes before run-api, in order: the model's build when it is missing (stage `model`),
-    then the self-hosted engine when the profile trains on one (stage `engine`)."""
+    then the self-hosted engine when the profile trains on one (stage `engine`). The warm template its
+    children fork from is started first, where none is up (rl_mcp/warm_start/)."""
+    warm_start.prepare(settings.python, settings.environ)
     steps: list[tuple[Stage, Callable[[], Awaitable[object]]]] = []
     if models_to_build(_config_of(rec)):
         steps.append((Stage.MODEL, lambda: build_run_models(settings, rec, timeouts.model_s)))

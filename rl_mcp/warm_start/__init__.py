@@ -1,0 +1,8 @@
+"""Children forked from a warm template instead of started cold (`rl_mcp/children/warm_template.py`).
+
+`fork` is what `processes.spawn` tries first; None means start the child the ordinary way.
+"""
+
+from rl_mcp.warm_start.templates import WarmChild, fork, prepare, ready, stop_templates
+
+__all__ = ["WarmChild", "fork", "prepare", "ready", "stop_templates"]
