@@ -504,3 +504,20 @@ def test_a_run_that_never_calls_a_tool_is_told_so_not_that_the_reward_is_broken(
     assert "not broken" in finding.next_step.why and "partial credit" in finding.next_step.why
     called = rows(2, agent_tool_calls_mean=lambda s: 0.5 * (s - 1), no_signal_share=1.0, reward_std=0.0)
     assert "no_tool_calls" not in by_code(diagnose(facts(called)))
+
+
+def test_a_run_with_no_step_yet_whose_model_calls_no_tool_is_told_so() -> None:
+    """Before any step: the base model's evaluation made no tool call and every group since was
+    dropped as all-equal. The cause is named, not the reward; once the evaluation shows calls, the
+    reward is what to read."""
+    env = {**ENV, "demonstrations_per_group": 0, "system_prompt": "Do the task."}
+    evals = [{"step": 0, "eval_accuracy": 0.0, "eval_tool_call_share": 0.0, "num_items": 3}]
+    waiting = {"active": True, "env_drops_equal_groups": True, "env": env}
+    found = by_code(diagnose(facts([], evals, **waiting)))
+    assert "no_reward_signal" not in found
+    finding = found["no_tool_calls"]
+    assert finding.title.startswith("No step yet") and finding.evidence[0].metric == "eval_tool_call_share"
+    assert finding.next_step.arguments == {"field": "demonstrations_per_group", "value": 1}
+    calling = [{**evals[0], "eval_tool_call_share": 0.5}]
+    assert set(by_code(diagnose(facts([], calling, **waiting)))) == {"no_reward_signal"}
+    assert "no_tool_calls" not in by_code(diagnose(facts([], evals, **{**waiting, "env_drops_equal_groups": False})))

@@ -21,20 +21,30 @@ WAYS_OUT = (
 
 
 def no_tool_calls(facts: RunFacts) -> Finding | None:
-    """Every step of an agent run so far has zero tool calls per rollout."""
+    """Every step of an agent run so far has zero tool calls per rollout; or, before its first step,
+    its base model's evaluation made none and the environment drops every group as all-equal (seen
+    with a ported Hermes terminal environment on SmolLM2: no step in 17 minutes, 0 calls in 120
+    rollouts, while `no_reward_signal` called the reward broken)."""
     calls = series(facts.metrics, "agent_tool_calls_mean")
-    if not calls or any(v > 0 for _, v in calls):
-        return None
+    if calls:
+        if any(v > 0 for _, v in calls):
+            return None
+        title = "The model made no tool call in any rollout"
+        evidence = evidence_of("agent_tool_calls_mean", calls, f"0 tool calls per rollout over {span_of(calls)}")
+    else:
+        shares = series(facts.evals, "eval_tool_call_share")
+        if not (shares and facts.active and facts.env_drops_equal_groups) or any(v > 0 for _, v in shares):
+            return None
+        title = "No step yet: the model makes no tool call, so every group scores the same and is dropped"
+        evidence = evidence_of(
+            "eval_tool_call_share",
+            shares,
+            "no tool call in the base model's evaluation; since then atroposlib drops every group as all-equal",
+        )
     if "demonstrations_per_group" in facts.env and not facts.env.get("demonstrations_per_group"):
         step = edit("demonstrations_per_group", 1, f"{WAYS_OUT}: one demonstrated rollout per group shows the format")
     elif "system_prompt" in facts.env:
         step = edit("system_prompt", "<a prompt with one example tool call>", WAYS_OUT)
     else:
         step = NextStep("rl_test_inference", {"num_steps": 1}, f"read the sample trajectories: {WAYS_OUT}")
-    return Finding(
-        "no_tool_calls",
-        "error",
-        "The model made no tool call in any rollout",
-        step,
-        [evidence_of("agent_tool_calls_mean", calls, f"0 tool calls per rollout over {span_of(calls)}")],
-    )
+    return Finding("no_tool_calls", "error", title, step, [evidence])
