@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -104,20 +105,44 @@ def spawn(
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        warm = warm_start.fork(argv, env=env, cwd=cwd, stdout=log.fileno(), stderr=log.fileno())
-        if warm is not None:
-            return Child(name=name, pid=warm.pid, create_time=_create_time(warm.pid), log_path=log_path, warm=warm)
-        popen = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            cwd=cwd,
-            start_new_session=True,
-            close_fds=True,
-        )
+        return _start(name, argv, env, cwd, log.fileno(), log.fileno(), log_path)
+
+
+def _start(
+    name: str, argv: Sequence[str], env: Mapping[str, str], cwd: Path | None, stdout: int, stderr: int, log_path: Path
+) -> Child:
+    warm = warm_start.fork(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr)
+    if warm is not None:
+        return Child(name=name, pid=warm.pid, create_time=_create_time(warm.pid), log_path=log_path, warm=warm)
+    popen = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,
+        close_fds=True,
+    )
     return Child(name=name, pid=popen.pid, create_time=_create_time(popen.pid), log_path=log_path, popen=popen)
+
+
+async def run_captured(
+    name: str, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None = None, poll_s: float = 0.02
+) -> tuple[int | None, bytes, bytes]:
+    """Run `argv` to its end (spawned as `spawn` does) and return its exit code, stdout and stderr.
+    Cancelled (a caller's timeout), it is stopped first, whatever it started with it."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = _start(name, argv, env, cwd, out.fileno(), err.fileno(), Path(os.devnull))
+        try:
+            while child.running:
+                await anyio.sleep(poll_s)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stop(child, grace_s=2.0)
+        out.seek(0)
+        err.seek(0)
+        return child.poll(), out.read(), err.read()
 
 
 def _create_time(pid: int) -> float:

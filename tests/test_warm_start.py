@@ -27,12 +27,13 @@ SCRIPT = r"""
 import json, os, sys, tempfile, time
 from pathlib import Path
 import wandb.sdk.data_types._private as media
+from huggingface_hub import constants
 mode = os.environ.get("RL_MCP_TEST_MODE", "")
 print(json.dumps({
     "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0], "tmp": tempfile.gettempdir(),
     "var": os.environ.get("RL_MCP_TEST_VAR"), "secret": os.environ.get("WANDB_API_KEY"),
     "media": media.MEDIA_TMP.name, "stdin": sys.stdin.read(), "name": __name__,
-    "warm": "torch" in sys.modules and mode != "import",
+    "offline": constants.HF_HUB_OFFLINE, "warm": "torch" in sys.modules and mode != "import",
 }), flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 if mode == "raise":
@@ -90,7 +91,10 @@ def test_a_forked_child_sees_what_a_cold_one_sees(script: Path, env: dict[str, s
     runs = {}
     for how, extra in (("warm", {}), ("cold", {"RL_MCP_WARM_START": "0"})):
         log = tmp_path / f"{how}.log"
-        child = start(script, env, tmp_path / how, log, RL_MCP_TEST_VAR=how, RL_MCP_TEST_CODE="3", **extra)
+        offline = "0" if env.get("HF_HUB_OFFLINE") == "1" else "1"  # not the template's
+        child = start(
+            script, env, tmp_path / how, log, RL_MCP_TEST_VAR=how, RL_MCP_TEST_CODE="3", HF_HUB_OFFLINE=offline, **extra
+        )
         assert (child.warm is not None) == (how == "warm") and (child.popen is not None) == (how == "cold")
         assert finish(child) == 3
         runs[how] = seen(log), log.read_text().splitlines()[1:]
@@ -101,6 +105,7 @@ def test_a_forked_child_sees_what_a_cold_one_sees(script: Path, env: dict[str, s
         assert out["argv"] == [str(script), "a", "b c"] and out["name"] == "__main__"
         assert out["cwd"] == str(folder) and out["path0"] == str(script.parent)
         assert out["tmp"] == str(folder) and out["var"] == what and out["stdin"] == ""
+        assert out["offline"] is (offline == "1")
         assert Path(out["media"]).parent == folder and Path(out["media"]).name.endswith("wandb-media")
     assert warm_rest == cold_rest == ["to stderr"]
     assert not list((tmp_path / "warm").glob("tmp*wandb-media"))  # removed at exit, as a cold child does
@@ -173,10 +178,11 @@ def test_which_children_a_template_may_fork() -> None:
     py = sys.executable
     env = {"HOME": "/h", "HF_HUB_OFFLINE": "1", "TMPDIR": "/t", "RL_MCP_HOME": "/r", "WANDB_API_KEY": "k"}
     key = template_key([py, "-m", "tinker_atropos.export"], env, py)
-    assert key == TemplateKey(py, (("HF_HUB_OFFLINE", "1"), ("HOME", "/h")))  # run-time variables left out
+    assert key == TemplateKey(py, (("HOME", "/h"),))  # run-time variables left out
     same = {**env, "TMPDIR": "/u", "RL_MCP_HOME": "/s", "TINKER_API_KEY": "x", "PYTHONUNBUFFERED": "1"}
     assert template_key([py, "launch_training.py", "--config", "c"], same, py) == key
-    assert template_key([py, "-m", "x"], {**env, "HF_HUB_OFFLINE": "0"}, py) != key  # read at import
+    assert template_key([py, "-m", "x"], {**env, "HF_HUB_OFFLINE": "0"}, py) == key  # set again after the fork
+    assert template_key([py, "-m", "x"], {**env, "ATEN_CPU_CAPABILITY": "avx2"}, py) != key  # read at import
     assert template_key(["/other/venv/bin/python", "-m", "x"], env, py) is None
     assert template_key([py, "-u", "-m", "x"], env, py) is None
     assert template_key([py, "-m"], env, py) is None

@@ -148,6 +148,7 @@ def _become(request: dict[str, Any], fds: list[int], to_close: list[Any]) -> NoR
         os.environ.update(env)
         tempfile.tempdir = None  # read TMPDIR again
         _own_temporary_folders()
+        _offline_as_the_child_says(env)
         _reseed()
         _reopen_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
         _retitle(request["python"], argv, env)
@@ -225,6 +226,15 @@ def _own_temporary_folders() -> None:
             cleanup = folder._cleanup  # type: ignore[attr-defined]
             warning = f"Implicitly cleaning up {folder!r}"
             folder._finalizer = weakref.finalize(folder, cleanup, folder.name, warn_message=warning)  # type: ignore[attr-defined]
+
+
+def _offline_as_the_child_says(env: dict[str, str]) -> None:
+    """huggingface_hub reads HF_HUB_OFFLINE once, at import; its readers (transformers, peft,
+    datasets) go through `constants.HF_HUB_OFFLINE` at each use, so the child's own value holds."""
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        flag = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or ""
+        constants.HF_HUB_OFFLINE = flag.upper() in {"1", "ON", "YES", "TRUE"}
 
 
 def _reseed() -> None:

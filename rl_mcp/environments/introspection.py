@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from rl_mcp.environments.packages.install import EnvPackages
 from rl_mcp.environments.reasoning_gym_format import SET_BY_TASK, task_fields
 from rl_mcp.environments.verifiers_format import FORMATS, HOST_CLASS, HOST_FILE, SET_BY_HOST, read_file
 from rl_mcp.errors import UserError
+from rl_mcp.processes import run_captured
 from rl_mcp.settings import PROJECT_ROOT, Settings, without_secrets
 from rl_mcp.tmpdirs import child_tmpdir
 from tinker_atropos.mcp_tools.servers_file import servers_path
@@ -218,29 +217,26 @@ class Introspector:
         # Reading a config needs no credentials: keys stay out of environment code run here.
         env = without_secrets(self.settings.environ)
         env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(self.settings.project_root), env.get("PYTHONPATH", "")) if p
-        )
         started = time.monotonic()
         try:
             with anyio.fail_after(self.settings.introspect_timeout_s), child_tmpdir(env) as child_env:
-                proc = await anyio.run_process(cmd, env=child_env, check=False, cwd=str(cwd), stdin=subprocess.DEVNULL)
+                code, out, err = await run_captured("introspection", cmd, env=child_env, cwd=cwd)
         except TimeoutError as exc:
             raise IntrospectionError(
                 f"introspecting {what} took longer than "
                 f"{self.settings.introspect_timeout_s:.0f} s and was stopped: does importing it block "
                 "or download something? (raise RL_MCP_INTROSPECT_TIMEOUT if it is just slow)"
             ) from exc
-        stdout = proc.stdout.decode(errors="replace")
-        stderr = proc.stderr.decode(errors="replace")
+        stdout = out.decode(errors="replace")
+        stderr = err.decode(errors="replace")
         marker = stdout.rfind(RESULT_MARKER)
-        if proc.returncode != 0 or marker < 0:
+        if code != 0 or marker < 0:
             tail = "\n".join((stderr or stdout).strip().splitlines()[-TRACEBACK_TAIL_LINES:])
             if missing := explain(stderr or stdout, runtime.home):
                 raise IntrospectionError(f"{what} failed to load: {missing}\nTraceback tail:\n{tail}")
             raise IntrospectionError(
                 f"{what} failed to load "
-                f"(exit code {proc.returncode} after {time.monotonic() - started:.1f} s). "
+                f"(exit code {code} after {time.monotonic() - started:.1f} s). "
                 f"{fix}. Traceback tail:\n{tail}"
             )
         answer: dict[str, Any] = json.loads(stdout[marker + len(RESULT_MARKER) :])

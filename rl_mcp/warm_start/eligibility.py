@@ -21,7 +21,8 @@ IMPORT_TIME_PREFIXES = (
     "PYTHON", "LD_", "XDG_", "LC_",
 )  # fmt: skip
 IMPORT_TIME_NAMES = frozenset({"HOME", "PATH", "LANG", "LANGUAGE", "USER", "TZ"})
-SET_BY_THE_CHILD = frozenset({"PYTHONUNBUFFERED"})  # the child's streams are made after the fork
+# read at import, but set again in the child after the fork (its streams, huggingface_hub's offline flag)
+SET_BY_THE_CHILD = frozenset({"PYTHONUNBUFFERED", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"})
 DISABLE_VAR = "RL_MCP_WARM_START"  # "0": every child starts cold
 
 
