@@ -234,7 +234,7 @@ def _offline_as_the_child_says(env: dict[str, str]) -> None:
     constants = sys.modules.get("huggingface_hub.constants")
     if constants is not None:
         flag = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or ""
-        constants.HF_HUB_OFFLINE = flag.upper() in {"1", "ON", "YES", "TRUE"}
+        constants.HF_HUB_OFFLINE = flag.upper() in {"1", "ON", "YES", "TRUE"}  # type: ignore[attr-defined]
 
 
 def _reseed() -> None:
