@@ -154,7 +154,7 @@ def test_a_template_leaves_with_its_owner_and_removes_its_folder(tmp_path: Path)
             "import os, sys, time; from rl_mcp import warm_start; "
             "warm_start.prepare(sys.executable, dict(os.environ)); print(flush=True); time.sleep(600)",
         ],
-        env={**os.environ, "TMPDIR": str(tmp_path)},
+        env={**{k: v for k, v in os.environ.items() if k != "RL_MCP_WARM_START"}, "TMPDIR": str(tmp_path)},
         stdout=subprocess.PIPE,
     )
     try:
@@ -188,3 +188,4 @@ def test_which_children_a_template_may_fork() -> None:
     assert template_key([py, "-m"], env, py) is None
     assert template_key(["run-api", "--port", "1"], env, py) is None
     assert template_key([py, "-m", "x"], {**env, "RL_MCP_WARM_START": "0"}, py) is None
+    assert template_key([py, "-m", "x"], env, py, platform="darwin") is None  # fork, /proc and prctl: Linux

@@ -151,7 +151,8 @@ def _become(request: dict[str, Any], fds: list[int], to_close: list[Any]) -> NoR
         _offline_as_the_child_says(env)
         _reseed()
         _reopen_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
-        _retitle(request["python"], argv, env)
+        with contextlib.suppress(OSError, AttributeError):  # cosmetic: ps and psutil show the template
+            _retitle(request["python"], argv, env)
         code = _run(argv, request["cwd"])
     except BaseException:  # the child's own failure, reported as Python would
         traceback.print_exc()

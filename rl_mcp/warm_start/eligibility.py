@@ -10,6 +10,7 @@ runner's) is the child's own, set after the fork.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -43,10 +44,13 @@ def read_at_import(name: str) -> bool:
     return name in IMPORT_TIME_NAMES or name.startswith(IMPORT_TIME_PREFIXES)
 
 
-def template_key(argv: Sequence[str], env: Mapping[str, str], product_python: str) -> TemplateKey | None:
+def template_key(
+    argv: Sequence[str], env: Mapping[str, str], product_python: str, platform: str = sys.platform
+) -> TemplateKey | None:
     """The template that may fork `argv` under `env`, or None when it must start cold: another
-    interpreter (a verifiers or layered venv), interpreter flags, or warm starts turned off."""
-    if env.get(DISABLE_VAR) == "0" or len(argv) < 2 or argv[0] != product_python:
+    interpreter (a verifiers or layered venv), interpreter flags, warm starts turned off, or not
+    Linux (a child retitles itself through /proc and prctl; macOS's frameworks refuse a fork)."""
+    if platform != "linux" or env.get(DISABLE_VAR) == "0" or len(argv) < 2 or argv[0] != product_python:
         return None
     if argv[1] == "-m":
         if len(argv) < 3:
