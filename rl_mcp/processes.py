@@ -12,6 +12,7 @@ so every record pairs it with the process start time psutil reports.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -135,8 +136,7 @@ async def run_captured(
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         child = _start(name, argv, env, cwd, out.fileno(), err.fileno(), Path(os.devnull))
         try:
-            while child.running:
-                await anyio.sleep(poll_s)
+            await wait_exit(child, math.inf, poll_s=poll_s)
         finally:
             with anyio.CancelScope(shield=True):
                 await stop(child, grace_s=2.0)

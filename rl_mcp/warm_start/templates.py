@@ -135,10 +135,15 @@ def prepare(python: str, env: Mapping[str, str]) -> None:
     """Start the template that `python`'s children under `env` will be forked from, ahead of them:
     a run spawns its trainer and environment at once, before a template started by the first would
     be ready."""
-    key = template_key([python, "-m", TEMPLATE_MODULE], env, sys.executable)
+    key = _key_for_children_of(python, env)
     with _lock:
         if key is not None and key not in _templates:
             _add(key)
+
+
+def _key_for_children_of(python: str, env: Mapping[str, str]) -> TemplateKey | None:
+    """The key of the template that forks `python -m ...` children under `env`."""
+    return template_key([python, "-m", TEMPLATE_MODULE], env, sys.executable)
 
 
 def _add(key: TemplateKey) -> None:
@@ -219,7 +224,7 @@ atexit.register(stop_templates)
 
 def ready(python: str, env: Mapping[str, str]) -> bool:
     """True when a template for `python`'s children under `env` answers (its imports are done)."""
-    key = template_key([python, "-m", TEMPLATE_MODULE], env, sys.executable)
+    key = _key_for_children_of(python, env)
     with _lock:
         template = _templates.get(key) if key is not None else None
     return template is not None and template.popen.poll() is None and template.socket_path.exists()
