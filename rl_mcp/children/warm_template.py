@@ -59,6 +59,7 @@ def main(argv: list[str]) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select; children are reaped below
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a stop still removes the folder (finally)
     children: dict[int, socket.socket] = {}
     last_request = time.monotonic()
     try:
