@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo setup test lint bench install inspector hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers clean
+.PHONY: demo setup test lint bench bytecode install inspector hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -104,7 +104,13 @@ $(SMOLLM2): $(STAMP)
 
 smollm2: $(SMOLLM2)
 
-demo: $(STAMP) $(SMOLLM2)
+# The project's own bytecode, brought up to date before the tests and the demo: where
+# PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines) no process writes it, so every
+# child (trainer, environment, server) compiled the project's modules again. pip compiles the venvs' packages.
+bytecode: $(STAMP)
+	$(PY) -m compileall -q rl_mcp tinker-atropos tests examples
+
+demo: $(STAMP) $(SMOLLM2) bytecode
 	$(VENV)/bin/rl-mcp demo
 
 lint: $(STAMP)
@@ -123,7 +129,7 @@ SETUP := $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIF
 setup:
 	$(MAKE) --jobs=4 --output-sync=target $(SETUP)
 
-test: setup lint
+test: setup lint bytecode
 	for cap in $(KERNEL_FAMILIES); do \
 		echo "== tests marked kernels, ATEN_CPU_CAPABILITY=$$cap"; \
 		ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m kernels || exit 1; \

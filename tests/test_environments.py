@@ -74,10 +74,15 @@ def test_generated_sharing_problem_has_the_right_answer() -> None:
     assert Decimal(share.answer) * friends == total
 
 
-def test_hf_gsm8k_offline_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hf_gsm8k_offline_fails_fast(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Also in a process that imported datasets before it was told (datasets reads the variables
+    once): it used to try the hub and wait out the whole timeout."""
+    import datasets  # noqa: F401
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     assert load_hf_gsm8k(timeout=15) is None
+    assert "OfflineModeIsEnabled" in caplog.text and "no answer within" not in caplog.text, caplog.text
 
 
 @pytest.mark.parametrize(

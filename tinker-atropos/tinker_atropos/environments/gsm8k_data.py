@@ -7,6 +7,7 @@ import logging
 import random
 import re
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -128,6 +129,14 @@ def _hf_rows_to_problems(rows) -> list[Problem]:
     return out
 
 
+def _datasets_offline() -> None:
+    """datasets reads the offline variables once, at import: a process that imported it before
+    (an environment file, another environment) would still try the hub and wait out the timeout."""
+    config = sys.modules.get("datasets.config")
+    if config is not None:
+        config.HF_HUB_OFFLINE = config.HF_DATASETS_OFFLINE = True  # type: ignore[attr-defined]
+
+
 def load_hf_gsm8k(timeout: float) -> tuple[list[Problem], list[Problem]] | None:
     """(train, test) from the hub, or None when it cannot be had within `timeout` seconds."""
     import os
@@ -150,6 +159,7 @@ def load_hf_gsm8k(timeout: float) -> tuple[list[Problem], list[Problem]] | None:
     if offline:
         # A cached copy still loads with no network; HF_*_OFFLINE keeps it from retrying.
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+        _datasets_offline()
     worker = threading.Thread(target=load, daemon=True, name="gsm8k-load")
     worker.start()
     worker.join(timeout)
