@@ -108,7 +108,7 @@ smollm2: $(SMOLLM2)
 # PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines) no process writes it, so every
 # child (trainer, environment, server) compiled the project's modules again. pip compiles the venvs' packages.
 bytecode: $(STAMP)
-	$(PY) -m compileall -q rl_mcp tinker-atropos tests examples
+	$(PY) -m compileall -q rl_mcp tinker-atropos
 
 demo: $(STAMP) $(SMOLLM2) bytecode
 	$(VENV)/bin/rl-mcp demo
