@@ -20,6 +20,7 @@ from mcp import Client
 from test_byo_atropos import call
 from test_runs_resume_e2e import ended, refused, wait_for
 from test_verifiers_runs import SMALL, settings
+from tiny_profiles import MAX_TOKEN_LENGTH, on_tiny_chat
 
 from rl_mcp.app import open_app
 from rl_mcp.doctor import report
@@ -35,7 +36,8 @@ pytestmark = pytest.mark.anyio
 BYO = Path(__file__).parent / "byo_envs"
 PACKAGES_DIR, CONFLICT_DIR, MISSING_DIR = BYO / "env_packages", BYO / "env_packages_conflict", BYO / "missing_module"
 PRODUCT_VENV = Path(sys.executable).parent.parent
-# per folder: its generation (None: Atropos, on the product's venv), profile, config edits, its dependency
+# per folder: its generation (None: Atropos, on the product's venv), profile (run on tiny-chat:
+# tests/tiny_profiles.py), config edits, its dependency
 CASES: dict[str, tuple[Generation | None, str, dict[str, Any], str]] = {
     "vf_roman_numerals": (CLASSIC, "local", {"num_examples": 6}, "roman"),
     "vf_v1_humanize": (V1, "smollm2", {"taskset": {"num_tasks": 6}}, "humanize"),
@@ -128,14 +130,15 @@ async def test_a_folder_is_installed_on_first_use_then_scored_and_trained(
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
         progress.append(message or "")
 
-    async with open_app(settings(profile, stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
+    on_tiny = str(on_tiny_chat(profile, tmp_path))
+    async with open_app(settings(on_tiny, stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
         selected = await client.call_tool("rl_select_environment", {"name": env_name}, progress_callback=on_progress)
         assert not selected.is_error, selected.content[0].text  # type: ignore[union-attr]
         # an Atropos file is imported for its fields: its folder is installed at its selection, with progress
         assert len(installed(rl_home)) == (0 if generation else 1)
         assert any(m.startswith("installing environment") for m in progress) == (generation is None), progress
         progress.clear()
-        small = {**SMALL, "max_token_length": 1024} if generation else ATROPOS_SMALL
+        small = {**SMALL, "max_token_length": MAX_TOKEN_LENGTH[profile]} if generation else ATROPOS_SMALL
         for field, value in {**small, **edits}.items():
             await call(client, "rl_edit_config", field=field, value=value)
         started = time.monotonic()

@@ -1,12 +1,13 @@
 """The Tinker path for real: on the `skyrl` profile the server starts SkyRL's Tinker-API engine (JAX on
-this CPU) and its runs train SmolLM2 through the tinker SDK, driven by a real MCP client.
+this CPU) and its runs train tiny-chat through the tinker SDK, driven by a real MCP client.
 
 One server, one engine for the story's tests, in order (an engine's start and its XLA compiles take
-minutes): A (arithmetic) stopped after its state at step 1 -> B = resume(A) completes (3 steps); C = fork(A at
-1); rl_test_inference with B's weights; B exported as adapter and merged, the adapter's greedy
-replies equal to the engine's own for the same weights; an agentic environment (tool_calculator) and
-a verifiers one 2 steps each; the engine's log as a resource; the engine stopped once unused and
-started again for the next user; a killed engine named; everything stopped with the server.
+a minute): A (letter_repeat) stopped after its state at step 1 -> B = resume(A) completes (2 more
+steps); C = fork(A at its oldest state); rl_test_inference with B's weights; B exported as adapter
+and merged, the adapter's greedy replies equal to the engine's own for the same weights; an agentic
+environment (tool_calculator) and a verifiers one 2 steps each; the engine's log as a resource; the
+engine stopped once unused and started again for the next user; a killed engine named; everything
+stopped with the server.
 """
 
 from __future__ import annotations
@@ -26,16 +27,21 @@ import yaml
 from mcp import Client
 from test_env_stalls import select
 from test_runs_resume_e2e import call, ended, wait_for
+from tiny_profiles import on_tiny_chat
 
 from rl_mcp.app import AppContext, open_app
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import Settings
+from tinker_atropos.models.paths import TINY_CHAT
 from tinker_atropos.run_files import RunFiles, read_jsonl
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-ARITHMETIC = {
-    "total_steps": 3,
+# The shipped `skyrl` profile on tiny-chat (tests/tiny_profiles.py): the engine samples and trains it
+# in a fraction of SmolLM2's time, through the same calls. Nothing here asserts what a model learns.
+MODEL = TINY_CHAT
+LETTERS = {
+    "total_steps": 100,  # A is stopped once its state at step 1 is saved, long before its last step
     "group_size": 4,
     "batch_size": 8,
     "save_state_every": 1,
@@ -56,7 +62,7 @@ def chat_prompts(prompts: list[str]) -> list[list[int]]:
 
     from tinker_atropos.models.paths import model_dir
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2-135m"))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir(MODEL))
     chats = ([{"role": "user", "content": p}] for p in prompts)
     return [
         list(tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=True)["input_ids"]) for c in chats
@@ -78,14 +84,12 @@ def engine_greedy(url: str, state: str, prompts: list[str]) -> list[list[int]]:
 
     allow_missing_sequence_ids()
     service = tinker.ServiceClient(base_url=url, api_key="tml-self-hosted")
-    training = service.create_lora_training_client(base_model="smollm2-135m", rank=16).result()
+    training = service.create_lora_training_client(base_model=MODEL, rank=16).result()
     try:
         load_state_into_new_model(training, state, optimizer=False)
         sampler = training.save_weights_and_get_sampling_client("greedy-check")
         # as the trainer samples: stop=None made explicit (SkyRL stops only where told)
-        params = stop_at_eos(
-            types.SamplingParams(max_tokens=GREEDY_TOKENS, temperature=0.0), offline_eos_ids("smollm2-135m")
-        )
+        params = stop_at_eos(types.SamplingParams(max_tokens=GREEDY_TOKENS, temperature=0.0), offline_eos_ids(MODEL))
         futures = [sampler.sample(types.ModelInput.from_ints(ids), 1, params) for ids in chat_prompts(prompts)]
         return [list(f.result().sequences[0].tokens) for f in futures]
     finally:
@@ -100,7 +104,7 @@ def transformers_greedy(adapter: Path, prompts: list[str]) -> list[list[int]]:
 
     from tinker_atropos.models.paths import model_dir
 
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir("smollm2-135m")), adapter)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir(MODEL)), adapter)
     replies = []
     for ids in chat_prompts(prompts):
         with torch.no_grad():
@@ -110,7 +114,8 @@ def transformers_greedy(adapter: Path, prompts: list[str]) -> list[list[int]]:
 
 
 def environ(home: Path, **extra: str) -> dict[str, str]:
-    env = {**os.environ, "RL_MCP_HOME": str(home), "RL_MCP_PROFILE": "skyrl", "RL_MCP_STATUS_MIN_INTERVAL": "0"}
+    profile = str(on_tiny_chat("skyrl", home.parent))
+    env = {**os.environ, "RL_MCP_HOME": str(home), "RL_MCP_PROFILE": profile, "RL_MCP_STATUS_MIN_INTERVAL": "0"}
     env["RL_MCP_ENV_DIRS"] = str(Path(__file__).parent / "byo_envs" / "verifiers")  # word_count
     env.pop("TINKER_API_KEY", None)
     return {**env, **extra}
@@ -159,7 +164,7 @@ async def story(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Story
 # --- A: the engine starts with it (stage engine); stopped once its state at step 1 is saved ---------
 async def test_a_run_starts_the_engine_and_trains_through_the_tinker_sdk(story: Story) -> None:
     client = story.client
-    await select(client, "arithmetic", **ARITHMETIC)
+    await select(client, "letter_repeat", **LETTERS)
     a = story.runs["A"] = await call(client, "rl_start_training")
     config = yaml.safe_load(Path(a["config_path"]).read_text())["tinker"]
     assert config["backend"] == "tinker" and config["self_hosted"] is True
@@ -191,14 +196,25 @@ async def test_a_run_starts_the_engine_and_trains_through_the_tinker_sdk(story: 
 # --- B = resume(A) to step 3; C = fork(A at step 1) ----------------------------------------------------
 async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(story: Story) -> None:
     client, a = story.client, story.run("A")
-    b = story.runs["B"] = await call(client, "rl_start_training", resume_from=a["run_id"])
+    states = [s["step"] for s in (await call(client, "rl_get_results", run_id=a["run_id"]))["training_states"]]
+    a_first, a_last = states[0], states[-1]  # the oldest kept and the latest
+    b = story.runs["B"] = await call(client, "rl_start_training", resume_from=a["run_id"], total_steps=a_last + 2)
+    assert b["resumed_from"] == {"parent_run_id": a["run_id"], "step": a_last, "kind": "resume"}, b
     b_done = await wait_for(client, b["run_id"], ended, 1200)
     assert b_done["status"] == "completed", b_done
-    assert [int(m["step"]) for m in metrics_of(b)] == [1, 2, 3], metrics_of(b)
-    c = await call(client, "rl_start_training", resume_from=a["run_id"], checkpoint_step=1, fork=True, total_steps=2)
+    assert [int(m["step"]) for m in metrics_of(b)] == list(range(1, a_last + 3)), metrics_of(b)
+    c = await call(
+        client,
+        "rl_start_training",
+        resume_from=a["run_id"],
+        checkpoint_step=a_first,
+        fork=True,
+        total_steps=a_first + 1,
+    )
+    assert c["resumed_from"] == {"parent_run_id": a["run_id"], "step": a_first, "kind": "fork"}, c
     c_done = await wait_for(client, c["run_id"], ended, 1200)
     assert c_done["status"] == "completed", c_done
-    assert [int(m["step"]) for m in metrics_of(c)] == [1, 2]
+    assert [int(m["step"]) for m in metrics_of(c)] == list(range(1, a_first + 2))
 
 
 # --- rl_test_inference with B's weights (its checkpoint downloaded from the engine); export -----------
@@ -214,7 +230,8 @@ async def test_the_trained_weights_answer_inference_and_export_as_the_engine_sam
     for fmt in ("adapter", "merged"):
         exported[fmt] = answer = await call(client, "rl_export_model", run_id=b["run_id"], format=fmt)
         assert answer["check"]["matches"] >= answer["check"]["required"] >= 1, answer
-        assert answer["checkpoint_step"] == 3, answer  # B's last step: the weights of its final state
+        # B's last step: the weights of its final state
+        assert answer["checkpoint_step"] == metrics_of(b)[-1]["step"], answer
     # the exported adapter in transformers replies as the engine does, greedily, for the same weights
     engine = story.app.engine
     assert engine is not None
@@ -226,7 +243,8 @@ async def test_the_trained_weights_answer_inference_and_export_as_the_engine_sam
 # --- an agentic environment, 2 steps --------------------------------------------------------------------
 async def test_an_agentic_environment_trains_on_the_engine(story: Story) -> None:
     client = story.client
-    await select(client, "tool_calculator", **AGENT)
+    # tiny-chat: the tool prompt takes 915 of its tokens (a byte each), and it never calls the tool
+    await select(client, "tool_calculator", **AGENT, max_token_length=1536, ensure_scores_are_not_same=False)
     d = await call(client, "rl_start_training")
     d_done = await wait_for(client, d["run_id"], ended, 1500)
     assert d_done["status"] == "completed", d_done
@@ -241,16 +259,21 @@ async def test_a_verifiers_environment_samples_its_own_calls_on_the_engine(story
     v = await call(client, "rl_start_training")
     v_done = await wait_for(client, v["run_id"], ended, 900)
     assert v_done["status"] == "completed", v_done
-    assert [m["env_metrics"]["num_turns"] for m in metrics_of(v)] == [1.0, 1.0]  # the rubric's, logged
-    batch = json.loads(RunFiles(Path(v["run_dir"])).first_batch.read_text())["groups"][0]
+    # the rubric's, logged: one turn an episode, less where verifiers ended one on an empty reply
+    turns = [m["env_metrics"]["num_turns"] for m in metrics_of(v)]
+    assert len(turns) == 2 and all(0 < t <= 1.0 for t in turns), turns
+    groups = json.loads(RunFiles(Path(v["run_dir"])).first_batch.read_text())["groups"]
     from transformers import AutoTokenizer
 
     from tinker_atropos.models.paths import model_dir
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2-135m"))
-    for tokens, masks, episode in zip(batch["tokens"], batch["masks"], batch["messages"]):
+    tokenizer = AutoTokenizer.from_pretrained(model_dir(MODEL))
+    episodes = [e for g in groups for e in zip(g["tokens"], g["masks"], g["messages"])]
+    assert any(m["role"] == "assistant" for _, _, messages in episodes for m in messages), episodes
+    for tokens, masks, messages in episodes:
         trained = [t for t, m in zip(tokens, masks) if m != -100]  # the engine's sampled ids, as sampled
-        assert tokenizer.decode(trained, skip_special_tokens=True) == episode[-1]["content"], episode
+        replies = [m["content"] for m in messages if m["role"] == "assistant"]  # none: ended on an empty one
+        assert tokenizer.decode(trained, skip_special_tokens=True) == (replies[-1] if replies else ""), messages
 
 
 # --- unused, the engine stops (not reported dead); the next user starts it again ---------------------
@@ -277,7 +300,7 @@ async def test_the_engine_stops_once_unused_and_starts_again_for_the_next_user(s
 # --- the engine killed as the OOM killer does: the run fails saying so, with the fix -----------------
 async def test_an_engine_killed_under_its_run_fails_it_naming_the_cause_and_the_fix(story: Story) -> None:
     client = story.client
-    await select(client, "arithmetic")
+    await select(client, "letter_repeat", total_steps=100)  # still running when its engine is killed
     e = await call(client, "rl_start_training")
     await wait_for(client, e["run_id"], lambda s: s["status"] == "running", 600)
     for proc in engine_processes():

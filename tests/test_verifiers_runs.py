@@ -23,6 +23,7 @@ import yaml
 from mcp import Client
 from test_byo_atropos import call, trained_spans
 from test_runs_resume_e2e import ended, wait_for
+from tiny_profiles import MAX_TOKEN_LENGTH, on_tiny_chat
 from transformers import AutoTokenizer
 
 from rl_mcp.app import open_app
@@ -35,9 +36,10 @@ from tinker_atropos.verifiers.venvs import CLASSIC, GENERATIONS, V1
 pytestmark = pytest.mark.anyio
 VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
 SMALL = {"total_steps": 2, "group_size": 2, "batch_size": 4, "eval_size": 2, "max_completion_tokens": 12}
-# per environment: the profile (its model), its config edits, the metrics its rubric reports, model
-# turns per episode. tiny-chat spends a token per character, and a tool prompt alone is ~900 of them,
-# past the local profile's locked 1024: the tool environments train SmolLM2 (its tokens are words).
+# per environment: the profile, its config edits, the metrics its rubric reports, model turns per
+# episode. The profile runs on tiny-chat (tests/tiny_profiles.py) but for ON_SMOLLM2. tiny-chat spends
+# a token per character, and a tool prompt alone is ~900 of them, past the local profile's locked
+# 1024: the tool environments take the smollm2 profile's 4096.
 CASES = {
     "word_count": ("local", {"num_examples": 6}, {"exact_count", "num_turns"}, 1),
     "adder_tools": ("smollm2", {"num_examples": 6, "max_turns": 2}, {"answered", "num_turns", "add_calls"}, 2),
@@ -52,6 +54,9 @@ CASES = {
 }
 
 V1_CASES = ("echo_taskset", "adder_tools_v1")
+# SmolLM2 itself: the v1 harness renders each turn's prompt from the earlier replies' text, and only
+# replies that re-tokenize as sampled (words, not tiny-chat's random bytes) make one trained sequence
+ON_SMOLLM2 = ("adder_tools_v1",)
 
 
 # --- a rollout's turns as sequences (pure) ----------------------------------------------------
@@ -142,9 +147,10 @@ async def test_an_environment_is_scored_and_trained_from_its_own_code(
         pytest.skip(f"run `{generation.make_command}` first (make test does)")
     profile, edits, reported, turns = CASES[env_name]
     monkeypatch.setenv("RL_MCP_ENV_DIRS", str(VERIFIERS_DIR))
-    async with open_app(settings(profile, stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
+    chosen = profile if env_name in ON_SMOLLM2 else str(on_tiny_chat(profile, rl_home.parent))
+    async with open_app(settings(chosen, stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
         await call(client, "rl_select_environment", name=env_name)
-        for field, value in {**SMALL, "max_token_length": 1024, **edits}.items():
+        for field, value in {**SMALL, "max_token_length": MAX_TOKEN_LENGTH[profile], **edits}.items():
             await call(client, "rl_edit_config", field=field, value=value)
         tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=300)
         (model,) = tested["results"]
@@ -165,7 +171,8 @@ async def test_an_environment_is_scored_and_trained_from_its_own_code(
         for group in first["groups"]
         for tokens, masks, episode in zip(group["tokens"], group["masks"], group["messages"])
     ]
-    assert len(replies) == 4 and turns in replies and set(replies) <= {0, turns}, replies
+    # an empty reply ends its episode there (verifiers aborts it), at any turn
+    assert len(replies) == 4 and turns in replies and set(replies) <= set(range(turns + 1)), replies
     metrics = read_jsonl(files.metrics)
     assert [m["step"] for m in metrics] == [1, 2]
     for line in metrics:  # the rubric's own metrics, logged as ours
@@ -222,7 +229,8 @@ async def test_an_environment_installed_in_a_verifiers_venv_is_listed_and_runs(
             "smollm2",
         )
     )
-    async with open_app(settings(profile, stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
+    on_tiny = str(on_tiny_chat(profile, rl_home.parent))
+    async with open_app(settings(on_tiny, stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
         listed = {e["name"]: e for e in (await call(client, "rl_list_environments"))["environments"]}
         entry = listed[installed_package]
         assert entry["format"] == env_format and entry["file"].endswith(f"{installed_package}/__init__.py"), entry
