@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,15 @@ from tinker_atropos.verifiers.venvs import CLASSIC, GENERATIONS, V1
 
 pytestmark = pytest.mark.anyio
 VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
-SMALL = {"total_steps": 2, "group_size": 2, "batch_size": 4, "eval_size": 2, "max_completion_tokens": 12}
+# one evaluation, of the final weights: a rollout of a v1 tool environment starts processes of its own
+SMALL = {
+    "total_steps": 2,
+    "group_size": 2,
+    "batch_size": 4,
+    "eval_size": 2,
+    "eval_before_training": False,
+    "max_completion_tokens": 12,
+}
 # per environment: the profile, its config edits, the metrics its rubric reports, model turns per
 # episode. The profile runs on tiny-chat (tests/tiny_profiles.py) but for ON_SMOLLM2. tiny-chat spends
 # a token per character, and a tool prompt alone is ~900 of them, past the local profile's locked
@@ -180,6 +189,17 @@ async def test_an_environment_is_scored_and_trained_from_its_own_code(
         assert 0 < line["env_metrics"].get("num_turns", turns) <= turns, line
     evals = read_jsonl(files.evals)
     assert evals and all(e["num_items"] == 2 for e in evals), evals
+    if env_name in ON_SMOLLM2:  # a SmolLM2 step takes seconds: time enough to tell the two apart
+        # no rollout past the last step: the environment stops once the trainer has taken its batch
+        # (atroposlib rolled out a whole batch more, 20 s here, before the final evaluation)
+        last_group_at = json.loads(files.env_health.read_text())["last_group_at"]
+        assert last_group_at < logged_at(files.log("trainer"), "serving the final weights")
+
+
+def logged_at(log: Path, needle: str) -> float:
+    """When the log's first line holding `needle` was written (its timestamp, this machine's time)."""
+    line = next(x for x in log.read_text().splitlines() if needle in x)
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 # per API generation: the package of ours (tests/byo_envs), its distribution and module names
@@ -261,7 +281,7 @@ async def test_episodes_longer_than_the_trainer_takes_are_named_then_fail_the_ru
     RL_MCP_ENV_DISCARD_TIMEOUT."""
     for name, value in {"RL_MCP_ENV_DIRS": str(VERIFIERS_DIR), "RL_MCP_STATUS_MIN_INTERVAL": "0"}.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("RL_MCP_ENV_DISCARD_TIMEOUT", "20")
+    monkeypatch.setenv("RL_MCP_ENV_DISCARD_TIMEOUT", "10")
     monkeypatch.setenv("RL_MCP_ENV_DISCARD_GROUPS", "3")
     async with open_app(settings(stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
         await call(client, "rl_select_environment", name="adder_tools")

@@ -1,8 +1,9 @@
-"""atroposlib 0.4 as this product runs it: two fixes applied in every environment process.
+"""atroposlib 0.4 as this product runs it: three fixes applied in every environment process.
 
-Users bring Atropos environments written against atroposlib 0.4 and run them unchanged. Two
-things in atroposlib break them here without an error, so `apply()` (called by the environment
-launcher, before the environment's file is imported; site-packages is never edited) fixes them:
+Users bring Atropos environments written against atroposlib 0.4 and run them unchanged. Three
+things in atroposlib break or slow them here without an error, so `apply()` (called by the
+environment launcher, before the environment's file is imported; site-packages is never edited)
+fixes them:
 
 1. `tokenize_for_trainer` treats `tokenizer.apply_chat_template(chat)` as a list of ids. Under
    transformers 5 that call returns a `BatchEncoding` (a dict), so tokens and masks come out wrong
@@ -13,6 +14,11 @@ launcher, before the environment's file is imported; site-packages is never edit
    `ServerBaseline` (as Atropos' gsm8k does) thus ignores the inference server the run's YAML
    names. The CLI's server resolution is made to return a list: a single config becomes a list
    of one, and a baseline the YAML overrides becomes the YAML's server over the baseline's values.
+3. `env_manager` ends its rollout loop once the steps taken plus the batches queued pass
+   `total_steps`. Once the trainer has taken the last step's batch, nothing is queued, so the loop
+   went on rolling out a whole batch that no step takes (sampling that costs time, and money on
+   Tinker) before the environment's final evaluation could start. The status it reads is made to
+   say so: with the last step's batch taken, a batch counts as queued, and the loop ends at once.
 """
 
 from __future__ import annotations
@@ -85,7 +91,28 @@ def _fix_server_configs() -> None:
     base.resolve_openai_configs = resolve_openai_configs
 
 
+def _fix_rollouts_past_the_last_step() -> None:
+    from atroposlib.envs.base import BaseEnv
+
+    original = BaseEnv.get_status
+    if getattr(original, _APPLIED, False):
+        return
+
+    @functools.wraps(original)
+    async def get_status(self: Any) -> None:
+        await original(self)
+        status, config = self.status_dict, self.config
+        if config.total_steps > 0 and status.get("current_step", 0) >= config.total_steps:
+            # env_manager ends when current_step + queue_size * group_size // batch_size > total_steps
+            whole_batch = -(-config.batch_size // max(config.group_size, 1))
+            status["queue_size"] = max(int(status.get("queue_size") or 0), whole_batch)
+
+    setattr(get_status, _APPLIED, True)
+    BaseEnv.get_status = get_status  # type: ignore[method-assign]
+
+
 def apply() -> None:
-    """Apply both fixes (idempotent); before the environment's file is imported."""
+    """Apply the three fixes (idempotent); before the environment's file is imported."""
     _fix_tokenize_for_trainer()
     _fix_server_configs()
+    _fix_rollouts_past_the_last_step()
