@@ -92,7 +92,7 @@ async def test_rl_test_inference_says_the_environment_discarded_every_group(monk
 async def test_a_run_whose_environment_discards_every_group_shows_it_then_fails(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    timeout_s = 20
+    timeout_s = 10
     settings = settings_with(monkeypatch, RL_MCP_ENV_DISCARD_TIMEOUT=str(timeout_s), RL_MCP_ENV_DISCARD_GROUPS="5")
     async with open_app(settings) as app, Client(build_server(app)) as client:
         await select(client, "equal_scores", **RUN)

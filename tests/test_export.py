@@ -19,7 +19,7 @@ from test_runs_mcp import call, environ, serving, wait_status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
-RUN_EDITS = {"total_steps": 2, "group_size": 4, "batch_size": 8, "eval_size": 8, "steps_per_eval": 1000}
+RUN_EDITS = {"total_steps": 2, "group_size": 4, "batch_size": 8, "eval_size": 4, "steps_per_eval": 1000}
 NO_PEFT = """
 import sys
 sys.modules["peft"] = None  # "no PEFT installed": any import of it fails
@@ -71,7 +71,7 @@ async def test_a_smollm2_run_exports_as_adapter_merged_and_gguf(rl_home: Path) -
             for needed in ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0", "`arithmetic`", "held-out items"):
                 assert needed in card, needed
             assert "reward_curve.png" in card and (Path(answer["folder"]) / "reward_curve.png").stat().st_size > 0
-            assert "`eval_size`: `8`" in card  # the run's edits: what differs from the profile
+            assert "`eval_size`: `4`" in card  # the run's edits: what differs from the profile
 
         adapter = Path(exports["adapter"]["folder"])
         assert {p.name for p in adapter.iterdir()} >= {"adapter_config.json", "adapter_model.safetensors"}
