@@ -203,7 +203,8 @@ def test_the_fixes_are_applied_in_a_fresh_environment_process(tmp_path: Path) ->
         "import atroposlib.envs.base as base\n"
         "print(getattr(t.tokenize_for_trainer, '_tinker_atropos_compat', False),"
         " getattr(base.resolve_openai_configs, '_tinker_atropos_compat', False),"
-        " getattr(base.BaseEnv.get_status, '_tinker_atropos_compat', False))\n"
+        " getattr(base.BaseEnv.get_status, '_tinker_atropos_compat', False),"
+        " getattr(base.BaseEnv._register_env, '_tinker_atropos_compat', False))\n"
     )
     out = subprocess.run(
         [sys.executable, "-m", "rl_mcp.children.env_process", str(probe)],
@@ -213,4 +214,4 @@ def test_the_fixes_are_applied_in_a_fresh_environment_process(tmp_path: Path) ->
         env={**os.environ},
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "True", "True"]
+    assert out.stdout.split() == ["True", "True", "True", "True"]

@@ -1,6 +1,6 @@
-"""atroposlib 0.4 as this product runs it: three fixes applied in every environment process.
+"""atroposlib 0.4 as this product runs it: four fixes applied in every environment process.
 
-Users bring Atropos environments written against atroposlib 0.4 and run them unchanged. Three
+Users bring Atropos environments written against atroposlib 0.4 and run them unchanged. Four
 things in atroposlib break or slow them here without an error, so `apply()` (called by the
 environment launcher, before the environment's file is imported; site-packages is never edited)
 fixes them:
@@ -19,6 +19,9 @@ fixes them:
    went on rolling out a whole batch that no step takes (sampling that costs time, and money on
    Tinker) before the environment's final evaluation could start. The status it reads is made to
    say so: with the last step's batch taken, a batch counts as queued, and the loop ends at once.
+4. `_register_env` gives up after three tries in about 6 s when run-api does not answer. A run
+   starts run-api beside the environment, and on a busy machine run-api can take longer to listen:
+   the environment then exited before it was ready. It is asked again for REGISTER_PATIENCE_S.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import sys
 from typing import Any
 
 _APPLIED = "_tinker_atropos_compat"
+REGISTER_PATIENCE_S = 60.0
+REGISTER_RETRY_S = 0.2
 OPENAI_SECTION = "openai"  # the run YAML's server list (atroposlib's OPENAI_NAMESPACE)
 
 
@@ -111,8 +116,34 @@ def _fix_rollouts_past_the_last_step() -> None:
     BaseEnv.get_status = get_status  # type: ignore[method-assign]
 
 
+def _fix_registration_patience() -> None:
+    import asyncio
+    import time
+
+    from atroposlib.envs.base import BaseEnv
+
+    original = BaseEnv._register_env
+    if getattr(original, _APPLIED, False):
+        return
+
+    @functools.wraps(original)
+    async def _register_env(self: Any) -> Any:
+        deadline = time.monotonic() + REGISTER_PATIENCE_S
+        while True:
+            try:
+                return await original(self)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(REGISTER_RETRY_S)
+
+    setattr(_register_env, _APPLIED, True)
+    BaseEnv._register_env = _register_env  # type: ignore[method-assign]
+
+
 def apply() -> None:
-    """Apply the three fixes (idempotent); before the environment's file is imported."""
+    """Apply the four fixes (idempotent); before the environment's file is imported."""
     _fix_tokenize_for_trainer()
     _fix_server_configs()
     _fix_rollouts_past_the_last_step()
+    _fix_registration_patience()
