@@ -454,7 +454,8 @@ async def test_finding_sent_once_to_a_subscribed_client(tmp_path: Path) -> None:
                 return result.structured_content or {}
 
             await call("rl_select_environment", name="constant_reward")
-            for field, value in {"total_steps": 4, "group_size": 4, "batch_size": 8}.items():
+            # long enough for a diagnosis tick (every 2 s) while it runs: a 4-step run ended before one
+            for field, value in {"total_steps": 12, "group_size": 4, "batch_size": 8}.items():
                 await call("rl_edit_config", field=field, value=value)
             run = await call("rl_start_training")
             await legacy.subscribe_resource(f"rl://runs/{run['run_id']}/metrics")
