@@ -228,50 +228,70 @@ async def test_openai_only_endpoint_is_scored_from_reply_text(inference_url, tmp
 
 
 def test_atroposlib_has_the_one_start_pause_run_env_skips() -> None:
-    """RunEnv makes exactly atroposlib's post-registration pause return at once; if atroposlib
-    changes it (or adds another sleep of that length), this says so."""
+    """atropos_compat makes exactly atroposlib's post-registration pause return at once; if
+    atroposlib changes it (or adds another sleep of that length), this says so."""
     import inspect
 
     import atroposlib.envs.base as atropos_base
 
-    from tinker_atropos.environments.run_env import ATROPOS_START_PAUSE_S
+    from tinker_atropos.atropos_compat import ATROPOS_START_PAUSE_S
 
     pause = f"asyncio.sleep({ATROPOS_START_PAUSE_S})"
     assert inspect.getsource(atropos_base).count(pause) == 1
     assert pause in inspect.getsource(atropos_base.BaseEnv.env_manager)
 
 
+def _upstream_echo_word(url: str, eval_dir: Path, **overrides):
+    """examples/atropos_envs' echo_word, a plain atroposlib BaseEnv, after the fixes the launcher
+    applies, pointed at the tiny model's server."""
+    import importlib.util
+
+    from tinker_atropos import atropos_compat
+    from tinker_atropos.environments.common import local_server_defaults
+
+    atropos_compat.apply()
+    path = Path(__file__).resolve().parents[1] / "examples" / "atropos_envs" / "single_turn.py"
+    spec = importlib.util.spec_from_file_location("upstream_single_turn", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config, _ = module.EchoWordEnv.config_init()
+    servers = local_server_defaults()
+    servers[0].base_url = f"{url}/v1"
+    fields = {"tokenizer_name": servers[0].tokenizer_name, "data_dir_to_save_evals": str(eval_dir), **overrides}
+    for key, value in fields.items():
+        setattr(config, key, value)
+    return module.EchoWordEnv(config, servers)
+
+
 @pytest.mark.anyio
+@pytest.mark.parametrize("shape", ["bundled", "upstream"])
 async def test_environment_joins_its_run_and_rolls_out_without_atroposlibs_start_pause(
-    inference_url, tmp_path: Path
+    shape: str, inference_url, tmp_path: Path
 ) -> None:
     """Against a real run-api, started after the environment (as rl-mcp spawns them together):
     registration waits for run-api, then for the trainer's first batch request, then goes
     through, and env_manager's first groups reach run-api's queue sooner than atroposlib's fixed
-    5 s pause after registration would allow (a tiny-chat group takes well under 1 s)."""
+    5 s pause after registration would allow (a tiny-chat group takes well under 1 s). For a
+    bundled environment (RunEnv) and a user's plain atroposlib one (atropos_compat's fixes)."""
     import time
 
     import anyio
     import httpx
     from test_trainer_e2e import free_port, start_run_api
 
+    from tinker_atropos.atropos_compat import ATROPOS_START_PAUSE_S
     from tinker_atropos.environments.letter_repeat import LetterRepeatEnv
-    from tinker_atropos.environments.run_env import ATROPOS_START_PAUSE_S
     from tinker_atropos.run_api_client import Registration, RunApiClient
 
     port = free_port()
     api_url = f"http://127.0.0.1:{port}"
     api = None
-    env = _env(
-        LetterRepeatEnv,
-        inference_url,
-        tmp_path,
-        rollout_server_url=api_url,
-        group_size=4,
-        batch_size=8,
-        eval_before_training=False,
-        total_steps=3,
-    )
+    fields = {"rollout_server_url": api_url, "group_size": 4, "batch_size": 8, "total_steps": 3}
+    if shape == "bundled":
+        env = _env(LetterRepeatEnv, inference_url, tmp_path, eval_before_training=False, **fields)
+    else:
+        env = _upstream_echo_word(inference_url, tmp_path, **fields)
     trainer = RunApiClient(api_url)
     try:
         async with anyio.create_task_group() as tg, httpx.AsyncClient() as http:

@@ -159,3 +159,25 @@ def test_a_v1_environment_answers_a_group_with_the_tokens_the_server_sampled(
         # sequence round differently: numerics.logprob_tol over these positions at these logprobs' size
         tol = logprob_tol(config, len(ids), max(abs(x) for x in sampled) + 1.0)
         assert recomputed == pytest.approx(sampled, abs=tol)
+
+
+def test_a_harness_script_is_written_once_and_whole(tmp_path: Path) -> None:
+    """A group's rollouts run the same harness script at once: written in place, one rollout ran
+    the file another had just truncated (an empty episode, no error) or half written (a
+    SyntaxError). It is written whole under its name, and a file already there is not touched."""
+    probe = (
+        "import sys, os; from pathlib import Path\n"
+        f"sys.path.insert(0, {str(CHILD.parent)!r})\n"
+        "import v1_child\n"
+        "path = Path(sys.argv[1]) / 'scripts' / 'abc.py'\n"
+        "v1_child._write_once(path, b'print(1)\\n')\n"
+        "os.utime(path, ns=(10**9, 10**9))\n"
+        "first = os.stat(path)\n"
+        "v1_child._write_once(path, b'print(1)\\n')\n"
+        "again = os.stat(path)\n"
+        "print((first.st_ino, first.st_mtime_ns) == (again.st_ino, again.st_mtime_ns),"
+        " path.read_bytes() == b'print(1)\\n', sorted(os.listdir(path.parent)))\n"
+    )
+    out = subprocess.run([str(V1_PYTHON), "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().split(maxsplit=2) == ["True", "True", "['abc.py']"]

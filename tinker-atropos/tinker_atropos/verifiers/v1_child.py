@@ -33,6 +33,7 @@ import re
 import sys
 import tomllib
 import typing
+import uuid
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -213,9 +214,21 @@ async def _prepare_here(
     data = script.encode() if isinstance(script, str) else script
     if missing := _missing(data.decode()):
         raise RuntimeError(f"the harness program needs {missing}, which {sys.prefix} lacks (uv would fetch them)")
-    path = f"{self.scripts_dir}/{hashlib.sha256(data).hexdigest()}.py"
-    await self.write(path, data)
-    return [sys.executable, path]
+    path = Path(self.scripts_dir) / f"{hashlib.sha256(data).hexdigest()}.py"
+    await asyncio.to_thread(_write_once, path, data)
+    return [sys.executable, str(path)]
+
+
+def _write_once(path: Path, data: bytes) -> None:
+    """The script's file, written whole under its content's name: a group's rollouts run the same
+    script at once, and rewriting it in place let one run a file another had just truncated (an
+    empty episode, no error) or half written (a SyntaxError)."""
+    if path.is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    partial.write_bytes(data)
+    os.replace(partial, path)
 
 
 _read_back_port = vf_launch._read_back_port
