@@ -27,6 +27,10 @@ KINDS = (
     ("inference server", ("tinker_atropos.inference_server",)),
     ("run-api", ("run-api", "run_api")),
     ("verifiers child", ("classic_child", "v1_child")),
+    ("verifiers program", (".venv-verifiers",)),  # a harness program or tool server a rollout starts
+    ("mcp tool server", ("mcp-server-", "mcp_server_")),
+    ("pytest", ("pytest",)),  # a suite a test runs (an example's own tests)
+    ("package install", (" pip ", "-m pip", "/uv ", "uv pip")),
     ("rl-mcp server", ("rl_mcp serve", "rl-mcp serve", "rl_mcp demo", "rl-mcp demo")),
     ("environment", ("env_process", " serve", " process")),
     ("model build", ("model_build", "tinker_atropos.models")),
