@@ -60,6 +60,7 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.run_files",
     "tinker_atropos.verifiers",
     "tinker_atropos.verifiers.venvs",
+    "tinker_atropos.warm_fork",
 }
 RUN_FILE_NAMES = {"metrics.jsonl", "eval.jsonl", "result.json", "checkpoints.jsonl", "config.yaml"}
 MAX_MODULE_LINES = 400

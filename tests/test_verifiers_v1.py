@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,6 +35,9 @@ VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
 MODEL = "smollm2-135m"  # tiny-chat spends a token per character: the tool prompt alone would be ~900
 # per environment: its config's fields, the model turns of each episode
 CASES = {"echo_taskset": ({"num_tasks": 3}, 1), "adder_tools_v1": ({"taskset": {"num_tasks": 3}}, 2)}
+# per environment, the Python programs a rollout starts: its harness program per model turn, a tool
+# server per toolset
+PROGRAMS = {"echo_taskset": 1, "adder_tools_v1": 2 + 1}
 
 pytestmark = [
     pytest.mark.slow,
@@ -67,8 +71,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 proc.wait()
 
 
-def one_group(env_file: Path, args: dict[str, Any], url: str, home: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The child's ready line and its answer to one request of n=2 (stdin closed after it: it exits)."""
+def one_group(env_file: Path, args: dict[str, Any], url: str, home: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The child's ready line, its answer to one request of n=2 (stdin closed after it: it exits)
+    and its log."""
     request = {
         "id": 7,
         "split": "train",
@@ -98,7 +103,7 @@ def one_group(env_file: Path, args: dict[str, Any], url: str, home: Path) -> tup
     assert proc.returncode == 0, err[-4000:]
     ready, reply = (json.loads(line) for line in out.splitlines())
     assert "error" not in reply, (reply, err[-4000:])
-    return ready, reply
+    return ready, reply, err
 
 
 def port_files_left(before: set[Path]) -> set[Path]:
@@ -126,8 +131,11 @@ def test_a_v1_environment_answers_a_group_with_the_tokens_the_server_sampled(
 ) -> None:
     args, turns = CASES[env_name]
     started, port_files = time.monotonic(), set(Path("/tmp").glob("vf-port-*"))
-    ready, reply = one_group(VERIFIERS_DIR / f"{env_name}.py", args, server, tmp_path)
-    print(f"{env_name}: load + one group of 2 in {time.monotonic() - started:.1f} s")
+    ready, reply, log = one_group(VERIFIERS_DIR / f"{env_name}.py", args, server, tmp_path)
+    print(f"{env_name}: load + one group of 2 in {time.monotonic() - started:.1f} s; {log.splitlines()[-1]}")
+    # each of them came from the child's warm process (v1_warm), verifiers imported already
+    forked = re.search(r"warm starts: (\d+) programs forked", log)
+    assert forked and int(forked[1]) == 2 * PROGRAMS[env_name], log[-2000:]
     assert not port_files_left(port_files)  # a tool server's port file is removed once read back
     assert ready == {"ready": True, "train": 3, "eval": 3} and reply["id"] == 7
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_model(MODEL)))
@@ -181,3 +189,69 @@ def test_a_harness_script_is_written_once_and_whole(tmp_path: Path) -> None:
     out = subprocess.run([str(V1_PYTHON), "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().split(maxsplit=2) == ["True", "True", "['abc.py']"]
+
+
+WARM_PROBE = r"""
+import asyncio, json, os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import v1_warm
+import verifiers.v1
+program, log = sys.argv[2], sys.argv[3]
+warm = v1_warm.start(close=[])
+PIPE, STDOUT = asyncio.subprocess.PIPE, asyncio.subprocess.STDOUT
+
+async def ran(aio):  # as the runtime's run() and open_process(): pipes, input, an exit code
+    p = await aio.create_subprocess_exec(sys.executable, program, "3", stdin=PIPE, stdout=PIPE, stderr=PIPE,
+                                         env=dict(os.environ), start_new_session=True)
+    out, err = await p.communicate(b"hello\n")
+    return [out.decode(), err.decode(), p.returncode]
+
+async def in_background(aio):  # as run_background(): a log file, stderr into it
+    with open(log, "wb") as f:
+        p = await aio.create_subprocess_exec(sys.executable, program, "0", stdout=f, stderr=STDOUT,
+                                             env=dict(os.environ), start_new_session=True)
+    code = await p.wait()
+    return [open(log).read(), code]
+
+async def killed(aio):  # as the runtime stops a program: its whole process group
+    p = await aio.create_subprocess_exec(sys.executable, "-m", "sleeper", stdout=PIPE, stderr=PIPE,
+                                         env=dict(os.environ), start_new_session=True, cwd=os.path.dirname(program))
+    ready = await p.stdout.readline()
+    os.killpg(os.getpgid(p.pid), signal.SIGKILL)
+    return [ready.decode(), await p.wait()]
+
+async def main():
+    seen = {}
+    for name, aio in (("cold", asyncio), ("warm", v1_warm._AsyncioWithWarmStarts(warm))):
+        seen[name] = [await ran(aio), await in_background(aio), await killed(aio)]
+    print(json.dumps({**seen, "forked": warm.forked, "warm_module": "verifiers.v1" in sys.modules}))
+
+asyncio.run(main())
+"""
+PROGRAM = r"""
+import sys
+line = sys.stdin.readline()
+print(line.strip().upper() or "no input", "verifiers" in sys.modules, __name__)
+print("to stderr", file=sys.stderr)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_a_warm_program_behaves_as_the_same_program_started_cold(tmp_path: Path) -> None:
+    """verifiers' runtime starts a rollout's programs three ways (run, open_process,
+    run_background) and stops them by process group: each gives what asyncio's own subprocess
+    gives, but for having verifiers imported already."""
+    program = tmp_path / "program.py"
+    program.write_text(PROGRAM)
+    (tmp_path / "sleeper.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
+    probe = [str(V1_PYTHON), "-c", WARM_PROBE, str(CHILD.parent), str(program), str(tmp_path / "log")]
+    out = subprocess.run(probe, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout)
+    assert seen["forked"] == 3 and seen["warm_module"]
+    cold, warm = seen["cold"], seen["warm"]
+    assert cold[0] == ["HELLO False __main__\n", "to stderr\n", 3]
+    assert warm[0] == ["HELLO True __main__\n", "to stderr\n", 3]
+    assert cold[1] == ["no input False __main__\nto stderr\n", 0]
+    assert warm[1] == ["no input True __main__\nto stderr\n", 0]
+    assert cold[2] == warm[2] == ["up\n", -signal.SIGKILL]

@@ -4,47 +4,26 @@
 
 A trainer, environment process, inference server or export spends 2-5 CPU seconds importing torch,
 transformers, peft and atroposlib before its first line of work; a forked child has them already
-(0.2 s). The server (`rl_mcp/warm_start/`) sends each request over the unix socket `SOCKET`: the
-argv after the interpreter (`-m module ...` or `script ...`), the environment, the folder, and its
-stdin/stdout/stderr as file descriptors. The child becomes what `python ARGV` would have been: its
-own session, descriptors, folder, environment, TMPDIR, signals, `sys.argv`/`sys.path`, and its
-command line and environment as /proc shows them; its exit code goes back on the request's
-connection. Single-threaded, so a fork copies no lock held by another thread.
+(0.2 s). The server (`rl_mcp/warm_start/`) sends each request over the unix socket `SOCKET`, and
+the child becomes what `python ARGV` would have been (`tinker_atropos.warm_fork`); PADDING is room
+for the children's command lines in /proc.
 
 The template leaves when OWNER_PID is gone or after `IDLE_S` (10 min) without a request or a live
-child. A
-child outlives it (reparented, as any orphan), as runs outlive the server.
+child. A child outlives it (reparented, as any orphan), as runs outlive the server.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
 import importlib
-import io
-import json
-import os
-import runpy
-import select
-import shutil
-import signal
-import socket
-import struct
 import sys
-import tempfile
-import threading
-import time
-import traceback
-import weakref
-from typing import Any, NoReturn
+
+from tinker_atropos import warm_fork
 
 # What every heavy child imports before its work (a failed import is skipped: the child imports it
 # itself, and fails there as it would have).
 PRELOAD = ("torch", "transformers", "peft", "atroposlib.envs.base", "openai", "wandb", "fastapi", "uvicorn")
 IDLE_S = 600.0
-_HEADER = struct.Struct("!I")
-_PR_SET_NAME = 15
 
 
 def main(argv: list[str]) -> None:
@@ -52,239 +31,7 @@ def main(argv: list[str]) -> None:
     for name in PRELOAD:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(sock_path)
-    listener.listen(16)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select; children are reaped below
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a stop still removes the folder (finally)
-    children: dict[int, socket.socket] = {}
-    last_request = time.monotonic()
-    try:
-        while os.getppid() == owner and (children or time.monotonic() - last_request < IDLE_S):
-            ready, _, _ = select.select([listener.fileno(), wake_r], [], [], 1.0)
-            if wake_r in ready:
-                os.read(wake_r, 4096)
-            _reap(children)
-            if listener.fileno() in ready:
-                conn, _ = listener.accept()
-                last_request = time.monotonic()
-                _serve(conn, children, keep_closed=(listener, wake_r, wake_w))
-    finally:
-        shutil.rmtree(os.path.dirname(sock_path), ignore_errors=True)  # its socket and log
-
-
-def _serve(conn: socket.socket, children: dict[int, socket.socket], keep_closed: tuple[Any, ...]) -> None:
-    """Fork one child for the request on `conn`; the connection then waits for its exit code."""
-    try:
-        conn.settimeout(10)
-        request, fds = _receive(conn)
-    except (OSError, ValueError):
-        conn.close()
-        return
-    pid = os.fork()
-    if pid == 0:
-        _become(request, fds, [conn, *children.values(), *keep_closed])
-    for fd in fds:
-        os.close(fd)
-    try:
-        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-    except OSError:
-        pass  # the requester is gone; the child runs on and is reaped
-    children[pid] = conn
-
-
-def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
-    if len(fds) != 3 or len(data) < _HEADER.size:
-        for fd in fds:
-            os.close(fd)
-        raise ValueError("a request is a length, a JSON body and three descriptors")
-    (size,) = _HEADER.unpack_from(data)
-    body = data[_HEADER.size :]
-    while len(body) < size:
-        chunk = conn.recv(1 << 16)
-        if not chunk:
-            raise ValueError("the request ended early")
-        body += chunk
-    return json.loads(body), fds
-
-
-def _reap(children: dict[int, socket.socket]) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        conn = children.pop(pid, None)
-        if conn is not None:
-            with contextlib.suppress(OSError):
-                conn.sendall(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
-            conn.close()
-
-
-def _become(request: dict[str, Any], fds: list[int], to_close: list[Any]) -> NoReturn:
-    """In the forked child: turn into `python ARGV` as the request describes it, run it, exit."""
-    code = 1
-    try:
-        os.setsid()
-        signal.set_wakeup_fd(-1)
-        for item in to_close:
-            if isinstance(item, int):
-                os.close(item)
-            else:
-                item.close()
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        _reset_signals()
-        argv: list[str] = request["argv"]
-        env: dict[str, str] = request["env"]
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(env)
-        tempfile.tempdir = None  # read TMPDIR again
-        _own_temporary_folders()
-        _offline_as_the_child_says(env)
-        _reseed()
-        _reopen_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
-        with contextlib.suppress(OSError, AttributeError):  # cosmetic: ps and psutil show the template
-            _retitle(request["python"], argv, env)
-        code = _run(argv, request["cwd"])
-    except BaseException:  # the child's own failure, reported as Python would
-        traceback.print_exc()
-    _exit(code)
-
-
-def _run(argv: list[str], cwd: str) -> int:
-    """`python ARGV`: `-m module args` or `script args`, as __main__; the exit code Python would give."""
-    try:
-        if argv[0] == "-m":
-            sys.argv = [argv[1], *argv[2:]]
-            sys.path[0] = cwd
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = list(argv)
-            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
-            runpy.run_path(argv[0], run_name="__main__")
-        return 0
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        print(exc.code, file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        return -signal.SIGINT
-
-
-def _exit(code: int) -> NoReturn:
-    """Python's own shutdown (non-daemon threads joined, atexit run, streams flushed), then exit."""
-    with contextlib.suppress(BaseException):
-        threading._shutdown()  # type: ignore[attr-defined]
-    with contextlib.suppress(BaseException):
-        atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):
-            stream.flush()
-    if code < 0:  # died of a signal, as Python does after a KeyboardInterrupt
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    os._exit(code & 0xFF)
-
-
-def _reset_signals() -> None:
-    """The handlers a fresh Python starts with."""
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-
-
-# Temporary folders made at import, by (module, class or None, attribute): wandb's media and artifacts
-# staging folders (atroposlib imports wandb), used by every W&B upload of the process.
-IMPORT_TIME_FOLDERS = (
-    ("wandb.sdk.data_types._private", None, "MEDIA_TMP"),
-    ("wandb.sdk.artifacts.artifact", "Artifact", "_TMP_DIR"),
-)
-
-
-def _own_temporary_folders() -> None:
-    """Each import-time temporary folder made again in the child's TMPDIR, as a cold start makes it:
-    the template's stays the template's (a child's exit would remove it under its siblings)."""
-    for module_name, owner, attr in IMPORT_TIME_FOLDERS:
-        module = sys.modules.get(module_name)
-        folder = getattr(getattr(module, owner) if owner else module, attr, None) if module else None
-        if not isinstance(folder, tempfile.TemporaryDirectory):
-            continue
-        with contextlib.suppress(Exception):
-            folder._finalizer.detach()  # type: ignore[attr-defined]
-            suffix = os.path.basename(folder.name)[len("tmp") + 8 :]  # mkdtemp's name: tmp, 8 random, suffix
-            folder.name = tempfile.mkdtemp(suffix)
-            cleanup = folder._cleanup  # type: ignore[attr-defined]
-            warning = f"Implicitly cleaning up {folder!r}"
-            folder._finalizer = weakref.finalize(folder, cleanup, folder.name, warn_message=warning)  # type: ignore[attr-defined]
-
-
-def _offline_as_the_child_says(env: dict[str, str]) -> None:
-    """huggingface_hub reads HF_HUB_OFFLINE once, at import; its readers (transformers, peft,
-    datasets) go through `constants.HF_HUB_OFFLINE` at each use, so the child's own value holds."""
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None:
-        flag = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or ""
-        constants.HF_HUB_OFFLINE = flag.upper() in {"1", "ON", "YES", "TRUE"}  # type: ignore[attr-defined]
-
-
-def _reseed() -> None:
-    """`random` reseeds itself after a fork; numpy's global generator would repeat the template's."""
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed()
-
-
-def _reopen_stdio(*, unbuffered: bool) -> None:
-    """Streams over the new descriptors 0-2, buffered as the child's PYTHONUNBUFFERED says."""
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="surrogateescape")
-    for fd, name in ((1, "stdout"), (2, "stderr")):
-        raw = io.FileIO(fd, "w", closefd=False)
-        buffered: Any = raw if unbuffered else io.BufferedWriter(raw)
-        stream = io.TextIOWrapper(
-            buffered,
-            encoding="utf-8",
-            errors="backslashreplace" if fd == 2 else "surrogateescape",
-            line_buffering=fd == 2,
-            write_through=unbuffered,
-        )
-        setattr(sys, name, stream)
-        setattr(sys, f"__{name}__", stream)
-
-
-def _retitle(python: str, argv: list[str], env: dict[str, str]) -> None:
-    """/proc/<pid>/cmdline, environ and comm as `python ARGV` with `env` would show them (ps, psutil).
-
-    Written over the template's own, which its start padded (`warm_start.templates.ARGV_PAD`): the command
-    line as one string, as setproctitle(3) does (the kernel reads it up to its first NUL when the
-    area's last byte is not one), the environment as NUL-ended entries. What does not fit is cut."""
-    name = os.path.basename(argv[1] if argv[0] == "-m" else argv[0])
-    ctypes.CDLL(None).prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
-    with open("/proc/self/stat", "rb") as stat:
-        fields = stat.read().rsplit(b")", 1)[1].split()
-    arg_start, arg_end, env_start, env_end = (int(f) for f in fields[45:49])
-    title = " ".join([python, *argv]).encode("utf-8", "surrogateescape")[: arg_end - arg_start - 2] + b"\0"
-    entries, room = b"", env_end - env_start
-    for key, value in env.items():
-        entry = f"{key}={value}".encode("utf-8", "surrogateescape") + b"\0"
-        if len(entries) + len(entry) <= room:
-            entries += entry
-    with contextlib.suppress(OSError), open("/proc/self/mem", "r+b", buffering=0) as mem:
-        mem.seek(arg_start)
-        mem.write(title.ljust(arg_end - arg_start, b" "))
-        mem.seek(env_start)
-        mem.write(entries.ljust(room, b"\0"))
+    warm_fork.serve(sock_path, owner, IDLE_S)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,10 @@ here is bounded and falls back to a cold start: a warm start is only ever faster
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -24,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rl_mcp.warm_start.eligibility import TemplateKey, template_key
+from tinker_atropos import warm_fork
 
 # the template's entry and the room it leaves for its children's command lines and environments
 # (light constants: the server never imports the module itself)
@@ -31,8 +30,6 @@ TEMPLATE_MODULE = "rl_mcp.children.warm_template"
 ARGV_PAD, ENV_PAD, PAD_VAR = 4096, 65536, "RL_MCP_WARM_PAD"
 
 log = logging.getLogger(__name__)
-_HEADER = struct.Struct("!I")
-_CONNECT_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -50,7 +47,7 @@ class WarmChild:
         gone: `lost` then says so, and the process itself tells whether it still runs)."""
         while self._code is None and not self._lost:
             if b"\n" in self._buffer:
-                self._code = int(json.loads(self._buffer.split(b"\n")[0])["exit"])
+                self._code = warm_fork.exit_code(self._buffer)
                 break
             try:
                 chunk = self.conn.recv(4096, socket.MSG_DONTWAIT)
@@ -184,30 +181,13 @@ def _drop(key: TemplateKey, template: _Template) -> None:
 def _request(
     template: _Template, argv: Sequence[str], env: Mapping[str, str], cwd: Path | None, stdout: int, stderr: int
 ) -> WarmChild:
-    body = json.dumps({"python": argv[0], "argv": list(argv[1:]), "env": dict(env), "cwd": str(cwd or os.getcwd())})
-    payload = _HEADER.pack(len(body.encode())) + body.encode()
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stdin = os.open(os.devnull, os.O_RDONLY)
     try:
-        conn.settimeout(_CONNECT_TIMEOUT_S)
-        conn.connect(str(template.socket_path))
-        stdin = os.open(os.devnull, os.O_RDONLY)
-        try:
-            sent = socket.send_fds(conn, [payload[: 1 << 15]], [stdin, stdout, stderr])
-        finally:
-            os.close(stdin)
-        conn.sendall(payload[sent:])
-        data = b""
-        while b"\n" not in data:
-            chunk = conn.recv(4096)
-            if not chunk:
-                raise ValueError("the template closed the connection before forking")
-            data += chunk
-        line, rest = data.split(b"\n", 1)
-        pid = int(json.loads(line)["pid"])
-    except BaseException:
-        conn.close()
-        raise
-    conn.settimeout(None)
+        pid, conn, rest = warm_fork.request(
+            str(template.socket_path), argv[0], argv[1:], env, str(cwd or os.getcwd()), [stdin, stdout, stderr]
+        )
+    finally:
+        os.close(stdin)
     return WarmChild(pid, conn, rest)
 
 

@@ -41,6 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import child_lines  # a sibling: this runs as a script
+import v1_warm
 import verifiers.v1 as vf  # after the offline switches
 from renderers.base import (
     ParsedResponse,
@@ -52,6 +53,7 @@ from renderers.base import (
 from renderers.configs import BaseRendererConfig, CustomRendererConfig
 from renderers.default import DefaultRenderer
 from verifiers.v1.mcp import launch as vf_launch
+from verifiers.v1.runtimes import subprocess as vf_subprocess
 
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(</tool_call>|$)", re.S)
 PEP_723 = re.compile(r"(?m)^# /// script$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
@@ -367,7 +369,12 @@ def main() -> None:
         child = Child(_load(opts.file, opts.module, json.loads(opts.args)), opts.tokenizer)
     except Exception as exc:
         child_lines.load_failed(out, exc)
+    warm = v1_warm.start(close=[out])
+    if warm is not None:
+        v1_warm.install(vf_subprocess, warm)
     asyncio.run(serve(child, out))
+    if warm is not None:  # where a rollout's programs came from (tests read it)
+        print(f"warm starts: {warm.forked} programs forked, {warm.cold} started cold", file=sys.stderr)
 
 
 if __name__ == "__main__":
