@@ -29,7 +29,7 @@ KINDS = (
     ("verifiers child", ("classic_child", "v1_child")),
     ("verifiers program", (".venv-verifiers",)),  # a harness program or tool server a rollout starts
     ("mcp tool server", ("mcp-server-", "mcp_server_")),
-    ("pytest", ("pytest",)),  # a suite a test runs (an example's own tests)
+    ("pytest", ("-m pytest", "bin/pytest")),  # a suite a test runs (an example's own tests)
     ("package install", (" pip ", "-m pip", "/uv ", "uv pip")),
     ("rl-mcp server", ("rl_mcp serve", "rl-mcp serve", "rl_mcp demo", "rl-mcp demo")),
     ("environment", ("env_process", " serve", " process")),
