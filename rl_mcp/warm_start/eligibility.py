@@ -14,9 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tinker_atropos.warm_fork import forkable, import_time_environment
-
-DISABLE_VAR = "RL_MCP_WARM_START"  # "0": every child starts cold
+from tinker_atropos.warm_fork import import_key
 
 
 @dataclass(frozen=True)
@@ -35,9 +33,6 @@ def template_key(
 ) -> TemplateKey | None:
     """The template that may fork `argv` under `env`, or None when it must start cold: another
     interpreter (a verifiers or layered venv), interpreter flags, warm starts turned off, or not
-    Linux (a child retitles itself through /proc and prctl; macOS's frameworks refuse a fork)."""
-    if platform != "linux" or env.get(DISABLE_VAR) == "0" or not argv or argv[0] != product_python:
-        return None
-    if not forkable(argv[1:]):
-        return None
-    return TemplateKey(argv[0], import_time_environment(env))
+    Linux (`tinker_atropos.warm_fork.import_key`)."""
+    shared = import_key(argv, env, product_python, platform)
+    return None if shared is None else TemplateKey(argv[0], shared)

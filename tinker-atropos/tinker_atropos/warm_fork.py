@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 
 HEADER = struct.Struct("!I")
 _PR_SET_NAME = 15
+DISABLE_VAR = "RL_MCP_WARM_START"  # "0": every child starts cold
 
 # Read at import by the libraries a warm process imports (or by the interpreter at its start).
 IMPORT_TIME_PREFIXES = (
@@ -66,6 +67,17 @@ def forkable(argv: Sequence[str]) -> bool:
     if argv and argv[0] == "-m":
         return len(argv) > 1
     return bool(argv) and not argv[0].startswith("-") and argv[0].endswith(".py")
+
+
+def import_key(
+    argv: Sequence[str], env: Mapping[str, str], python: str, platform: str = sys.platform
+) -> tuple[tuple[str, str], ...] | None:
+    """The import-time environment a warm process of `python` must have to fork `argv` under `env`,
+    or None when it must start cold: another interpreter, interpreter flags, warm starts turned off,
+    or not Linux (a child retitles itself through /proc and prctl; macOS's frameworks refuse a fork)."""
+    if platform != "linux" or env.get(DISABLE_VAR) == "0" or not argv or argv[0] != python:
+        return None
+    return import_time_environment(env) if forkable(argv[1:]) else None
 
 
 # --- the requester's side ----------------------------------------------------------------------------

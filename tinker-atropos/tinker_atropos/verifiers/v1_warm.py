@@ -30,7 +30,6 @@ _COLD_PATH = sys.path[1:]  # the interpreter's own, as a cold start has it
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # tinker_atropos, for its stdlib-only warm_fork
 from tinker_atropos import warm_fork  # noqa: E402
 
-DISABLE_VAR = "RL_MCP_WARM_START"  # "0": every program starts cold
 PIPE, STDOUT, DEVNULL = asyncio.subprocess.PIPE, asyncio.subprocess.STDOUT, asyncio.subprocess.DEVNULL
 
 
@@ -44,13 +43,8 @@ class WarmStarts:
         self.cold = 0
 
     def takes(self, argv: Sequence[str], env: dict[str, str]) -> bool:
-        return (
-            argv[0] == sys.executable
-            and warm_fork.forkable(argv[1:])
-            and env.get(DISABLE_VAR) != "0"
-            and warm_fork.import_time_environment(env) == self.import_env
-            and os.path.exists(self.sock_path)
-        )
+        shared = warm_fork.import_key(argv, env, sys.executable)
+        return shared is not None and shared == self.import_env and os.path.exists(self.sock_path)
 
     async def fork(
         self, argv: Sequence[str], env: dict[str, str], cwd: str | None, stdin: Any, stdout: Any, stderr: Any
@@ -191,7 +185,7 @@ class _AsyncioWithWarmStarts:
 def start(close: Sequence[IO[Any]]) -> WarmStarts | None:
     """Fork the warm process (single-threaded, so no other thread's lock comes with it), closing
     its copies of `close` (this child's reply stream); None where programs must start cold."""
-    if sys.platform != "linux" or os.environ.get(DISABLE_VAR) == "0" or threading.active_count() > 1:
+    if sys.platform != "linux" or os.environ.get(warm_fork.DISABLE_VAR) == "0" or threading.active_count() > 1:
         return None
     folder = tempfile.mkdtemp(prefix="rl-mcp-v1-warm-")
     sock_path, owner = os.path.join(folder, "warm.sock"), os.getpid()
