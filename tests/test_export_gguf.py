@@ -1,11 +1,13 @@
 """GGUF export: SmolLM2 written as f16 and q8_0 GGUF files, loaded back by transformers' own GGUF
-loader, must generate what the original generates; other architectures are refused up front."""
+loader (through `gguf_loading`, as the export loads it, whose reader reads what gguf-py's does), must
+generate what the original generates; other architectures are refused up front."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 from numerics import U_F16, rounded_weights_rel
 
@@ -66,6 +68,7 @@ def test_smollm2_gguf_loads_back_and_generates_the_same(smollm2, dtype: str, tmp
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tinker_atropos.export.gguf_file import write_gguf
+    from tinker_atropos.models.gguf_loading import QuickGGUFReader, quick_gguf_loading
 
     model, tokenizer, expected = smollm2
     fractions: list[float] = []
@@ -77,7 +80,7 @@ def test_smollm2_gguf_loads_back_and_generates_the_same(smollm2, dtype: str, tmp
     assert fractions[-1] == 1.0 and fractions == sorted(fractions)
     print(f"{dtype}: {path.stat().st_size / 2**20:.1f} MiB")
 
-    reader = gguf.GGUFReader(path)
+    reader = QuickGGUFReader(path)
     assert reader.fields["general.architecture"].contents() == "llama"
     assert reader.fields["general.name"].contents() == "smol"
     file_type = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[dtype]
@@ -88,8 +91,9 @@ def test_smollm2_gguf_loads_back_and_generates_the_same(smollm2, dtype: str, tmp
     assert types["output_norm.weight"] == types["blk.0.attn_norm.weight"] == "F32"
     assert types["blk.0.attn_q.weight"] == types["token_embd.weight"] == dtype.upper()
 
-    loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
-    loaded_tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    with quick_gguf_loading():
+        loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+        loaded_tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     assert loaded_tokenizer(SAMPLE)["input_ids"] == tokenizer(SAMPLE)["input_ids"]
     assert loaded_tokenizer.chat_template == tokenizer.chat_template
     assert loaded_tokenizer.eos_token == tokenizer.eos_token
@@ -104,11 +108,11 @@ def test_smollm2_gguf_loads_back_and_generates_the_same(smollm2, dtype: str, tmp
 def test_untied_head_is_written_and_round_trips(smollm2, tmp_path: Path) -> None:
     """A small untied Llama with grouped-query attention: output.weight is written, and the q/k
     rotary permutation comes back exactly (f16 rounding aside) through transformers' loader."""
-    import gguf
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
     from tinker_atropos.export.gguf_file import write_gguf
+    from tinker_atropos.models.gguf_loading import QuickGGUFReader, quick_gguf_loading
 
     _, tokenizer, _ = smollm2
     config = LlamaConfig(
@@ -129,9 +133,10 @@ def test_untied_head_is_written_and_round_trips(smollm2, tmp_path: Path) -> None
     for parameter in model.parameters():  # bigger than the 0.02 init so a wrong layout shows
         torch.nn.init.normal_(parameter, std=0.2)
     path = write_gguf(model, tokenizer, tmp_path / "untied.gguf", "f16", name="untied")
-    assert "output.weight" in {t.name for t in gguf.GGUFReader(path).tensors}
+    assert "output.weight" in {t.name for t in QuickGGUFReader(path).tensors}
 
-    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32).eval()
+    with quick_gguf_loading():
+        loaded = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32).eval()
     assert not loaded.config.tie_word_embeddings
     ids = tokenizer("The quick brown fox jumps over the lazy dog", return_tensors="pt")["input_ids"]
     with torch.no_grad():
@@ -139,6 +144,29 @@ def test_untied_head_is_written_and_round_trips(smollm2, tmp_path: Path) -> None
     # f16 weights: each of the 9 matmuls in a row (4 a layer, the head) off by f16's rounding
     tol = rounded_weights_rel(4 * config.num_hidden_layers + 1, U_F16) * want.abs().max().item()
     assert torch.allclose(want, got, rtol=0, atol=tol), (want - got).abs().max() / want.abs().max()
+
+
+def test_the_quick_reader_reads_what_gguf_py_reads(smollm2, tmp_path: Path) -> None:
+    """The loads above read through `QuickGGUFReader`: every field (SmolLM2's 49k vocabulary strings
+    and merges among them) and tensor comes out as from gguf-py's own reader."""
+    import gguf
+
+    from tinker_atropos.export.gguf_file import write_gguf
+    from tinker_atropos.models.gguf_loading import QuickGGUFReader
+
+    model, tokenizer, _ = smollm2
+    path = write_gguf(model, tokenizer, tmp_path / "smol.gguf", "f16", name="smol")
+    plain, quick = gguf.GGUFReader(path), QuickGGUFReader(path)
+    assert isinstance(plain.data, np.memmap) and not isinstance(quick.data, np.memmap)
+    assert list(plain.fields) == list(quick.fields) and "tokenizer.ggml.merges" in quick.fields
+    for name, field in plain.fields.items():
+        other = quick.fields[name]
+        assert (field.types, field.data, field.offset) == (other.types, other.data, other.offset), name
+        assert len(field.parts) == len(other.parts) and all(map(np.array_equal, field.parts, other.parts)), name
+    assert [(t.name, t.tensor_type, t.data_offset) for t in plain.tensors] == [
+        (t.name, t.tensor_type, t.data_offset) for t in quick.tensors
+    ]
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(plain.tensors, quick.tensors, strict=True))
 
 
 def test_other_architectures_and_types_are_refused(smollm2, tmp_path: Path) -> None:

@@ -148,12 +148,17 @@ def _adapter_model(base: Any, folder: Path) -> Any:
 
 
 def _transformers_model(folder: Path, gguf_file: str | None) -> Any:
-    """Loaded back as a user would, with no PEFT (float32, where the policy's replies were taken)."""
+    """Loaded back as a user would, with no PEFT (float32, where the policy's replies were taken); a
+    GGUF file by transformers' own loader, quickly (`gguf_loading`)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    extra = {"gguf_file": gguf_file} if gguf_file else {}
-    return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, **extra).eval()
+    if gguf_file is None:
+        return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    from tinker_atropos.models.gguf_loading import quick_gguf_loading
+
+    with quick_gguf_loading():
+        return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, gguf_file=gguf_file).eval()
 
 
 def main(argv: list[str] | None = None) -> int:

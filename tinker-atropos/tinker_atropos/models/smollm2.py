@@ -22,10 +22,13 @@ def build(folder: Path) -> None:
     why = missing()
     if why is not None:
         raise ModuleNotFoundError(f"smollm2-135m cannot be built: {why}")
+    from .gguf_loading import quick_gguf_loading
+
     hf_logging.disable_progress_bar()
     source = gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    with quick_gguf_loading():
+        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+        loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
     # The weights are already dequantised to float32, but the model stays flagged as "gguf
     # quantised", which save_pretrained refuses: copy them into a plain model of the same config.
     config = loaded.config
