@@ -169,5 +169,5 @@ def test_a_tinker_export_fails_fast_and_clearly_without_key_or_service(tmp_path:
     assert "TINKER_API_KEY is not set" in outcome["error"]
     key = "tml-rlmcpsecretkey000000"
     url = f"http://127.0.0.1:{_closed_port()}"
-    outcome, seconds = export({"TINKER_API_KEY": key, "TINKER_BASE_URL": url, "TINKER_CONNECT_TIMEOUT": "5"})
+    outcome, seconds = export({"TINKER_API_KEY": key, "TINKER_BASE_URL": url, "TINKER_CONNECT_TIMEOUT": "1"})
     assert "Tinker" in outcome["error"] and key not in outcome["error"] and seconds < 60, outcome

@@ -310,3 +310,6 @@ async def test_an_engine_killed_under_its_run_fails_it_naming_the_cause_and_the_
     assert failed["status"] == "failed", failed
     for needed in ("ran out of memory", '"train_micro_batch_size": 1', "exit code -9", "engine log"):
         assert needed in failed["error"], (needed, failed["error"])
+    # the trainer, stopped, saw the engine refuse and did not wait out its bounded final save
+    trainer_log = RunFiles(Path(e["run_dir"])).log("trainer").read_text()
+    assert "final save skipped" in trainer_log and "refuses connections" in trainer_log, trainer_log[-2000:]

@@ -55,9 +55,10 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """The test process's environment, a template for it started and ready; stopped afterwards."""
+@pytest.fixture(scope="module")
+def env() -> Iterator[dict[str, str]]:
+    """The test process's environment, a template for it started and ready (one for the module's
+    forks: each child is its own fork); stopped afterwards."""
     base = {**os.environ, "PYTHONUNBUFFERED": "1"}
     base.pop("RL_MCP_WARM_START", None)
     warm_start.prepare(sys.executable, base)

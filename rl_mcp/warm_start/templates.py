@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
+
 from rl_mcp.warm_start.eligibility import TemplateKey, template_key
 from tinker_atropos import warm_fork
 
@@ -204,7 +206,23 @@ atexit.register(stop_templates)
 
 def ready(python: str, env: Mapping[str, str]) -> bool:
     """True when a template for `python`'s children under `env` answers (its imports are done)."""
+    return _state(python, env) == "ready"
+
+
+def _state(python: str, env: Mapping[str, str]) -> str:
     key = _key_for_children_of(python, env)
     with _lock:
         template = _templates.get(key) if key is not None else None
-    return template is not None and template.popen.poll() is None and template.socket_path.exists()
+    if template is None or template.popen.poll() is not None:
+        return "none"
+    return "ready" if template.socket_path.exists() else "importing"
+
+
+async def wait_ready(python: str, env: Mapping[str, str], timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for the template that will fork `python`'s children under `env` to
+    finish its imports; False at once where none is starting (another interpreter, warm starts off)."""
+    with anyio.move_on_after(timeout_s):
+        while (state := _state(python, env)) == "importing":
+            await anyio.sleep(0.05)
+        return state == "ready"
+    return False

@@ -17,9 +17,11 @@ import ctypes
 import json
 import logging
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 from tinker import types
@@ -312,6 +314,10 @@ class Trainer:
             weights = await self.training.save_weights_for_sampler_async("final")
             return weights, state
 
+        url = self.cfg.tinker.tinker_base_url if self.cfg.tinker.backend == "tinker" else None
+        if bounded and url and await asyncio.to_thread(_refuses_connections, url):
+            logger.error("final save skipped: %s refuses connections; last sampler weights: %s", url, self.checkpoint)
+            return self.checkpoint, None  # its engine is gone (killed, out of memory): no save can land
         try:
             if bounded:
                 return await asyncio.wait_for(save(), timeout=FINAL_SAVE_TIMEOUT_S)
@@ -403,6 +409,20 @@ def write_latest_replies(run_dir: Path, step: int, groups: list[dict[str, Any]],
 def _public_config(cfg: RunConfig) -> dict[str, Any]:
     """The run's hyperparameters for W&B (the config file never holds secrets)."""
     return {"tinker": cfg.tinker.model_dump(mode="json"), "env": dict(cfg.env)}
+
+
+def _refuses_connections(url: str) -> bool:
+    """True when nothing listens at `url`'s host and port (refused at once, where the SDK would retry a
+    save until the bound)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=2.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False  # slow or unreachable: the bounded save says so
 
 
 def _trim_heap() -> None:
