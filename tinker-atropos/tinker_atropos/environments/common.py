@@ -25,6 +25,10 @@ from tinker_atropos.inference_server.holder import FINAL_LABEL
 from tinker_atropos.models.paths import TINY_CHAT, model_ref
 from tinker_atropos.run_files import RunFiles, append_jsonl
 
+# the final eval: how often the trainer is asked whether it serves its last weights, and how long it
+# may stay unreachable before it is taken for gone
+FINAL_POLL_S, FINAL_UNREACHABLE_S = 0.2, 10.0
+
 
 @dataclass(frozen=True)
 class Task:
@@ -212,16 +216,17 @@ class ChatTaskEnv(RunEnv):
         import httpx
 
         url = self.server.servers[0].config.base_url.removesuffix("/").removesuffix("/v1") + "/health"
-        deadline, unreachable = time.monotonic() + timeout_s, 0
+        deadline = time.monotonic() + timeout_s
+        reached = time.monotonic()  # when the trainer's server last answered
         async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
-            while time.monotonic() < deadline and unreachable < 10:
+            while time.monotonic() < deadline and time.monotonic() - reached < FINAL_UNREACHABLE_S:
                 try:
                     if (await client.get(url)).json().get("sampler") == FINAL_LABEL:
                         return True
-                    unreachable = 0
+                    reached = time.monotonic()
                 except (httpx.HTTPError, ValueError):
-                    unreachable += 1
-                await asyncio.sleep(1.0)
+                    pass
+                await asyncio.sleep(FINAL_POLL_S)  # the final eval starts within this of the last step
         return False
 
     async def evaluate(self, *args: Any, final: bool = False, **kwargs: Any) -> None:
