@@ -1,9 +1,11 @@
-"""The warm templates of this process: started on first need, asked for children, stopped at exit.
+"""The warm templates of this process: started ahead, asked for children, stopped at exit.
 
-A child's first request under a new template key starts that template and is answered None (that
-child starts cold while the template imports); later ones are forked once its socket answers. A
-template that fails or goes away is dropped, and the next request starts another. Everything
-here is bounded and falls back to a cold start: a warm start is only ever faster.
+A template is started by `prepare`, where children are sure to follow (a selection, a run's stages,
+an inference test); a child is forked from it once its socket answers, and starts cold before that
+or where none was prepared (a lone export or push, a command-line tool's one child: a template
+would cost more than it saves). A template that fails or goes away is dropped, and the next
+`prepare` starts another. Everything here is bounded and falls back to a cold start: a warm start
+is only ever faster.
 """
 
 from __future__ import annotations
@@ -111,10 +113,9 @@ def fork(
         template = _templates.get(key)
         if template is not None and template.popen.poll() is not None:
             _drop(key, template)
-            template = None
-        if template is None:
-            _add(key)
             return None
+        if template is None:
+            return None  # none prepared for it
         _templates[key] = _templates.pop(key)  # the most recently used now
         if not template.socket_path.exists():
             return None  # still importing
