@@ -73,6 +73,8 @@ async def test_a_smollm2_run_exports_as_adapter_merged_and_gguf(rl_home: Path) -
             assert "reward_curve.png" in card and (Path(answer["folder"]) / "reward_curve.png").stat().st_size > 0
             assert "`eval_size`: `4`" in card  # the run's edits: what differs from the profile
 
+        # the trained policy was sampled once for the three: its replies kept by checkpoint and prompts
+        assert len(list((Path(exports["adapter"]["folder"]).parent / ".policy-replies").glob("*.json"))) == 1
         adapter = Path(exports["adapter"]["folder"])
         assert {p.name for p in adapter.iterdir()} >= {"adapter_config.json", "adapter_model.safetensors"}
         assert exports["adapter"]["check"]["matches"] == exports["adapter"]["check"]["prompts"]

@@ -68,6 +68,7 @@ async def run_export(
     argv += ["--dtype", plan.dtype] if plan.dtype else []
     argv += ["--out", str(plan.out), "--name", plan.name, "--prompts", str(prompts)]
     argv += ["--progress", str(progress_file), "--result", str(result_file)]
+    argv += ["--replies-cache", str(RunFiles(plan.run_dir).exports_dir / ".policy-replies")]
     env = {**without_secrets(environ), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     if plan.tinker_state and environ.get("TINKER_API_KEY"):
         env["TINKER_API_KEY"] = environ["TINKER_API_KEY"]

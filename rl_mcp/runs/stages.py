@@ -87,14 +87,16 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
         if launcher.is_file()
         else [python, "-m", "tinker_atropos.launch", "--config", config]
     )
-    run_api = str(Path(python).with_name("run-api"))
+    # atroposlib's `run-api` script as a module: forked from the warm template (fastapi, uvicorn and
+    # atroposlib imported) where the script would start cold
+    run_api = [python, "-m", "atroposlib.cli.run_api"]
     # an Atropos environment folder runs on its own venv (installed before the run started)
     env_python = runtime_of_file(settings.home, env_file, "atropos", settings.environ, python).python
     api_url = f"http://127.0.0.1:{rec.api_port}"
     return [
         StagePlan(
             Stage.API,
-            [run_api, "--host", "127.0.0.1", "--port", str(rec.api_port)],
+            [*run_api, "--host", "127.0.0.1", "--port", str(rec.api_port)],
             lambda: health_ok(http, f"{api_url}/status"),
         ),
         StagePlan(

@@ -79,7 +79,12 @@ def run_export(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
             untie_output_head(base.model, adapter)  # the engine's embedding LoRA never reaches a tied head
         prompts: list[list[int]] = json.loads(Path(args.prompts).read_text()) or _fallback_prompts(base.tokenizer)
         progress("the trained policy's replies", 0.35)
-        expected = verify.policy_replies(create_sampler(base, str(adapter)), prompts)
+        source = args.tinker_state or args.engine_checkpoint or _local_identity(Path(args.adapter))
+        expected = verify.cached_replies(
+            Path(args.replies_cache) if args.replies_cache else None,
+            [args.base_model, source, prompts, verify.MAX_NEW_TOKENS],
+            lambda: verify.policy_replies(create_sampler(base, str(adapter)), prompts),
+        )
         progress(f"writing {args.format}", 0.45)
         if args.format == "adapter":
             files = write_adapter(adapter, out, base_facts(args.base_model).hub_id)
@@ -111,6 +116,12 @@ def run_export(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
             "mismatches": check.mismatches[:3],
         },
     }
+
+
+def _local_identity(adapter: Path) -> str:
+    """A local checkpoint as its folder and its files' sizes and times (a folder saved again differs)."""
+    files = sorted(p for p in adapter.iterdir() if p.is_file())
+    return f"{adapter.resolve()}:" + ",".join(f"{p.name}={p.stat().st_size}@{p.stat().st_mtime_ns}" for p in files)
 
 
 def _fallback_prompts(tokenizer: Any) -> list[list[int]]:
@@ -191,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--progress", required=True)
     parser.add_argument("--result", required=True)
+    parser.add_argument("--replies-cache", help="a folder keeping the policy's replies by checkpoint and prompts")
     args = parser.parse_args(argv)
     try:
         outcome = run_export(args, Progress(Path(args.progress)))

@@ -4,11 +4,17 @@ server samples it (`create_sampler`, temperature 0)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from tinker import types
+
+from tinker_atropos.run_files import atomic_write_text
 
 MAX_NEW_TOKENS = 24
 
@@ -33,6 +39,22 @@ def policy_replies(sampler: Any, prompts: list[list[int]]) -> list[list[int]]:
         response = sampler.sample(types.ModelInput.from_ints(prompt), 1, params)
         out.append([int(t) for t in response.sequences[0].tokens])
     return out
+
+
+def cached_replies(cache: Path | None, key: list[Any], compute: Callable[[], list[list[int]]]) -> list[list[int]]:
+    """The policy's greedy replies from `cache` when an export of the same checkpoint, prompts and
+    base already took them (exporting a run in three formats samples it once), else computed and kept."""
+    if cache is None:
+        return compute()
+    path = cache / (hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32] + ".json")
+    try:
+        return [[int(t) for t in reply] for reply in json.loads(path.read_text())]
+    except (OSError, ValueError, TypeError):
+        pass
+    replies = compute()
+    cache.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(replies))
+    return replies
 
 
 @torch.no_grad()
