@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import sys
+import traceback
 
 from tinker_atropos import warm_fork
 
@@ -31,7 +33,17 @@ def main(argv: list[str]) -> None:
     for name in PRELOAD:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
-    warm_fork.serve(sock_path, owner, IDLE_S)
+    try:
+        warm_fork.serve(sock_path, owner, IDLE_S)
+    except SystemExit:
+        pass  # SIGTERM: its owner stops it
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    # nothing to flush or finalize: an interpreter's teardown of torch and the rest took ~2 s of each
+    # stop, past the 2 s an MCP client gives a stdio server to exit before it signals it
+    os._exit(0)
 
 
 if __name__ == "__main__":
