@@ -243,8 +243,10 @@ async def test_the_trained_weights_answer_inference_and_export_as_the_engine_sam
 # --- an agentic environment, 2 steps --------------------------------------------------------------------
 async def test_an_agentic_environment_trains_on_the_engine(story: Story) -> None:
     client = story.client
-    # tiny-chat: the tool prompt takes 915 of its tokens (a byte each), and it never calls the tool
-    await select(client, "tool_calculator", **AGENT, max_token_length=1536, ensure_scores_are_not_same=False)
+    # tiny-chat: the tool prompt takes ~860 of its tokens (a byte each); turns of at most 64 tokens in a
+    # 1024-token context keep every sample and step in one of the engine's buckets (one compile each)
+    edits = {"max_token_length": 1024, "max_turn_tokens": 64, "ensure_scores_are_not_same": False}
+    await select(client, "tool_calculator", **AGENT, **edits)
     d = await call(client, "rl_start_training")
     d_done = await wait_for(client, d["run_id"], ended, 1500)
     assert d_done["status"] == "completed", d_done
@@ -295,6 +297,9 @@ async def test_the_engine_stops_once_unused_and_starts_again_for_the_next_user(s
         engine.idle_stop_s = IDLE_STOP_S  # up again for the story's last run
     log = engine.log_path.read_text()
     assert log.count("Starting background engine") == 2, log[-2000:]
+    # the first start's compiles were kept, the model's small set-up ones too (under 1 s each: JAX's
+    # default keeps none of them), for this start and the next server's
+    assert len(list((engine.spec.state_dir / "xla-cache").iterdir())) > 100
 
 
 # --- the engine killed as the OOM killer does: the run fails saying so, with the fix -----------------

@@ -178,6 +178,8 @@ class EngineService:
                             self._stop.set()
                     if not self._stop.is_set():
                         log.error("%s", self.died())
+                    if self._crash.seen():  # nothing left to save: its API server would wait out its own
+                        await processes.stop(child, grace_s=1.0)  # 10 s for requests that cannot finish
             finally:
                 self._stopped.set()
 
