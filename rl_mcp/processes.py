@@ -176,7 +176,7 @@ async def wait_ready(
     check: Callable[[], Awaitable[bool]],
     *,
     timeout_s: float,
-    interval_s: float = 0.2,
+    interval_s: float = 0.1,
 ) -> float:
     """Poll `check` until it is true; fail fast if `child` exits, fail at `timeout_s`.
 

@@ -78,7 +78,7 @@ async def run_export(
         deadline = time.monotonic() + EXPORT_TIMEOUT_S
         while child.running and time.monotonic() < deadline:
             seen = await _report(progress_file, seen, progress)
-            await anyio.sleep(0.5)
+            await anyio.sleep(0.1)
         await _report(progress_file, seen, progress)
         code = await wait_exit(child, time.monotonic() + 1)
     result = _read(result_file)

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 STOP_ORDER = (ProcessName.ENV, ProcessName.TRAINER, ProcessName.API)
 FAILURE_TAIL_LINES = 20
-SUPERVISE_INTERVAL_S = 0.5  # a child's exit is noticed within this (the contract says 2 s)
+SUPERVISE_INTERVAL_S = 0.2  # a child's exit is noticed within this (the contract says 2 s)
 START_PROGRESS = {Stage.TRAINER: 4.0, Stage.ENV: 5.0}
 
 

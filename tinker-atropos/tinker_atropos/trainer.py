@@ -193,7 +193,7 @@ class Trainer:
             if any(row.get("final") and row.get("step") == total for row in evals.refresh()):
                 logger.info("final evaluation written")
                 return
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.1)
         logger.warning("no final evaluation within %.0f s; ending without it", timeout_s)
 
     async def _run_step(self, step: int, groups: list[dict[str, Any]], wait_seconds: float) -> None:
