@@ -211,10 +211,10 @@ async def test_requests_that_outlive_a_binding_timeout_get_a_derived_one_and_the
 
 
 async def test_a_slow_environment_whose_first_groups_tie_trains(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its 8 tied groups take 12 s or more, three times RL_MCP_ENV_DISCARD_TIMEOUT: a run used to end
+    """Its 8 tied groups take 6 s or more, three times RL_MCP_ENV_DISCARD_TIMEOUT: a run used to end
     there. It ends for discards only after RL_MCP_ENV_DISCARD_GROUPS (20) in a row as well, so it
     shows the discards as a finding, then scores and trains."""
-    settings = settings_with(monkeypatch, RL_MCP_ENV_DISCARD_TIMEOUT="4")
+    settings = settings_with(monkeypatch, RL_MCP_ENV_DISCARD_TIMEOUT="2")
     seen: dict[str, dict[str, Any]] = {}
     async with open_app(settings) as app, Client(build_server(app)) as client:
         await select(client, "slow_ties", **RUN)

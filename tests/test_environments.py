@@ -267,17 +267,21 @@ def _upstream_echo_word(url: str, eval_dir: Path, **overrides):
 @pytest.mark.anyio
 @pytest.mark.parametrize("shape", ["bundled", "upstream"])
 async def test_environment_joins_its_run_and_rolls_out_without_atroposlibs_start_pause(
-    shape: str, inference_url, tmp_path: Path
+    shape: str, inference_url, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Against a real run-api, started after the environment (as rl-mcp spawns them together):
     registration waits for run-api, then for the trainer's first batch request, then goes
     through, and env_manager's first groups reach run-api's queue sooner than atroposlib's fixed
     5 s pause after registration would allow (a tiny-chat group takes well under 1 s). For a
-    bundled environment (RunEnv) and a user's plain atroposlib one (atropos_compat's fixes)."""
+    bundled environment (RunEnv) and a user's plain atroposlib one (atropos_compat's fixes).
+    atroposlib's own three tries wait 0.2 s apart here (up to 2 + 4 s in atroposlib): they are
+    over well before run-api starts, as on a machine where run-api is slow to listen."""
     import time
 
     import anyio
     import httpx
+    import tenacity
+    from atroposlib.envs.base import BaseEnv
     from test_trainer_e2e import free_port, start_run_api
 
     from tinker_atropos.atropos_compat import ATROPOS_START_PAUSE_S
@@ -293,11 +297,13 @@ async def test_environment_joins_its_run_and_rolls_out_without_atroposlibs_start
     else:
         env = _upstream_echo_word(inference_url, tmp_path, **fields)
     trainer = RunApiClient(api_url)
+    # tenacity's, shared by atropos_compat's wrapper
+    monkeypatch.setattr(BaseEnv._register_env.retry, "wait", tenacity.wait_fixed(0.2))
     try:
         async with anyio.create_task_group() as tg, httpx.AsyncClient() as http:
             tg.start_soon(env.env_manager)
-            # no run-api yet, for longer than atroposlib's own three tries take (waits of at most 2 + 4 s)
-            await anyio.sleep(6.5)
+            # no run-api yet, for longer than atroposlib's own three tries take
+            await anyio.sleep(1.5)
             api = start_run_api(port, tmp_path / "api.log")
             await anyio.sleep(1.0)
             assert not hasattr(env, "env_id")  # run-api holds it: no trainer yet

@@ -109,6 +109,11 @@ class Attack:
     bwrap_only_as_root: bool = False  # safe on bwrap only where its commands run as nobody
     owner_holds_secrets: bool = False  # run from a process started with secrets in its environment
 
+    @property
+    def leaves_processes(self) -> bool:
+        """Its command starts processes meant to outlive it: they get time to show before it is judged."""
+        return self.escaped is _outlived
+
 
 def shows(needle: str) -> Check:
     return lambda w, o: w.fmt(needle) in o.text

@@ -162,7 +162,8 @@ async def _attack(attack: Attack, world: World, config: SandboxConfig) -> Outcom
             )
             text, code = done.content, None
         seconds = time.monotonic() - started
-        time.sleep(0.3)  # a process that outlives its command has had the time to show it
+        if attack.leaves_processes:
+            time.sleep(0.3)  # a process that outlives its command has had the time to show it
         return _judged(attack, world, Outcome(text, code, root, workdir, seconds, _marked(root)))
 
 

@@ -12,7 +12,7 @@ from tinker_atropos.environments.common import local_server_defaults
 
 
 class SlowTiesConfig(BaseEnvConfig):
-    group_delay_s: float = Field(3.0, ge=0.0, description="Seconds each group takes beside its replies")
+    group_delay_s: float = Field(1.5, ge=0.0, description="Seconds each group takes beside its replies")
     tied_groups: int = Field(8, ge=0, description="The first groups, all of whose replies score the same")
 
 
