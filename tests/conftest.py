@@ -22,6 +22,13 @@ PYTHON = sys.executable
 # Variables that would make a test depend on the machine it runs on.
 _LEAKY_ENV = ("RL_MCP_PROFILE", "RL_MCP_ENV_DIRS", "RL_MCP_AUTH_TOKEN", "RL_MCP_INTROSPECT_TIMEOUT")
 
+# xdist's workers share the cores: torch in a worker, and in the children it starts that do not pick
+# their own count (an export, a model build), takes its share of them, not all. Its OpenMP threads
+# spin for cores the other worker holds: a GGUF round trip beside a busy core took 31 s with two
+# threads, 23 s with one (a run's trainer and inference server already take half: configure_threads).
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // workers)))
+
 
 def pytest_configure(config: pytest.Config) -> None:
     suite_timeline.register(config)
