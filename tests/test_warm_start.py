@@ -183,6 +183,9 @@ def test_which_children_a_template_may_fork() -> None:
     same = {**env, "TMPDIR": "/u", "RL_MCP_HOME": "/s", "TINKER_API_KEY": "x", "PYTHONUNBUFFERED": "1"}
     assert template_key([py, "launch_training.py", "--config", "c"], same, py) == key
     assert template_key([py, "-m", "x"], {**env, "HF_HUB_OFFLINE": "0"}, py) == key  # set again after the fork
+    used = {"TOKENIZERS_PARALLELISM": "false", "TORCHINDUCTOR_CACHE_DIR": "/tmp/i"}  # read where used
+    assert template_key([py, "-m", "x"], {**env, **used}, py) == key
+    assert template_key([py, "-m", "x"], {**env, "TOKENIZERS_CACHE": "/c"}, py) != key  # the prefix still counts
     assert template_key([py, "-m", "x"], {**env, "ATEN_CPU_CAPABILITY": "avx2"}, py) != key  # read at import
     assert template_key(["/other/venv/bin/python", "-m", "x"], env, py) is None
     assert template_key([py, "-u", "-m", "x"], env, py) is None

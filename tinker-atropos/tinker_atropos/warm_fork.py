@@ -49,10 +49,14 @@ IMPORT_TIME_PREFIXES = (
 IMPORT_TIME_NAMES = frozenset({"HOME", "PATH", "LANG", "LANGUAGE", "USER", "TZ"})
 # read at import, but set again in the child after the fork (its streams, huggingface_hub's offline flag)
 SET_BY_THE_CHILD = frozenset({"PYTHONUNBUFFERED", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"})
+# under those prefixes, but read where they are used, never at import: the child's own. Libraries set
+# them in a running process (tokenizers after a fork, torch's inductor at its first compile), where a
+# server that imports them (a test's) would otherwise start a template for each change.
+READ_WHEN_USED = frozenset({"TOKENIZERS_PARALLELISM", "TORCHINDUCTOR_CACHE_DIR"})
 
 
 def read_at_import(name: str) -> bool:
-    if name in SET_BY_THE_CHILD:
+    if name in SET_BY_THE_CHILD or name in READ_WHEN_USED:
         return False
     return name in IMPORT_TIME_NAMES or name.startswith(IMPORT_TIME_PREFIXES)
 
