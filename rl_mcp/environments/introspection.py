@@ -37,7 +37,6 @@ from tinker_atropos.mcp_tools.servers_file import servers_path
 from tinker_atropos.run_files import atomic_write_text
 
 TRACEBACK_TAIL_LINES = 15
-TEMPLATE_WAIT_S = 30.0  # past it a selection introspects cold (a template still importing on a loaded machine)
 _PRODUCT_WHAT = "the fields every run has (atroposlib's BaseEnvConfig and the training fields)"
 CACHE_VERSION = "2"  # bump when the shape of a cached introspection changes
 # BaseEnvConfig leaves these unbounded, but a run cannot work below these values (GRPO needs
@@ -220,7 +219,7 @@ class Introspector:
         env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
         # A child forked from the template (started just above on a first selection) imports nothing:
         # ~0.3 CPU s where a cold one spends ~4 importing what the template imports anyway, beside it.
-        await warm_start.wait_ready(runtime.python, env, TEMPLATE_WAIT_S)
+        await warm_start.wait_ready(runtime.python, env, warm_start.READY_WAIT_S)
         started = time.monotonic()
         try:
             with anyio.fail_after(self.settings.introspect_timeout_s), child_tmpdir(env) as child_env:

@@ -3,6 +3,6 @@
 `fork` is what `processes.spawn` tries first; None means start the child the ordinary way.
 """
 
-from rl_mcp.warm_start.templates import WarmChild, fork, prepare, ready, stop_templates, wait_ready
+from rl_mcp.warm_start.templates import READY_WAIT_S, WarmChild, fork, prepare, ready, stop_templates, wait_ready
 
-__all__ = ["WarmChild", "fork", "prepare", "ready", "stop_templates", "wait_ready"]
+__all__ = ["READY_WAIT_S", "WarmChild", "fork", "prepare", "ready", "stop_templates", "wait_ready"]

@@ -97,6 +97,7 @@ class _Template:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+READY_WAIT_S = 30.0  # a first child waits this long for a template still importing, then starts cold
 MAX_IDLE_TEMPLATES = 2  # a process needs one or two (runs' children, a differing HF_HUB_OFFLINE); each holds ~0.5 GB
 _templates: dict[TemplateKey, _Template] = {}  # oldest use first
 _lock = threading.Lock()  # spawn runs on the event loop and in worker threads
