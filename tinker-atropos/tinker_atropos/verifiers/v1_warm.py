@@ -91,9 +91,7 @@ class WarmProcess:
     def __init__(self, pid: int, stdin: Any, stdout: Any, stderr: Any, exited: asyncio.Task[int]) -> None:
         self.pid = pid
         self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
-        self.returncode: int | None = None
         self._exited = exited
-        exited.add_done_callback(self._set_returncode)
 
     @classmethod
     async def attach(cls, pid: int, conn: socket.socket, rest: bytes, parents: dict[str, int]) -> WarmProcess:
@@ -112,8 +110,14 @@ class WarmProcess:
         exited = asyncio.ensure_future(_exit_code(pid, conn, rest))
         return cls(pid, streams.get("stdin"), streams.get("stdout"), streams.get("stderr"), exited)
 
-    def _set_returncode(self, task: asyncio.Task[int]) -> None:
-        self.returncode = task.result() if not task.cancelled() and task.exception() is None else 1
+    @property
+    def returncode(self) -> int | None:
+        """Read from the exit task itself: a done callback setting it could still be queued when
+        `wait()` returns at once for a task already done (communicate() then read None)."""
+        task = self._exited
+        if not task.done():
+            return None
+        return task.result() if not task.cancelled() and task.exception() is None else 1
 
     async def wait(self) -> int:
         return await asyncio.shield(self._exited)
