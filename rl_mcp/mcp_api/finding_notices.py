@@ -42,10 +42,15 @@ class FindingNotices:
         self.cache = cache
 
     async def run(self, supervised: Callable[[], list[RunRecord]], *, interval_s: float = CHECK_INTERVAL_S) -> None:
-        """Forever: diagnose each supervised run that has subscribers, send its new findings."""
+        """Forever: diagnose each supervised run that has subscribers, send its new findings. A run
+        that ended since the last pass is diagnosed once more, on its final files: a finding of its
+        last steps (within `interval_s` of its end) would otherwise never be sent."""
+        watched: dict[str, RunRecord] = {}
         while True:
-            for rec in supervised():
+            now = {rec.run_id: rec for rec in supervised()}
+            for rec in [*now.values(), *(rec for run_id, rec in watched.items() if run_id not in now)]:
                 await self.check(rec)
+            watched = now
             await anyio.sleep(interval_s)
 
     async def check(self, rec: RunRecord) -> list[Finding]:
