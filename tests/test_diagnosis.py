@@ -15,6 +15,7 @@ import anyio
 import pytest
 import yaml
 from mcp import Client
+from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from rl_mcp.app import open_app
 from rl_mcp.diagnosis import thresholds as t
@@ -23,8 +24,11 @@ from rl_mcp.diagnosis.findings import Evidence, Finding
 from rl_mcp.diagnosis.inputs import drops_equal_groups, latest_replies
 from rl_mcp.diagnosis.notified import sent_codes
 from rl_mcp.diagnosis.rules import diagnose
-from rl_mcp.mcp_api.finding_notices import LOGGER
+from rl_mcp.mcp_api.finding_notices import LOGGER, FindingNotices
 from rl_mcp.mcp_api.server import build_server
+from rl_mcp.mcp_api.subscriptions import ResourcePublisher
+from rl_mcp.runs.metrics import MetricsCache
+from rl_mcp.runs.store import RunRecord
 from rl_mcp.settings import Settings
 from tinker_atropos.run_files import RunFiles, read_jsonl
 
@@ -493,6 +497,35 @@ async def test_finding_sent_once_to_a_subscribed_client(tmp_path: Path) -> None:
     assert notices[0].data["finding"]["code"] == "no_reward_signal"
     assert notices[0].data["finding"]["next_step"]["tool"] == "rl_test_inference"
     assert sent_codes(RunFiles(Path(run["run_dir"])).findings_sent) == {"no_reward_signal"}
+
+
+@pytest.mark.anyio
+async def test_a_run_that_ended_since_the_last_pass_is_diagnosed_once_more() -> None:
+    """A run leaves the supervised list the moment it ends: its last findings come from one more pass."""
+
+    def record(run_id: str) -> RunRecord:
+        return RunRecord(run_id, "constant_reward", "local", "running", "/runs/x", "/runs/x.yaml", run_id, 4, 0, 0, 0.0)
+
+    a, b = record("a"), record("b")
+    supervised_by_pass = [[a, b], [b], [b], [], []]
+    passes: list[set[str]] = []
+
+    class Recorded(FindingNotices):
+        async def check(self, rec: RunRecord) -> list[Finding]:
+            passes[-1].add(rec.run_id)
+            return []
+
+    with anyio.CancelScope() as scope:
+
+        def supervised() -> list[RunRecord]:
+            if len(passes) == len(supervised_by_pass):
+                scope.cancel()
+                return []
+            passes.append(set())
+            return supervised_by_pass[len(passes) - 1]
+
+        await Recorded(ResourcePublisher(InMemorySubscriptionBus()), MetricsCache()).run(supervised, interval_s=0)
+    assert passes == [{"a", "b"}, {"a", "b"}, {"b"}, {"b"}, set()]
 
 
 def test_a_run_that_never_calls_a_tool_is_told_so_not_that_the_reward_is_broken() -> None:

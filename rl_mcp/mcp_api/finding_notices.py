@@ -48,7 +48,7 @@ class FindingNotices:
         watched: dict[str, RunRecord] = {}
         while True:
             now = {rec.run_id: rec for rec in supervised()}
-            for rec in [*now.values(), *(rec for run_id, rec in watched.items() if run_id not in now)]:
+            for rec in {**watched, **now}.values():
                 await self.check(rec)
             watched = now
             await anyio.sleep(interval_s)
