@@ -34,6 +34,8 @@ from rl_mcp.errors import UserError
 from rl_mcp.tmpdirs import child_tmpdir, remove_tree
 
 _CREATE_TIME_TOLERANCE_S = 0.05
+# how long a SIGKILLed tree may take to go before `stop` warns that it could not stop it
+KILL_WAIT_S = 5.0
 log = logging.getLogger(__name__)
 
 
@@ -230,24 +232,29 @@ async def stop(child: Child, *, grace_s: float = 10.0, poll_s: float = 0.1) -> i
     tree = child.descendants()
     if child.running or tree or _group_alive(child.pid):
         _signal_tree(child, tree, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            child.poll()
-            tree = [p for p in tree if _alive(p)]
-            if not child.running and not tree and not _group_alive(child.pid):
-                break
-            await anyio.sleep(poll_s)
-        else:
-            _signal_tree(child, tree, signal.SIGKILL)
-            for _ in range(50):
-                child.poll()
-                if not child.running and not _group_alive(child.pid):
-                    break
-                await anyio.sleep(poll_s)
-            left = [p.pid for p in tree if _alive(p)]
-            if child.running or _group_alive(child.pid) or left:  # e.g. stuck in the kernel (state D)
+        left = await _wait_gone(child, tree, grace_s, poll_s)
+        if left is not None:
+            _signal_tree(child, left, signal.SIGKILL)
+            if await _wait_gone(child, left, KILL_WAIT_S, poll_s) is not None:  # e.g. stuck in the kernel (state D)
                 log.warning("could not stop %s (pid %d, log %s) with SIGKILL", child.name, child.pid, child.log_path)
     return child.poll()
+
+
+async def _wait_gone(
+    child: Child, tree: list[psutil.Process], timeout_s: float, poll_s: float
+) -> list[psutil.Process] | None:
+    """None once the child, its group and `tree` are all gone; else, after `timeout_s`, the part of
+    `tree` still alive. A descendant in a session of its own is outside the group: SIGKILLed, it may
+    still run for a moment after the group is gone."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        child.poll()
+        tree = [p for p in tree if _alive(p)]
+        if not child.running and not tree and not _group_alive(child.pid):
+            return None
+        if time.monotonic() >= deadline:
+            return tree
+        await anyio.sleep(poll_s)
 
 
 def _alive(proc: psutil.Process) -> bool:
