@@ -340,7 +340,11 @@ def test_a_server_dies_with_a_rollout_process_killed_outright(servers_file, tmp_
 
     script = tmp_path / "killed.py"
     script.write_text(KILLED_MID_CALL)
-    proc = subprocess.Popen([sys.executable, str(script), str(servers_file)], stdout=subprocess.PIPE, text=True)
+    # its TMPDIR the test's: SIGKILL leaves the server's stderr file (mkstemp, unlinked on exit) behind
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(servers_file)], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "calling"
     time.sleep(1.0)  # the call is in flight: the server sleeps in `hang`
     servers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "faulty_server" in " ".join(p.cmdline())]
