@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"rl-mcp compare: cannot write the chart to {args.chart}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     if args.json:
-        from rl_mcp.mcp_api.compare_tool import compare_answer
+        from rl_mcp.mcp_api.compare.views import compare_answer
 
         print(json.dumps(compare_answer(comparison).model_dump(mode="json"), indent=2))
     else:

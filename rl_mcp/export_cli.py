@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     except (UserError, SettingsError) as exc:
         print(f"rl-mcp export: {exc}", file=sys.stderr)
         return 1
-    from rl_mcp.mcp_api.export_tool import export_answer
+    from rl_mcp.mcp_api.export.views import export_answer
 
     print(json.dumps(export_answer(outcome).model_dump(), indent=2))
     return 0

@@ -62,6 +62,9 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.verifiers.venvs",
     "tinker_atropos.warm_fork",
 }
+# mcp_api: one folder per tool family beside the modules the families share; server.py lists them.
+MCP_API = "rl_mcp.mcp_api"
+MCP_SERVER = "rl_mcp.mcp_api.server"
 RUN_FILE_NAMES = {"metrics.jsonl", "eval.jsonl", "result.json", "checkpoints.jsonl", "config.yaml"}
 MAX_MODULE_LINES = 400
 
@@ -148,6 +151,32 @@ def test_dependencies_run_one_way(graph: dict[str, set[str]]) -> None:
             if there is not None and there > here:
                 upward.append(f"{module} ({LAYERS[here][0]}) imports {target} ({LAYERS[there][0]})")
     assert upward == []
+
+
+def tool_family(module: str) -> str | None:
+    """The tool family (a folder of mcp_api) a module belongs to; None outside one."""
+    parts = module.split(".")
+    if len(parts) < 3 or ".".join(parts[:2]) != MCP_API:
+        return None
+    return parts[2] if (PACKAGES["rl_mcp"] / "mcp_api" / parts[2]).is_dir() else None
+
+
+def test_tool_families_import_only_shared_modules(graph: dict[str, set[str]]) -> None:
+    """A family's modules import mcp_api's shared modules and the layers below, never another family
+    (nor server.py); the shared modules import no family: server.py alone gathers them."""
+    assert {tool_family(m) for m in graph} > {None}, "no tool family found under mcp_api/"
+    crossing = []
+    for module, targets in graph.items():
+        if not module.startswith(MCP_API):
+            continue
+        here = tool_family(module)
+        for target in targets:
+            there = tool_family(target)
+            if here is not None and (target == MCP_SERVER or there not in (None, here)):
+                crossing.append(f"{module} (family {here}) imports {target}")
+            elif here is None and there is not None and module != MCP_SERVER:
+                crossing.append(f"{module} (shared) imports {target} (family {there})")
+    assert crossing == []
 
 
 def test_only_the_mcp_layer_and_the_cli_speak_mcp() -> None:

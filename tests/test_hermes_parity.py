@@ -119,7 +119,7 @@ async def test_timeout_s_bounds_the_whole_call(monkeypatch, tmp_path: Path) -> N
 
 
 def test_inference_tool_schema_has_target_and_a_default_under_hermes_limit() -> None:
-    from rl_mcp.mcp_api.inference_tool import DEFAULT_TIMEOUT_S
+    from rl_mcp.mcp_api.inference.tools import DEFAULT_TIMEOUT_S
 
     assert DEFAULT_TIMEOUT_S < 300  # Hermes' default tool timeout
 

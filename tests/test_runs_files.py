@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_mcp.logs import ChangeWatcher, tail_lines
-from rl_mcp.mcp_api import run_views as views
+from rl_mcp.mcp_api.runs import views
 from rl_mcp.plots import reward_loss_png
 from rl_mcp.runs.metrics import (
     MetricsCache,

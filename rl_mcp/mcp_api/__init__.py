@@ -1,1 +1,2 @@
-"""Everything MCP-facing: tools, resources, subscriptions, answer models and their prose."""
+"""Everything MCP-facing, one folder per tool family (its tools, answer models, views and prose)
+beside the modules they share; server.py lists the families."""

@@ -1,4 +1,5 @@
-"""Builds the MCP server: the tools, resources and subscriptions, bound to one app.
+"""Builds the MCP server: every tool family's tools, resources and prompts, the shared resources and
+subscriptions, bound to one app. The one list of what the server offers.
 
 Each tool validates its input through its signature (pydantic Field bounds), calls the domain
 and returns a pydantic model (structuredContent). The domain's UserErrors become ToolErrors,
@@ -20,18 +21,20 @@ from pydantic import AnyHttpUrl
 
 from rl_mcp.app import AppContext
 from rl_mcp.mcp_api import descriptions
-from rl_mcp.mcp_api.compare_tool import register_compare_tool
-from rl_mcp.mcp_api.environment_tools import register_environment_tools
-from rl_mcp.mcp_api.export_tool import register_export_tool
+from rl_mcp.mcp_api.compare.tools import register_compare_tool
+from rl_mcp.mcp_api.environments.resources import register_config_field, register_environment_resources
+from rl_mcp.mcp_api.environments.tools import register_environment_tools
+from rl_mcp.mcp_api.export.tools import register_export_tool
 from rl_mcp.mcp_api.finding_notices import FindingNotices
-from rl_mcp.mcp_api.guide import register_guide
-from rl_mcp.mcp_api.inference_tool import register_inference_tool
-from rl_mcp.mcp_api.resources import engine_files, register_environment_resources, register_run_resources
-from rl_mcp.mcp_api.run_tools import register_run_tools
+from rl_mcp.mcp_api.guide.prompts import register_guide
+from rl_mcp.mcp_api.inference.tools import register_inference_tool
+from rl_mcp.mcp_api.resources import engine_files, register_server_resources
 from rl_mcp.mcp_api.run_view import run_view_extension
+from rl_mcp.mcp_api.runs.resources import register_run_resources
+from rl_mcp.mcp_api.runs.tools import register_run_tools
 from rl_mcp.mcp_api.spend import register_spend_gate
 from rl_mcp.mcp_api.subscriptions import ResourcePublisher, install_legacy_subscriptions
-from rl_mcp.mcp_api.tool_server_tools import register_tool_server_tools
+from rl_mcp.mcp_api.tool_servers.tools import register_tool_server_tools
 from rl_mcp.runs.metrics import MetricsCache
 
 
@@ -66,13 +69,16 @@ def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MC
         **auth_kwargs,
     )
     cache = MetricsCache()
+    # in this order, which is the order clients list them in
     register_environment_tools(server, app)
     register_environment_resources(server, app)
+    register_server_resources(server, app)
     register_run_tools(server, app, cache)
     register_run_resources(server, app, cache)
     register_inference_tool(server, app)
     register_export_tool(server, app)
     register_compare_tool(server, app, cache)
+    register_config_field(server, app)
     register_guide(server, app)
     register_tool_server_tools(server, app)
     register_spend_gate(server, app)

@@ -1,4 +1,4 @@
-"""The answers about environments and their config, built from the domain's objects."""
+"""The answers about environments, their config and the tool servers, built from the domain's objects."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 
 from rl_mcp.environments.discovery import Catalog, EnvironmentInfo
 from rl_mcp.environments.introspection import ConfigSchema
-from rl_mcp.mcp_api import descriptions
-from rl_mcp.mcp_api.answers import (
+from rl_mcp.environments.mcp_format import PREFIX
+from rl_mcp.mcp_api.environments import descriptions
+from rl_mcp.mcp_api.environments.answers import (
     ConfigField,
     ConfigView,
     EnvironmentList,
@@ -17,11 +18,14 @@ from rl_mcp.mcp_api.answers import (
     ScanProblem,
     ShadowedEnvironment,
     TaskCatalog,
+    ToolServerView,
+    ToolView,
 )
 from rl_mcp.runs.reply_length import config_note
 from rl_mcp.session.fields import constraints, resolve_field
 from rl_mcp.session.state import SessionState
 from rl_mcp.settings import BUNDLED_ENV_DIR, Profile
+from rl_mcp.tool_servers.listing import ServerTools
 
 
 def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
@@ -98,3 +102,28 @@ def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, s
         generation_cap=config_note(values["env"], values["tinker"], profile.model),
         next_step=descriptions.NEXT_AFTER_CONFIG,
     )
+
+
+def tool_server_views(listing: dict[str, ServerTools]) -> list[ToolServerView]:
+    """The user's tool servers with their tools, as rl_list_environments shows them."""
+    views = []
+    for name, st in listing.items():
+        allowed = st.allowed() if st.error is None else None
+        views.append(
+            ToolServerView(
+                environment=f"{PREFIX}{name}",
+                server=name,
+                connection=st.spec.public() if st.spec is not None else None,
+                tools=[
+                    ToolView(
+                        **t.to_json(),
+                        enabled_by_default=allowed is not None and t.name in allowed.names,
+                        destructive=t.destructive,
+                    )
+                    for t in st.tools
+                ],
+                default_tools=allowed.note if allowed is not None else "none: the server is not usable",
+                error=st.error,
+            )
+        )
+    return views

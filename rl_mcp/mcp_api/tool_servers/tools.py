@@ -1,4 +1,4 @@
-"""rl_write_mcp_tasks, and the tool servers as rl_list_environments shows them."""
+"""rl_write_mcp_tasks: tasks an agent writes for one of the user's MCP tool servers, checked and saved."""
 
 from __future__ import annotations
 
@@ -8,37 +8,11 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
 from rl_mcp.app import AppContext
-from rl_mcp.environments.mcp_format import PREFIX
 from rl_mcp.mcp_api.descriptions import tool_annotations
-from rl_mcp.mcp_api.descriptions.mcp_tools import NEXT_AFTER_TASKS, RL_WRITE_MCP_TASKS
 from rl_mcp.mcp_api.errors import tool_errors
-from rl_mcp.mcp_api.tool_server_answers import TasksSaved, ToolServerView, ToolView
-from rl_mcp.tool_servers.listing import ServerTools
+from rl_mcp.mcp_api.tool_servers.answers import TasksSaved
+from rl_mcp.mcp_api.tool_servers.descriptions import NEXT_AFTER_TASKS, RL_WRITE_MCP_TASKS
 from rl_mcp.tool_servers.task_writing import save_tasks
-
-
-def tool_server_views(listing: dict[str, ServerTools]) -> list[ToolServerView]:
-    views = []
-    for name, st in listing.items():
-        allowed = st.allowed() if st.error is None else None
-        views.append(
-            ToolServerView(
-                environment=f"{PREFIX}{name}",
-                server=name,
-                connection=st.spec.public() if st.spec is not None else None,
-                tools=[
-                    ToolView(
-                        **t.to_json(),
-                        enabled_by_default=allowed is not None and t.name in allowed.names,
-                        destructive=t.destructive,
-                    )
-                    for t in st.tools
-                ],
-                default_tools=allowed.note if allowed is not None else "none: the server is not usable",
-                error=st.error,
-            )
-        )
-    return views
 
 
 def register_tool_server_tools(server: MCPServer, app: AppContext) -> None:

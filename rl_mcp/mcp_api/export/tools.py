@@ -10,11 +10,12 @@ from pydantic import Field
 
 from rl_mcp.app import AppContext
 from rl_mcp.export.plan import plan_export
-from rl_mcp.export.runner import ExportOutcome, run_export
-from rl_mcp.mcp_api import descriptions
-from rl_mcp.mcp_api.answers import ExportCheck, ExportedFile, ExportResult
+from rl_mcp.export.runner import run_export
 from rl_mcp.mcp_api.descriptions import tool_annotations
 from rl_mcp.mcp_api.errors import tool_errors
+from rl_mcp.mcp_api.export import descriptions
+from rl_mcp.mcp_api.export.answers import ExportResult
+from rl_mcp.mcp_api.export.views import export_answer
 from rl_mcp.mcp_api.inputs import RunId
 
 
@@ -65,25 +66,3 @@ def register_export_tool(server: MCPServer, app: AppContext) -> None:
                 progress=ctx.report_progress,
             )
         return export_answer(outcome)
-
-
-def export_answer(outcome: ExportOutcome) -> ExportResult:
-    plan = outcome.plan
-    files = [ExportedFile(path=f["path"], bytes=f["bytes"]) for f in outcome.files]
-    v = outcome.verification
-    return ExportResult(
-        run_id=plan.run_id,
-        checkpoint=plan.checkpoint.name,
-        checkpoint_step=plan.checkpoint.step,
-        chosen_because=plan.chosen_because,
-        format=plan.format,
-        dtype=None if plan.format == "adapter" else outcome.dtype,
-        folder=str(plan.out),
-        files=files,
-        total_bytes=sum(f.bytes for f in files),
-        load_command=outcome.load_command,
-        check=ExportCheck(prompts=v["prompts"], matches=v["matches"], required=v["required"]),
-        model_card=str(outcome.card),
-        hub_url=outcome.hub_url,
-        next_step=descriptions.next_after_export(plan.format, outcome.hub_url),
-    )

@@ -11,13 +11,14 @@ from mcp_types import CallToolResult, ImageContent, TextContent
 from pydantic import Field
 
 from rl_mcp.app import AppContext
-from rl_mcp.mcp_api import descriptions
-from rl_mcp.mcp_api.compare_answers import ComparedRun, CompareResult, ConfigDifference
+from rl_mcp.mcp_api.compare import descriptions
+from rl_mcp.mcp_api.compare.answers import CompareResult
+from rl_mcp.mcp_api.compare.views import compare_answer
 from rl_mcp.mcp_api.descriptions import tool_annotations
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.mcp_api.run_view import run_view_meta
-from rl_mcp.runs.compare import MAX_RUNS, MIN_RUNS, Comparison, compare_runs
+from rl_mcp.runs.compare import MAX_RUNS, MIN_RUNS, compare_runs
 from rl_mcp.runs.metrics import MetricsCache
 
 
@@ -54,17 +55,3 @@ def register_compare_tool(server: MCPServer, app: AppContext, cache: MetricsCach
             ],
             structured_content=answer.model_dump(mode="json"),
         )
-
-
-def compare_answer(comparison: Comparison) -> CompareResult:
-    """The domain's comparison as the tool's answer (the same field names, read by attribute)."""
-    return CompareResult(
-        runs=[ComparedRun.model_validate(r, from_attributes=True) for r in comparison.runs],
-        config_differences=[
-            ConfigDifference.model_validate(d, from_attributes=True) for d in comparison.config_differences
-        ],
-        best_by_eval=comparison.best_by_eval,
-        best_by_reward_per_minute=comparison.best_by_reward_per_minute,
-        notes=comparison.notes,
-        next_step=descriptions.next_after_compare(comparison.best_by_eval, comparison.best_by_reward_per_minute),
-    )

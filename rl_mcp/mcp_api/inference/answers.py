@@ -1,4 +1,5 @@
-"""rl_test_inference's answer models (beside answers.py, which is at its size limit)."""
+"""rl_test_inference's answer models (outputSchema + structuredContent): each model's result, a run's
+weights beside its base model, the summary."""
 
 from __future__ import annotations
 

@@ -1,8 +1,16 @@
-"""The prompts' text: instructions an agent reads to walk a workflow."""
+"""The guide's text: the rl_workflow prompt an agent reads to walk the workflow, with what it should
+know about an environment of each format (a tool server's included)."""
 
 from __future__ import annotations
 
-from rl_mcp.mcp_api.descriptions.mcp_tools import MCP_FORMAT_NOTE
+MCP_FORMAT_NOTE = (
+    " It is one of the user's MCP tool servers: every tool call of a rollout is a real MCP tools/call. "
+    "It needs tasks: read the server's tools in rl_list_environments (`tool_servers`) and write them with "
+    "rl_write_mcp_tasks(server, tasks) before step 3 (or set `tasks_file`). `tools` is the allow-list "
+    "(default: the read-only tools); `reward` is `check` (each task's check, partial credit for a correct "
+    "call) or `judge` (a judge model ranks each group; judge_base_url, judge_model). A small local model "
+    "often makes no tool call at all at first: rl_test_inference's trajectories show it."
+)
 
 # What an agent should know about an environment of each format before it edits a field.
 FORMAT_NOTES = {

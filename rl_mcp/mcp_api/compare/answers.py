@@ -1,5 +1,5 @@
-"""rl_compare_runs' answer (outputSchema + structuredContent). answers.py holds every other
-tool's and is at the size a reader takes in at once, so this one stands beside it."""
+"""rl_compare_runs' answer models (outputSchema + structuredContent): each run's figures, the config
+fields that differ, the best runs."""
 
 from __future__ import annotations
 

@@ -14,13 +14,13 @@ from mcp_types import AudioContent, CallToolResult, EmbeddedResource, ImageConte
 from pydantic import Field
 
 from rl_mcp.app import AppContext
-from rl_mcp.mcp_api import descriptions, run_views
-from rl_mcp.mcp_api.answers import CostEstimate, RunList, RunResults, RunStarted, RunStatus, RunStopped
 from rl_mcp.mcp_api.descriptions import tool_annotations
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.mcp_api.links import run_links, with_run_links
 from rl_mcp.mcp_api.run_view import run_view_meta
+from rl_mcp.mcp_api.runs import descriptions, views
+from rl_mcp.mcp_api.runs.answers import CostEstimate, RunList, RunResults, RunStarted, RunStatus, RunStopped
 from rl_mcp.mcp_api.spend import SpendConfirmation, confirmed_by, figures_for
 from rl_mcp.runs import resume
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
@@ -93,7 +93,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
 
         async def _started(plan: RunPlan) -> CallToolResult:
             rec = await app.runs.start(plan, progress=ctx.report_progress, wait=wait)
-            answer = run_views.started(rec)
+            answer = views.started(rec)
             if cost is not None:
                 answer.cost_estimate = CostEstimate(**cost[0].as_dict(), confirmed=confirmed)
             return with_run_links(answer, rec.run_id)
@@ -148,9 +148,9 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         now = time.monotonic()
         last = checks.last.get(run_id)
         if rec.active and last is not None and now - last < interval:
-            return with_run_links(run_views.rate_limited(rec, interval - (now - last)), run_id)
+            return with_run_links(views.rate_limited(rec, interval - (now - last)), run_id)
         checks.last[run_id] = now
-        return with_run_links(run_views.status(rec, app.runs.children(run_id), cache, app.settings), run_id)
+        return with_run_links(views.status(rec, app.runs.children(run_id), cache, app.settings), run_id)
 
     @server.tool(
         name="rl_stop_training",
@@ -165,7 +165,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
             run_id=run_id,
             status=rec.status,
             was=was,
-            processes=run_views.processes_view(rec, {}),
+            processes=views.processes_view(rec, {}),
             message=descriptions.stop_message(run_id, was, was.active),
         )
 
@@ -179,7 +179,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         rec = app.runs.get(run_id)
         project = _wandb_project(Path(rec.config_path))
         wandb = await wandb_summary(rec.run_name, project, app.settings.environ) if project else None
-        result = run_views.results(rec, cache, wandb)
+        result = views.results(rec, cache, wandb)
         content: list[TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource] = [
             TextContent(type="text", text=result.model_dump_json(indent=1))
         ]
@@ -203,7 +203,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         status: Annotated[Status | None, Field(description="Only runs with this status")] = None,
     ) -> RunList:
         runs = app.runs.list(status)
-        return RunList(runs=[run_views.summary(r, cache) for r in runs], next_step=descriptions.NEXT_AFTER_RUN_LIST)
+        return RunList(runs=[views.summary(r, cache) for r in runs], next_step=descriptions.NEXT_AFTER_RUN_LIST)
 
 
 def _resume_plan(app: AppContext, run_id: str, checkpoint_step: int | None, total_steps: int | None) -> RunPlan:

@@ -18,11 +18,11 @@ from rl_mcp.inference.target import (
     probe_reachable,
     resolve_target,
 )
-from rl_mcp.mcp_api import descriptions
 from rl_mcp.mcp_api.descriptions import tool_annotations
 from rl_mcp.mcp_api.errors import tool_errors
-from rl_mcp.mcp_api.inference_answers import InferenceTestResult
-from rl_mcp.mcp_api.inference_views import inference_answer
+from rl_mcp.mcp_api.inference import descriptions
+from rl_mcp.mcp_api.inference.answers import InferenceTestResult
+from rl_mcp.mcp_api.inference.views import inference_answer
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.session.run_config import render_run_config
 

@@ -11,8 +11,10 @@ from rl_mcp.diagnosis import findings as diagnosis
 from rl_mcp.diagnosis.inputs import run_config_sections, run_facts
 from rl_mcp.diagnosis.rules import diagnose
 from rl_mcp.logs import tail_lines
-from rl_mcp.mcp_api import descriptions
-from rl_mcp.mcp_api.answers import (
+from rl_mcp.mcp_api.env_health_views import requests_view
+from rl_mcp.mcp_api.finding_views import findings_view
+from rl_mcp.mcp_api.runs import descriptions
+from rl_mcp.mcp_api.runs.answers import (
     HistoryPoint,
     LatestMetrics,
     Lineage,
@@ -24,8 +26,6 @@ from rl_mcp.mcp_api.answers import (
     RunSummary,
     TrainingStateView,
 )
-from rl_mcp.mcp_api.env_health_views import requests_view
-from rl_mcp.mcp_api.finding_answers import Finding, FindingEvidence, FindingNextStep
 from rl_mcp.processes import Child
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.env_health import EnvError, read_health
@@ -202,22 +202,6 @@ def _env_error_view(error: EnvError | None) -> RolloutError | None:
         errors=error.errors,
         groups_scored=error.groups,
     )
-
-
-def finding_view(f: diagnosis.Finding) -> Finding:
-    return Finding(
-        code=f.code,
-        severity=f.severity,
-        title=f.title,
-        evidence=[
-            FindingEvidence(metric=e.metric, steps=e.steps, values=e.values, summary=e.summary) for e in f.evidence
-        ],
-        next_step=FindingNextStep(tool=f.next_step.tool, arguments=f.next_step.arguments, why=f.next_step.why),
-    )
-
-
-def findings_view(found: list[diagnosis.Finding]) -> list[Finding]:
-    return [finding_view(f) for f in found]
 
 
 def rate_limited(rec: RunRecord, wait_s: float) -> RunStatus:

@@ -9,13 +9,12 @@ from pydantic import Field
 
 from rl_mcp.app import AppContext
 from rl_mcp.environments.verifiers_format import FORMATS as VERIFIERS_FORMATS
-from rl_mcp.mcp_api import descriptions
-from rl_mcp.mcp_api.answers import ConfigView, EditResult, EnvironmentList, SelectionResult
 from rl_mcp.mcp_api.descriptions import tool_annotations
-from rl_mcp.mcp_api.environment_views import config_view, environment_list
+from rl_mcp.mcp_api.environments import descriptions
+from rl_mcp.mcp_api.environments.answers import ConfigView, EditResult, EnvironmentList, SelectionResult
+from rl_mcp.mcp_api.environments.views import config_view, environment_list, tool_server_views
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import FIELD_NAME_PATTERN, EnvName
-from rl_mcp.mcp_api.tool_server_tools import tool_server_views
 from rl_mcp.session.fields import apply_edit, resolve_field
 from rl_mcp.session.state import EditRejected
 from rl_mcp.tool_servers.listing import ToolServerError

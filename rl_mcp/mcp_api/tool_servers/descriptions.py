@@ -1,5 +1,5 @@
-"""What the server says about the `mcp` format: rl_write_mcp_tasks' description, the workflow's notes
-for a tool server, and the hints after listing and saving tasks."""
+"""What the tool-server tools say to the agent: rl_write_mcp_tasks' description and the hint after
+saving tasks."""
 
 from __future__ import annotations
 
@@ -43,15 +43,6 @@ rl_select_environment(name="mcp:<server>"), then rl_test_inference(num_steps=1, 
 the tasks scored, then rl_start_training.
 </next_step>
 """
-
-MCP_FORMAT_NOTE = (
-    " It is one of the user's MCP tool servers: every tool call of a rollout is a real MCP tools/call. "
-    "It needs tasks: read the server's tools in rl_list_environments (`tool_servers`) and write them with "
-    "rl_write_mcp_tasks(server, tasks) before step 3 (or set `tasks_file`). `tools` is the allow-list "
-    "(default: the read-only tools); `reward` is `check` (each task's check, partial credit for a correct "
-    "call) or `judge` (a judge model ranks each group; judge_base_url, judge_model). A small local model "
-    "often makes no tool call at all at first: rl_test_inference's trajectories show it."
-)
 
 NEXT_AFTER_TASKS = (
     'rl_select_environment(name="mcp:{server}") (its tasks_file defaults to the file just saved), then '

@@ -1,5 +1,5 @@
-"""What a 2026-era client offers its user beyond tools: the workflow as a prompt, completions of
-environment names, run ids and config field names, and one config field as a resource."""
+"""What a 2026-era client offers its user beyond tools: the workflow as a prompt, and completions of
+environment names, run ids, process names and config field names (the prompt's and rl://config/{field}'s)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,16 @@ import re
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp_types import Completion, CompletionArgument, CompletionContext, PromptReference, ResourceTemplateReference
 
 from rl_mcp.app import AppContext
 from rl_mcp.environments.introspection import ConfigSchema
 from rl_mcp.errors import UserError
-from rl_mcp.mcp_api import descriptions
-from rl_mcp.mcp_api.environment_views import config_view
-from rl_mcp.mcp_api.inputs import ENV_NAME_PATTERN, FIELD_NAME_PATTERN
+from rl_mcp.mcp_api.guide import descriptions
+from rl_mcp.mcp_api.inputs import ENV_NAME_PATTERN
 from tinker_atropos.run_files import ProcessName
 
 WORKFLOW_PROMPT = "rl_workflow"
-CONFIG_FIELD_URI = "rl://config/{field}"
 MAX_COMPLETIONS = 100
 
 
@@ -62,27 +59,6 @@ def register_guide(server: MCPServer, app: AppContext) -> None:
             status_interval_s=app.settings.status_min_interval_s,
             focus_field=focus_field,
         )
-
-    @server.resource(
-        CONFIG_FIELD_URI,
-        name="config-field",
-        title="Config field",
-        description="One field of the selected environment's config (value, status, type, bounds, "
-        "description), as rl_get_current_config shows it.",
-        mime_type="application/json",
-    )
-    async def config_field(field: str) -> str:
-        if not re.fullmatch(FIELD_NAME_PATTERN, field):
-            raise ResourceError(f"invalid field name {field!r}")
-        try:
-            info, schema = await app.selected_schema()
-        except UserError as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
-        view = config_view(info, schema, app.settings.profile, app.session.state)
-        for item in view.fields:
-            if item.name == field:
-                return item.model_dump_json(indent=1)
-        raise ResourceNotFoundError(f"{info.name} has no config field {field!r} (see rl_get_current_config)")
 
     @server.completion()  # type: ignore[no-untyped-call, untyped-decorator]  # the SDK leaves it untyped
     async def complete(

@@ -1,0 +1,190 @@
+"""What the run tools say to the agent: each tool's description, and the next step its answer suggests."""
+
+from __future__ import annotations
+
+RL_START_TRAINING = """\
+Start a GRPO/LoRA training run of the selected environment with the current config.
+
+<when_to_use>
+After rl_select_environment (and rl_edit_config / rl_test_inference as needed). Each call starts
+a new, independent run; several runs can go at once.
+</when_to_use>
+
+<behaviour>
+Checks first (an environment is selected and its file exists; on the Tinker profile,
+TINKER_API_KEY is set and starts with `tml-`), writes the run config (profile locked values +
+your edits + this run's own ports) and answers at once with the run id, status `starting`, the
+config path and the log paths. In the background it starts run-api, then the trainer (waits for
+its inference server), then the environment (waits until it registers); the run becomes
+`running`. If a stage fails the run becomes `failed` with the stage, the exit code and the end of
+its log, and nothing of it is left running. With wait=true the call returns only once the run is
+running or has failed, reporting each stage as progress. Runs keep going when the client
+disconnects.
+
+Resume and fork: `resume_from=<run_id>` continues that (stopped, failed, lost or completed) run
+from its latest saved training state (LoRA weights + optimizer), or the one at `checkpoint_step`
+(rl_get_results lists `training_states`): its own config (session edits do not apply), the same
+run name and W&B run, steps numbered on from the state's step, the environment's data going on
+where it was; `total_steps` may raise the number of steps. `fork=true` starts from that state
+with the session's current config instead (e.g. a lower learning_rate) and a new W&B run. The
+new run is a new run id that records its parent; its metrics hold the parent's steps up to the
+state, so results and curves cover every step once. Refused with the reason: a run that is still
+active, a run with no saved state, a step with no state, a state of another base model or LoRA
+rank.
+</behaviour>
+
+<next_step>
+rl_check_status(run_id) once (it is rate-limited per run: wait the `next_check_in_seconds` it
+gives), rl_stop_training(run_id) to stop, rl_get_results(run_id) when it has completed. Live
+logs and metrics: resources rl://runs/{run_id}/logs/{api|trainer|env} and rl://runs/{run_id}/metrics.
+</next_step>
+"""
+
+RL_CHECK_STATUS = """\
+Status of one training run: progress, latest metrics, process states and recent log lines.
+
+<returns>
+status (starting, running, stopping, completed, failed, stopped, lost), the start stage or the
+failing one with the error and the end of that process's log, step / total_steps, running time,
+ETA, latest metrics (reward mean, loss, percent correct, eval accuracy), each process's state and
+exit code, the last lines of each log, and the W&B URL when online. `findings`: what the metrics
+say is wrong (no reward signal, narrowing groups, eval flat or regressing, unstable loss, drift,
+a stall, groups the environment discards), each with its evidence and a ready `next_step` call;
+subscribers to the run's resources also get each one once as a log message (logger
+rl-mcp.diagnosis). `environment_requests`: the environment's model requests, those that outlive
+the client's timeout and are retried, replies cut at their cap, and the field to change.
+</returns>
+
+<rate_limit>
+Training takes a long time: checks of one active run are rate-limited (the operator sets the
+interval; 30 minutes by default). A call made too soon checks nothing and answers
+`rate_limited: true` with `next_check_in_seconds`. Do not poll in a loop: do other work, or
+subscribe to rl://runs/{run_id}/metrics if your client supports resource subscriptions.
+</rate_limit>
+
+<next_step>
+When `completed`: rl_get_results(run_id). When `failed`: read `error` and `failure_log_tail`,
+fix the config with rl_edit_config, and start again. An unknown run id lists the known ones.
+</next_step>
+"""
+
+RL_STOP_TRAINING = """\
+Stop a training run: the environment, then the trainer (which saves its weights), then run-api.
+
+<behaviour>
+Each process gets SIGTERM and, after a grace period, SIGKILL; nothing of the run is left
+running. Stopping a run that has already ended changes nothing and says so. The weights saved so
+far stay on disk.
+</behaviour>
+
+<next_step>
+rl_get_results(run_id) for what the run produced before it stopped.
+</next_step>
+"""
+
+RL_GET_RESULTS = """\
+Results of a training run: final metrics, per-step history, checkpoints, the final weights path,
+and a reward and loss curve image.
+
+<returns>
+final metrics; the per-step history (reward mean/std, loss, percent correct; evenly downsampled
+for long runs); evaluations; checkpoints; `final_weights` (a tinker:// path on Tinker, an adapter
+folder for the local backend) and whether it exists; the W&B summary and URL when online, else
+the offline W&B folder (`wandb sync <dir>` uploads it later); `findings`, the run's diagnosis
+(as in rl_check_status). A PNG of the curves comes as an image next to the structured result.
+Works on running runs too (partial results).
+</returns>
+
+<next_step>
+Use the weights with rl_test_inference, take the model out with rl_export_model, or edit the config
+and start another run.
+</next_step>
+"""
+
+RL_LIST_RUNS = """\
+List every training run this server knows, including runs from earlier server lifetimes.
+
+<returns>
+Newest first: run id, environment, profile, status, stage, step / total_steps, start and end
+times, error. Optionally only the runs with one status.
+</returns>
+
+<next_step>
+rl_check_status(run_id) or rl_get_results(run_id) for one of them.
+</next_step>
+"""
+
+
+NEXT_AFTER_RUN_LIST = "rl_check_status(run_id) or rl_get_results(run_id) for one of these."
+
+
+def next_after_start(run_id: str, active: bool) -> str:
+    if not active:
+        return "The start failed: read the error, fix the cause, and call rl_start_training again."
+    return (
+        f"The run starts in the background. Call rl_check_status('{run_id}') once to see it "
+        "reach 'running' (checks of one run are rate-limited), or read rl://runs/"
+        f"{run_id}/logs/trainer; rl_stop_training stops it."
+    )
+
+
+def next_status_env_raising(line: str, errors: int, timeout_s: float) -> str:
+    return (
+        f"The environment's rollouts raise ({errors} so far; the latest: {line}). A rollout that raises "
+        "is retried on the next item and scores nothing; if no group is scored for "
+        f"{timeout_s:.0f} s the run fails with this error. Fix the environment (see environment_error "
+        "and logs/env.log) and check it with rl_test_inference."
+    )
+
+
+def next_status_requests(summary: str) -> str:
+    return (
+        f"The environment's model requests outlive their timeout: {summary}. Until replies fit the timeout "
+        "the run waits for rollouts; see environment_requests, and rl_edit_config the field named for the next run."
+    )
+
+
+def next_status_finding(title: str, call: str, why: str) -> str:
+    return (
+        f"Training is under way, but: {title}. Next: {call}: {why}. `findings` has the evidence; "
+        "rl_stop_training stops this run if it should not go on."
+    )
+
+
+def next_status_running(run_id: str, interval_s: float) -> str:
+    return (
+        f"Training is under way. Check again in {interval_s:.0f} s or later; meanwhile the "
+        f"resources rl://runs/{run_id}/metrics and .../logs/trainer can be read or subscribed to."
+    )
+
+
+def next_status_ended(run_id: str, status: str) -> str:
+    if status == "completed":
+        return f"Done. Call rl_get_results('{run_id}') for metrics, curves and the weights path."
+    return f"The run is {status}. rl_get_results('{run_id}') shows what it produced."
+
+
+def next_rate_limited(run_id: str, wait_s: float) -> str:
+    return (
+        f"Checked too recently: nothing was checked. Wait {wait_s:.0f} s before calling "
+        f"rl_check_status('{run_id}') again (training is slow; frequent checks cost tokens)."
+    )
+
+
+def stop_message(run_id: str, was: str, was_active: bool) -> str:
+    if was_active:
+        return f"run {run_id} stopped; nothing of it is running"
+    return f"run {run_id} had already ended ({was}); nothing to stop"
+
+
+def next_after_results(*, missing: bool, active: bool, final_weights: str | None) -> str:
+    if missing:
+        return "Start a new run with rl_start_training; other runs are unaffected."
+    if active:
+        return "The run is still going: these are partial results. rl_check_status shows progress."
+    if final_weights:
+        return (
+            f"The final weights are at {final_weights}. Test them with rl_test_inference(run_id=...), take the "
+            "model out with rl_export_model(run_id=..., format='adapter' | 'merged' | 'gguf'), or start another run."
+        )
+    return "No weights were saved. rl_check_status shows why the run ended."
