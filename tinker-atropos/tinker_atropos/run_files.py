@@ -166,6 +166,32 @@ class RunFiles:
         return self.run_dir / "result.json"
 
     @property
+    def sft_dir(self) -> Path:
+        """The supervised stage (tinker_atropos.sft): its examples, what the agent is shown of them,
+        its steps, and where it ended."""
+        return self.run_dir / "sft"
+
+    @property
+    def sft_examples(self) -> Path:
+        """One supervised example a line: tokens, masks, source, origin."""
+        return self.sft_dir / "examples.jsonl"
+
+    @property
+    def sft_summary(self) -> Path:
+        """Counts per source, the refused candidates with why, one example rendered with its mask."""
+        return self.sft_dir / "set.json"
+
+    @property
+    def sft_steps(self) -> Path:
+        """One line per supervised step: step, total, loss, trained tokens, seconds."""
+        return self.sft_dir / "steps.jsonl"
+
+    @property
+    def sft_result(self) -> Path:
+        """Written once the stage ends: its steps, why it ended, its training state and sampler weights."""
+        return self.sft_dir / "result.json"
+
+    @property
     def checkpoints_dir(self) -> Path:
         return self.run_dir / "checkpoints"
 

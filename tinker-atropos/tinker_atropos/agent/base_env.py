@@ -28,7 +28,7 @@ from atroposlib.type_definitions import Item
 from pydantic import Field
 
 from tinker_atropos.agent import task_sandboxes
-from tinker_atropos.agent.loop import AgentResult, HermesAgentLoop, tool_error
+from tinker_atropos.agent.loop import AgentResult, HermesAgentLoop, ToolHandler, tool_error
 from tinker_atropos.agent.result_budget import (
     DEFAULT_PREVIEW_SIZE_CHARS,
     DEFAULT_RESULT_SIZE_CHARS,
@@ -41,6 +41,7 @@ from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext, ToolResult, se
 from tinker_atropos.agent.trajectory import format_trajectory
 from tinker_atropos.environments.run_env import RunEnv
 from tinker_atropos.run_files import RunFiles, append_jsonl
+from tinker_atropos.sft.settings import SftSettings
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,11 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         "(tools and reward stay real): a warm start for a small model that never calls a tool by itself. "
         "0 = pure RL.",
     )
+    sft: SftSettings | None = Field(
+        default=None,
+        description="A supervised stage on the run's adapter before RL (tinker_atropos.sft: sources, budget, "
+        "learning rate, stop rule, then): for a model that never writes a tool call by itself. null: none.",
+    )
     eval_before_training: bool = Field(
         default=True,
         description="Run evaluate() on the base model (eval.jsonl step 0) before the first rollout of a fresh run.",
@@ -162,6 +168,7 @@ class HermesAgentBaseEnv(RunEnv):
         self._current_group_tools: tuple[list[dict[str, Any]], set[str]] | None = None
         self._tool_error_buffer: list[dict[str, Any]] = []
         self._agent_stats: list[tuple[int, int, int]] = []  # (turns, tool calls, tool errors)
+        self.eval_tags: dict[str, Any] = {}  # added to each eval.jsonl line (the supervised stage's)
 
     # --- tools ---------------------------------------------------------------------------
 
@@ -202,6 +209,28 @@ class HermesAgentBaseEnv(RunEnv):
         `demonstrations_per_group`; None when the environment has none."""
         return None
 
+    def loop_settings(
+        self, task_id: str, tool_handler: ToolHandler, *, split: str = "train", temperature: float | None = None
+    ) -> dict[str, Any]:
+        """The agent loop's settings for one rollout of this environment: the same for a sampled
+        rollout, a demonstration and a supervised example (tinker_atropos.sft), so all render alike."""
+        tools, valid = self._current_group_tools or self._resolve_tools_for_group()
+        return dict(
+            tool_schemas=tools,
+            valid_tool_names=valid,
+            max_turns=self.config.max_agent_turns,
+            task_id=task_id,
+            temperature=self.config.agent_temperature if temperature is None else temperature,
+            max_tokens=self.config.max_turn_tokens,
+            extra_body=self.config.extra_body,
+            budget_config=self.config.build_budget_config(),
+            tool_handler=tool_handler,
+            tokenizer=self.tokenizer,
+            max_context=self.config.max_token_length,
+            tool_call_parser=self.config.tool_call_parser,
+            split=split,
+        )
+
     async def rollout(
         self,
         item: Item,
@@ -211,25 +240,12 @@ class HermesAgentBaseEnv(RunEnv):
         demonstration: list[str] | None = None,
     ) -> tuple[AgentResult, float]:
         """One conversation in a fresh sandbox, scored while the sandbox is still open."""
-        tools, valid = self._current_group_tools or self._resolve_tools_for_group()
         task_id = uuid.uuid4().hex
         async with task_sandboxes.task_sandbox(task_id):
             ctx = ToolContext(task_id)
             await self.prepare_sandbox(item, ctx)
-            loop_kwargs = dict(
-                tool_schemas=tools,
-                valid_tool_names=valid,
-                max_turns=self.config.max_agent_turns,
-                task_id=task_id,
-                temperature=self.config.agent_temperature if temperature is None else temperature,
-                max_tokens=self.config.max_turn_tokens,
-                extra_body=self.config.extra_body,
-                budget_config=self.config.build_budget_config(),
-                tool_handler=lambda name, args: self._guarded_tool(name, args, ctx),
-                tokenizer=self.tokenizer,
-                max_context=self.config.max_token_length,
-                tool_call_parser=self.config.tool_call_parser,
-                split=split,
+            loop_kwargs = self.loop_settings(
+                task_id, lambda name, args: self._guarded_tool(name, args, ctx), split=split, temperature=temperature
             )
             if demonstration is not None:
                 result = await HermesAgentLoop(server=None, demonstration=demonstration, **loop_kwargs).run(
@@ -333,6 +349,7 @@ class HermesAgentBaseEnv(RunEnv):
             # the behaviour an agent environment trains: rollouts that made a well-formed tool call
             "eval_tool_call_share": sum(_parsed_calls(res) > 0 for res, _, _ in done) / n,
             "num_items": len(done),
+            **self.eval_tags,
         }
         if self.config.data_dir_to_save_evals:
             append_jsonl(RunFiles(Path(self.config.data_dir_to_save_evals)).evals, record)

@@ -3,6 +3,12 @@
 When the trainer samples tokens itself there is no server-side parser: the policy's text is parsed
 here. A malformed block never raises; it becomes an error string the agent loop sends back to the
 model, so the policy is told (and penalised) rather than the rollout crashing.
+
+Inside `<tool_call>...</tool_call>` the canonical form is `{"name": ..., "arguments": {...}}`; the
+forms small models really write are read too: a JSON list of such objects (several calls in one
+block), `"parameters"` for `"arguments"` (Llama/SmolLM), arguments double-encoded as a JSON string,
+the OpenAI wrapper `{"type": "function", "function": {"name": ..., "arguments": ...}}`, and the
+JSON wrapped in a ```json code fence.
 """
 
 from __future__ import annotations
@@ -58,32 +64,54 @@ def parse_tool_calls(text: str, parser: str = "hermes") -> ParsedReply:
         outside.append(text[pos : match.start()])
         pos = match.end()
         body, closed = match.group(1), bool(match.group(2))
-        call, error = _parse_block(body.strip(), closed)
-        if call is not None:
-            calls.append(call)
-        else:
-            errors.append(f"tool call #{n}: {error}")
+        found, problems = _parse_block(body.strip(), closed)
+        calls.extend(found)
+        errors.extend(f"tool call #{n}: {problem}" for problem in problems)
     outside.append(text[pos:])
     content = "".join(outside).replace(_CLOSE, "").strip()
     return ParsedReply(content=content, calls=calls, errors=errors)
 
 
-def _parse_block(body: str, closed: bool) -> tuple[ToolCall | None, str]:
+_FENCE = re.compile(r"\A```[\w-]*[ \t]*\n?(.*?)\n?```\Z", re.DOTALL)
+_OBJECT = 'expected a JSON object {"name": ..., "arguments": {...}}'
+
+
+def _parse_block(body: str, closed: bool) -> tuple[list[ToolCall], list[str]]:
+    """The calls in one block's body, and what is wrong with the rest of it."""
     if not closed:
-        return None, f"unclosed {_OPEN} tag (expected {_CLOSE} after the JSON object)"
+        return [], [f"unclosed {_OPEN} tag (expected {_CLOSE} after the JSON object)"]
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1).strip()
     try:
         payload = json.loads(body)
     except json.JSONDecodeError as exc:
-        return (
-            None,
-            f"invalid JSON inside {_OPEN}: {exc.msg} (line {exc.lineno} column {exc.colno})",
-        )
+        return [], [f"invalid JSON inside {_OPEN}: {exc.msg} (line {exc.lineno} column {exc.colno})"]
+    if not isinstance(payload, list):
+        call, error = _call_from(payload)
+        return ([call], []) if call is not None else ([], [error])
+    if not payload:
+        return [], [f"empty JSON list: {_OBJECT} or a list of them"]
+    calls, errors = [], []
+    for i, item in enumerate(payload, start=1):
+        call, error = _call_from(item)
+        if call is not None:
+            calls.append(call)
+        else:
+            errors.append(f"item {i} of the list: {error}")
+    return calls, errors
+
+
+def _call_from(payload: Any) -> tuple[ToolCall | None, str]:
     if not isinstance(payload, dict):
-        return None, 'expected a JSON object {"name": ..., "arguments": {...}}'
+        return None, _OBJECT
+    if "name" not in payload and isinstance(payload.get("function"), dict):
+        payload = payload["function"]  # the OpenAI wrapper {"type": "function", "function": {...}}
     name = payload.get("name")
     if not isinstance(name, str) or not name:
         return None, 'missing "name" (a non-empty string naming the tool)'
-    arguments = payload.get("arguments", {})
+    key = "arguments" if "arguments" in payload or "parameters" not in payload else "parameters"
+    arguments = payload.get(key, {})
     if isinstance(arguments, str):  # some models double-encode the arguments
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
@@ -92,7 +120,7 @@ def _parse_block(body: str, closed: bool) -> tuple[ToolCall | None, str]:
     if not isinstance(arguments, dict):
         return (
             None,
-            f'"arguments" of {name!r} must be a JSON object, got {type(arguments).__name__}',
+            f'"{key}" of {name!r} must be a JSON object, got {type(arguments).__name__}',
         )
     return ToolCall(name=name, arguments=arguments, id=new_call_id()), ""
 

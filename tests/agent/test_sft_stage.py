@@ -1,0 +1,102 @@
+"""The supervised stage as a run runs it: a child process builds the set from the environment's
+demonstrations, evaluates the held-out items, trains cross_entropy steps on the run's adapter,
+evaluates again and leaves the state the RL stage starts from."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tinker_atropos.run_files import RunFiles, read_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+CALCULATOR = ROOT / "tinker-atropos" / "tinker_atropos" / "environments" / "tool_calculator.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_config(run_dir: Path, tiny_path: Path, sft: dict) -> Path:
+    port = free_port()
+    config = {
+        "env": {
+            "tokenizer_name": str(tiny_path),
+            "group_size": 2,
+            "batch_size": 4,
+            "eval_size": 2,
+            "max_token_length": 4096,  # tiny-chat: a token a character
+            "max_turn_tokens": 48,
+            "wandb_name": "calc-sft",
+            "use_wandb": False,
+            "data_dir_to_save_evals": str(run_dir),
+            "sft": sft,
+        },
+        "openai": [
+            {
+                "model_name": "tiny-chat",
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "api_key": "local",
+                "server_type": "sglang",
+                "tokenizer_name": str(tiny_path),
+                "timeout": 120,
+            }
+        ],
+        "tinker": {
+            "backend": "local",
+            "base_model": "tiny-chat",
+            "lora_rank": 4,
+            "total_steps": 2,
+            "api_url": "http://127.0.0.1:1",
+            "inference_port": port,
+            "run_dir": str(run_dir),
+            "device": "cpu",
+        },
+    }
+    path = run_dir / "config.yaml"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def stage(config: Path, *flags: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "tinker_atropos.sft.stage", "--config", str(config), "--env-file", str(CALCULATOR)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([*argv, *flags], capture_output=True, text=True, timeout=600, env=env, check=False)
+
+
+def test_the_stage_trains_between_two_evaluations_and_leaves_its_state(tiny_path, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    sft = {"sources": ["demonstrations"], "items": 4, "batch_size": 2, "max_steps": 3, "learning_rate": 1e-3}
+    done = stage(run_config(run_dir, tiny_path, sft))
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = RunFiles(run_dir)
+    steps = read_jsonl(files.sft_steps)
+    assert [s["step"] for s in steps] == [1, 2, 3] and all(s["total_steps"] == 3 and s["loss"] > 0 for s in steps)
+    evals = [e for e in read_jsonl(files.evals) if e.get("stage") == "sft"]
+    assert [e["sft_step"] for e in evals] == [0, 3] and all(e["num_items"] == 2 for e in evals)
+    result = json.loads(files.sft_result.read_text())
+    assert result["steps"] == 3 and result["ended"] == "budget" and Path(result["state"]).is_dir()
+    summary = json.loads(files.sft_summary.read_text())
+    assert summary["counts"] == {"demonstrations": {"kept": 4, "refused": 0}}
+    spans = summary["example"]["spans"]
+    assert [s["trained"] for s in spans][:2] == [False, True] and "<tool_call>" in spans[1]["text"]
+
+
+def test_a_preview_builds_the_set_and_trains_nothing(tiny_path, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    sft = {"sources": ["demonstrations"], "items": 3, "min_score": 2.0}  # the reward tops out at 1: all refused
+    done = stage(run_config(run_dir, tiny_path, sft), "--preview")
+    assert done.returncode == 2 and "no supervised example is left (3 refused" in done.stderr
+    summary = json.loads(RunFiles(run_dir).sft_summary.read_text())
+    assert summary["counts"] == {"demonstrations": {"kept": 0, "refused": 3}}
+    assert "under min_score 2" in summary["refused"][0]["reason"]
+    assert not RunFiles(run_dir).sft_steps.exists()

@@ -1,0 +1,203 @@
+"""`python -m tinker_atropos.sft.stage --config run.yaml --env-file F`: a run's supervised stage, in one
+process that holds the environment (its tools, its evaluation) and the run's training backend.
+
+Top to bottom: build the supervised set (`--preview`: write what the agent is shown of it and stop)
+-> load the model, serve it on the run's inference port -> evaluate the held-out items (before) ->
+cross_entropy steps, evaluating every `eval_every` and stopping early at `stop_at_tool_call_share`
+-> evaluate (after) -> save the training state the RL stage starts from, and `sft/result.json`.
+
+Every evaluation line carries `stage: "sft"` and `sft_step`, so the curves tell them from RL's.
+Exit codes are the trainer's (`run_files.ExitCode`); SIGTERM ends the current step, then saves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import runpy
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tinker import types
+
+from tinker_atropos.agent.base_env import HermesAgentBaseEnv
+from tinker_atropos.config import ConfigError, RunConfig, load_run_config
+from tinker_atropos.run_files import ExitCode, RunFiles, append_jsonl, atomic_write_text, read_jsonl
+from tinker_atropos.sft.examples import Example
+from tinker_atropos.sft.settings import SftSettings
+from tinker_atropos.sft.steps import batches, sft_step
+from tinker_atropos.sft.supervised_set import NoExamples, build_set, write_set
+
+logger = logging.getLogger("tinker_atropos.sft")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tinker_atropos.sft.stage", description=__doc__)
+    parser.add_argument("--config", required=True, help="the run YAML (its env section has `sft`)")
+    parser.add_argument("--env-file", required=True, help="the environment's file")
+    parser.add_argument("--env-class", default=None, help="the environment class, where the file has several")
+    parser.add_argument("--preview", action="store_true", help="build the supervised set and stop")
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpcore", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        cfg = load_run_config(args.config)
+        settings = sft_settings(cfg)
+        env = build_env(environment_class(Path(args.env_file), args.env_class), cfg)
+    except (ConfigError, ValueError) as exc:
+        logger.error("invalid config: %s", exc)
+        return ExitCode.CONFIG
+    try:
+        return asyncio.run(_stage(cfg, settings, env, preview=args.preview))
+    except NoExamples as exc:
+        logger.error("%s", exc)
+        return ExitCode.CONFIG
+    except Exception:
+        logger.exception("the supervised stage failed")
+        return ExitCode.ERROR
+
+
+def sft_settings(cfg: RunConfig) -> SftSettings:
+    raw = cfg.env.get("sft")
+    if not raw:
+        raise ConfigError("the run's environment has no `sft` section", key="env.sft")
+    return SftSettings.model_validate(raw)
+
+
+def environment_class(env_file: Path, name: str | None) -> type[HermesAgentBaseEnv]:
+    """The agent environment the file defines (not one it imports)."""
+    sys.path.insert(0, str(env_file.parent))  # what `python <file>` does: sibling imports work
+    namespace = runpy.run_path(str(env_file), run_name="rl_mcp_sft_env")
+    found = [
+        v
+        for v in namespace.values()
+        if isinstance(v, type) and issubclass(v, HermesAgentBaseEnv) and v.__module__ == "rl_mcp_sft_env"
+    ]
+    if name is not None:
+        found = [c for c in found if c.__name__ == name]
+    if len(found) != 1:
+        names = ", ".join(c.__name__ for c in found) or "none"
+        raise ValueError(f"{env_file}: expected one agent environment (HermesAgentBaseEnv) for SFT, found {names}")
+    return found[0]
+
+
+def build_env(cls: type[HermesAgentBaseEnv], cfg: RunConfig) -> HermesAgentBaseEnv:
+    """The environment as its run's `serve` builds it: config_init() under the run's sections."""
+    config, servers = cls.config_init()
+    env_config = type(config).model_validate({**config.model_dump(), **cfg.env})
+    server = servers[0] if isinstance(servers, list) else servers
+    merged = type(server).model_validate({**server.model_dump(), **(cfg.openai[0] if cfg.openai else {})})
+    return cls(env_config, [merged])
+
+
+async def _stage(cfg: RunConfig, settings: SftSettings, env: HermesAgentBaseEnv, *, preview: bool) -> int:
+    files = RunFiles(Path(cfg.tinker.run_dir))
+    files.sft_dir.mkdir(parents=True, exist_ok=True)
+    await env.setup()
+    started = time.monotonic()
+    supervised = await build_set(env, settings)
+    write_set(supervised, files.sft_examples, files.sft_summary, env.tokenizer)
+    logger.info("supervised set: %s in %.1f s", json.dumps(supervised.counts()), time.monotonic() - started)
+    examples = supervised.require_examples()
+    if preview:
+        return ExitCode.OK
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return await _train(cfg, settings, env, examples, files, stop)
+
+
+async def _train(
+    cfg: RunConfig,
+    settings: SftSettings,
+    env: HermesAgentBaseEnv,
+    examples: list[Example],
+    files: RunFiles,
+    stop: asyncio.Event,
+) -> int:
+    from tinker_atropos.backends.factory import BackendUnavailable, create_training_backend
+    from tinker_atropos.inference_server import PortBindError, SamplerHolder, build_app, serve_in_thread
+    from tinker_atropos.reply_cap import served_cap
+
+    try:
+        training = await asyncio.to_thread(create_training_backend, cfg)
+    except BackendUnavailable as exc:
+        logger.error("backend unavailable: %s", exc)
+        return ExitCode.BACKEND
+    holder = SamplerHolder()
+    cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
+    name = str(cfg.openai[0].get("model_name") or cfg.tinker.base_model) if cfg.openai else cfg.tinker.base_model
+    try:
+        server = serve_in_thread(
+            build_app(holder, name, training.get_tokenizer(), cap), "127.0.0.1", cfg.tinker.inference_port
+        )
+    except PortBindError as exc:
+        logger.error("%s", exc)
+        return ExitCode.PORT
+
+    async def publish(label: str) -> str:
+        path = await training.save_weights_for_sampler_async(label)
+        holder.swap(await training.create_sampling_client_async(path), label)
+        return path
+
+    async def evaluate(step: int) -> dict[str, Any] | None:
+        """The environment's own evaluation, tagged; its line in eval.jsonl."""
+        env.eval_tags = {"stage": "sft", "sft_step": step}
+        await env.evaluate()
+        rows = [r for r in read_jsonl(files.evals) if r.get("stage") == "sft" and r.get("sft_step") == step]
+        return rows[-1] if rows else None
+
+    total = settings.steps_for(len(examples))
+    adam = types.AdamParams(learning_rate=settings.learning_rate, beta1=cfg.tinker.beta1, beta2=cfg.tinker.beta2)
+    reason, done = "budget", 0
+    try:
+        await publish("sft-000000")
+        await evaluate(0)
+        for step, batch in enumerate(batches(examples, settings.batch_size, total, cfg.tinker.seed), start=1):
+            if stop.is_set():
+                reason = "stopped"
+                break
+            clock = time.monotonic()
+            made = await sft_step(training, batch, adam)
+            done = step
+            row = {"step": step, "total_steps": total, "loss": made.loss, "trained_tokens": made.trained_tokens}
+            append_jsonl(
+                files.sft_steps,
+                {
+                    **row,
+                    "grad_norm": made.grad_norm,
+                    "seconds": round(time.monotonic() - clock, 3),
+                    "time": time.time(),
+                },
+            )
+            logger.info(
+                "sft step %d/%d loss=%.4f tokens=%d", step, total, made.loss or float("nan"), made.trained_tokens
+            )
+            if settings.eval_every and step % settings.eval_every == 0 and step < total:
+                await publish(f"sft-{step:06d}")
+                record = await evaluate(step)
+                target = settings.stop_at_tool_call_share
+                if target is not None and record and record.get("eval_tool_call_share", 0.0) >= target:
+                    reason = "tool_call_share"
+                    break
+        sampler_path = await publish(f"sft-{done:06d}-final")
+        if reason != "stopped":
+            await evaluate(done)
+        state = await training.save_state_async("sft-final")
+    finally:
+        await asyncio.to_thread(server.stop)
+    result = {"steps": done, "total_steps": total, "ended": reason, "state": state, "sampler_weights": sampler_path}
+    atomic_write_text(files.sft_result, json.dumps(result, indent=1) + "\n")
+    logger.info("supervised stage ended (%s) after %d/%d steps: state %s", reason, done, total, state)
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
