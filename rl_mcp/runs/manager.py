@@ -188,9 +188,11 @@ class RunManager:
     async def _start_stages(self, live: Live, env_file: Path) -> None:
         """run-api, then the trainer and the environment together (docs/run-files.md: readiness), awaited in order."""
         rec = live.rec
-        for stage, prepare in stages.preparations(self.settings, rec, self.engine, self.timeouts):
+        for stage, prepare in stages.preparations(self.settings, rec, env_file, self.engine, self.timeouts):
             self._enter(live, stage)
             await prepare()
+        if stages.ended_by_sft(rec):  # `then: stop`: the supervised stage was the whole run
+            return await self._finish(live, RunStatus.COMPLETED, None)
         plans = {plan.stage: plan for plan in stages.stage_plans(self.settings, rec, env_file, self._http)}
         for stage, plan in plans.items():
             for name in stages.SPAWN_WITH.get(stage, ()):
@@ -368,8 +370,6 @@ class RunManager:
             live.done.set()
             if not live.rec.active:
                 self._live.pop(live.rec.run_id, None)
-
-    # ------------------------------------------------------------------ queries
 
     def get(self, run_id: str) -> RunRecord:
         live = self._live.get(run_id)

@@ -22,6 +22,7 @@ from rl_mcp.environments.verifiers_format import runnable_file
 from rl_mcp.logs import tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models, models_to_build
 from rl_mcp.processes import Child, StageError, health_ok
+from rl_mcp.runs.sft_stage import run_sft_stage, sft_command, sft_pending, sft_section, write_sft_only_result
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.runs.vocab import Stage
 from rl_mcp.settings import Settings, without_secrets
@@ -60,12 +61,13 @@ class StageTimeouts:
 
     model_s: float = 600.0  # a first run builds its offline model (SmolLM2: dequantized from its GGUF)
     engine_s: float = 900.0  # SkyRL's engine: imports, the model, its first XLA compiles
+    sft_s: float = 6 * 3600.0  # the supervised stage: its budget is the agent's (steps, epochs)
     api_s: float = 60.0
     trainer_s: float = 600.0  # model load (local) or first contact with Tinker
     env_s: float = 300.0  # the environment's setup (datasets, tokenizer) before it registers
 
     def of(self, stage: Stage) -> float:
-        limits = {Stage.MODEL: self.model_s, Stage.ENGINE: self.engine_s, Stage.API: self.api_s}
+        limits = {Stage.MODEL: self.model_s, Stage.ENGINE: self.engine_s, Stage.SFT: self.sft_s, Stage.API: self.api_s}
         return {**limits, Stage.TRAINER: self.trainer_s, Stage.ENV: self.env_s}[stage]
 
 
@@ -121,10 +123,11 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
 
 
 def preparations(
-    settings: Settings, rec: RunRecord, engine: EngineService | None, timeouts: StageTimeouts
+    settings: Settings, rec: RunRecord, env_file: Path, engine: EngineService | None, timeouts: StageTimeouts
 ) -> list[tuple[Stage, Callable[[], Awaitable[object]]]]:
     """What comes before run-api, in order: the model's build when it is missing (stage `model`),
-    then the self-hosted engine when the profile trains on one (stage `engine`). The warm template its
+    then the self-hosted engine when the profile trains on one (stage `engine`), then the supervised
+    stage when the environment's config asks for one not done yet (stage `sft`). The warm template its
     children fork from is started first, where none is up (rl_mcp/warm_start/), and waited for last:
     run-api, the trainer and the environment forked from it spend ~0.2 CPU s each, where started cold
     beside it each spends ~4 importing what it imports anyway (a run straight after a server's start)."""
@@ -134,8 +137,22 @@ def preparations(
         steps.append((Stage.MODEL, lambda: build_run_models(settings, rec, timeouts.model_s)))
     if engine is not None:
         steps.append((Stage.ENGINE, engine.ensure_running))
+    if sft_pending(_config_of(rec), rec.files):
+        python = runtime_of_file(settings.home, env_file, "atropos", settings.environ, settings.python).python
+        argv = sft_command(python, rec.config_path, runnable_file(env_file))
+        env = child_env(settings, rec, ProcessName.TRAINER)  # it trains: the trainer's secrets, no others
+        steps.append((Stage.SFT, lambda: run_sft_stage(argv, rec.files, env, timeouts.sft_s)))
     steps.append((Stage.API, lambda: warm_start.wait_ready(settings.python, settings.environ, warm_start.READY_WAIT_S)))
     return steps
+
+
+def ended_by_sft(rec: RunRecord) -> bool:
+    """Whether the run ends with its supervised stage (`then: stop`); its result.json is then written."""
+    section = sft_section(_config_of(rec))
+    if section is None or section.get("then") != "stop":
+        return False
+    write_sft_only_result(rec.files, str(_config_of(rec)["tinker"].get("backend", "local")))
+    return True
 
 
 def engine_problem(engine: EngineService | None) -> str | None:

@@ -41,6 +41,9 @@ class Stage(StrEnum):
     ENGINE = "engine"
     """The self-hosted Tinker engine the run trains on (skyrl profile) is started, when it is not
     running yet (minutes the first time); skipped on other profiles."""
+    SFT = "sft"
+    """The supervised stage (the environment's `sft` section): examples built, cross_entropy steps on
+    the run's adapter between two held-out evaluations; skipped without the section or once done."""
     API = "api"
     """run-api is starting; ready when /status answers."""
     TRAINER = "trainer"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tinker_atropos.backends.base import TrainingBackend
 from tinker_atropos.config import ConfigError, RunConfig, load_run_config
-from tinker_atropos.run_files import FINAL_CHECKPOINT_MARK, ExitCode, Outcome, RunResult
+from tinker_atropos.run_files import FINAL_CHECKPOINT_MARK, ExitCode, Outcome, RunResult, read_sft_result
 from tinker_atropos.trainer import REGISTER_TIMEOUT_S, registration_for, train
 
 logger = logging.getLogger("tinker_atropos.launch")
@@ -69,6 +69,7 @@ async def _launch(cfg: RunConfig) -> int:
         _failed(cfg, message).write(run_dir)
         return code
 
+    cfg = after_supervised_stage(cfg)
     try:
         training = await asyncio.to_thread(create_training_backend, cfg)
     except BackendUnavailable as exc:
@@ -119,6 +120,16 @@ async def _serve_and_train(
         return ExitCode.ERROR
     print(f"{FINAL_CHECKPOINT_MARK} {result.final_checkpoint}", flush=True)
     return ExitCode.OK
+
+
+def after_supervised_stage(cfg: RunConfig) -> RunConfig:
+    """RL starts from the state the run's supervised stage left (tinker_atropos.sft), on the same
+    adapter, unless the run resumes from a state of its own."""
+    done = read_sft_result(Path(cfg.tinker.run_dir))
+    if cfg.tinker.resume_from or not cfg.env.get("sft") or not done or not done.get("state"):
+        return cfg
+    logger.info("starting from the supervised stage's state %s (%s steps)", done["state"], done.get("steps"))
+    return cfg.model_copy(update={"tinker": cfg.tinker.model_copy(update={"resume_from": done["state"]})})
 
 
 def _close_backend(training: TrainingBackend) -> None:

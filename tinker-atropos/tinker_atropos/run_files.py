@@ -36,6 +36,7 @@ ENV_HEALTH_VAR = "TINKER_ATROPOS_ENV_HEALTH"  # where an environment process kee
 # answers with every line that carries it
 WARNING_MARK = "[rl-mcp warning]"
 MODEL_BUILD = "model"  # the offline model build before a run's processes start: logs/model.log
+SFT_STAGE = "sft"  # the supervised stage before RL (tinker_atropos.sft.stage): logs/sft.log
 
 
 class ExitCode(IntEnum):
@@ -114,8 +115,9 @@ class RunFiles:
         return self.run_dir / "logs"
 
     def log(self, process: str) -> Path:
-        """A process's log, or the model build's (`model`), which runs before the processes."""
-        name = MODEL_BUILD if process == MODEL_BUILD else ProcessName(process)
+        """A process's log, or the model build's (`model`) or the supervised stage's (`sft`), which run
+        before the processes."""
+        name = process if process in (MODEL_BUILD, SFT_STAGE) else ProcessName(process)
         return self.logs_dir / f"{name}.log"
 
     @property
@@ -375,8 +377,17 @@ class RunResult:
 
 def read_result(run_dir: Path) -> dict[str, Any] | None:
     """result.json, or None while the trainer has not written it (or wrote garbage)."""
+    return _json_object(RunFiles(run_dir).result)
+
+
+def read_sft_result(run_dir: Path) -> dict[str, Any] | None:
+    """sft/result.json (the supervised stage's end: steps, why, its state and sampler weights), or None."""
+    return _json_object(RunFiles(run_dir).sft_result)
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(RunFiles(run_dir).result.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -113,6 +113,25 @@ class LatestMetrics(BaseModel):
     )
 
 
+class SftEval(BaseModel):
+    sft_step: int = Field(description="0: the model before the stage")
+    eval_accuracy: float | None
+    eval_tool_call_share: float | None = Field(description="Held-out rollouts with a well-formed tool call")
+
+
+class SftStage(BaseModel):
+    """The supervised stage before RL (the environment's `sft` section)."""
+
+    step: int
+    total_steps: int
+    loss: float | None = Field(description="Cross-entropy per trained token, latest step")
+    first_loss: float | None
+    examples: int | None = Field(description="Supervised examples it trains on")
+    counts: dict[str, dict[str, int]] = Field(description="Per source: examples kept and refused")
+    evals: list[SftEval] = Field(description="Held-out evaluations during the stage, the first before any step")
+    ended: str | None = Field(description="budget | tool_call_share | stopped; null while it runs")
+
+
 class RolloutError(BaseModel):
     """The environment's latest exception in a rollout (its collect_trajectories)."""
 
@@ -138,6 +157,7 @@ class RunStatus(Diagnosed):
     running_seconds: float | None = None
     eta_seconds: float | None = None
     latest: LatestMetrics | None = None
+    sft: SftStage | None = Field(default=None, description="The supervised stage before RL, when the run has one")
     processes: list[RunProcess] = Field(default_factory=list)
     environment_error: RolloutError | None = Field(
         default=None, description="The environment's latest exception in a rollout, if any rollout raised"
@@ -168,6 +188,7 @@ class RunResults(Diagnosed):
     steps_completed: int
     total_steps: int
     final_metrics: LatestMetrics | None
+    sft: SftStage | None = Field(default=None, description="The supervised stage before RL, when the run has one")
     history: list[HistoryPoint] = Field(description="Per-step metrics, evenly downsampled for long runs")
     history_total_steps: int = Field(description="Steps recorded before downsampling")
     evals: list[dict[str, Any]] = Field(description="eval.jsonl rows (step, eval_accuracy, ...)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from rl_mcp.mcp_api.runs.answers import (
     RunStarted,
     RunStatus,
     RunSummary,
+    SftEval,
+    SftStage,
     TrainingStateView,
 )
 from rl_mcp.processes import Child
@@ -37,9 +40,10 @@ from rl_mcp.runs.metrics import (
     latest_metrics,
     wandb_url_from_log,
 )
+from rl_mcp.runs.sft_stage import sft_progress
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.settings import Settings
-from tinker_atropos.run_files import ProcessName, read_checkpoints, read_result, read_training_states
+from tinker_atropos.run_files import SFT_STAGE, ProcessName, read_checkpoints, read_result, read_training_states
 
 STATUS_LOG_LINES = 8
 MAX_HISTORY_POINTS = 200
@@ -139,6 +143,26 @@ def _latest(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> Lates
     )
 
 
+def sft_view(rec: RunRecord) -> SftStage | None:
+    facts = sft_progress(rec.files)
+    if facts is None:
+        return None
+    evals = [
+        SftEval(
+            sft_step=int(e.get("sft_step") or 0),
+            eval_accuracy=e.get("eval_accuracy"),
+            eval_tool_call_share=e.get("eval_tool_call_share"),
+        )
+        for e in facts.evals
+    ]
+    return SftStage(**{**asdict(facts), "evals": evals})
+
+
+def _sft_log(rec: RunRecord) -> list[str]:
+    """The supervised stage's log, where the run has one (it runs before the three processes)."""
+    return [SFT_STAGE] if rec.files.log(SFT_STAGE).exists() else []
+
+
 def _step(metrics: list[dict[str, Any]]) -> int:
     return int(metrics[-1].get("step", len(metrics))) if metrics else 0
 
@@ -181,11 +205,12 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
         running_seconds=running_s,
         eta_seconds=eta_seconds(metrics, rec.total_steps) if rec.active else None,
         latest=_latest(metrics, evals),
+        sft=sft_view(rec),
         processes=processes_view(rec, children),
         environment_error=_env_error_view(env_error),
         environment_requests=requests,
         findings=findings_view(found),
-        logs={name: tail_lines(rec.log_path(name), STATUS_LOG_LINES) for name in rec.processes},
+        logs={name: tail_lines(rec.log_path(name), STATUS_LOG_LINES) for name in [*_sft_log(rec), *rec.processes]},
         wandb_url=result.get("wandb_url") or wandb_url_from_log(rec.log_path(ProcessName.TRAINER)),
         next_step=hint,
     )
@@ -253,6 +278,7 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         steps_completed=_step(metrics),
         total_steps=rec.total_steps,
         final_metrics=_latest(metrics, evals),
+        sft=sft_view(rec),
         history=history,
         history_total_steps=len(metrics),
         evals=evals[-MAX_HISTORY_POINTS:],

@@ -40,7 +40,7 @@ from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext, ToolResult, select_tools
 from tinker_atropos.agent.trajectory import format_trajectory
 from tinker_atropos.environments.run_env import RunEnv
-from tinker_atropos.run_files import RunFiles, append_jsonl
+from tinker_atropos.run_files import RunFiles, append_jsonl, read_sft_result
 from tinker_atropos.sft.settings import SftSettings
 
 logger = logging.getLogger(__name__)
@@ -321,8 +321,14 @@ class HermesAgentBaseEnv(RunEnv):
     async def register_env(self) -> None:
         """Registered: on a fresh run, the base model's score comes first (eval.jsonl step 0)."""
         await super().register_env()
-        if self.config.eval_before_training and self.curr_step == 0:
+        if self.config.eval_before_training and self.curr_step == 0 and not self._evaluated_by_sft():
             await self.evaluate()
+
+    def _evaluated_by_sft(self) -> bool:
+        """The run's supervised stage evaluated the weights RL starts from, as its last act."""
+        run_dir = self.config.data_dir_to_save_evals
+        done = read_sft_result(Path(run_dir)) if self.config.sft and run_dir else None
+        return bool(done) and done.get("ended") != "stopped"
 
     # --- evaluation helper -----------------------------------------------------------------
 

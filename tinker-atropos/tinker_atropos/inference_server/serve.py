@@ -17,6 +17,8 @@ class PortBindError(OSError):
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port (port 0 picks a free one)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # the port's last server (a run's supervised stage) leaves its connections in TIME_WAIT: not in use
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
         sock.listen(2048)

@@ -11,8 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Source = Literal["demonstrations", "file"]
 
 
+# `file` is required with source 'file': said in the schema too, so an edit is refused before any run
+_FILE_NAMED = {
+    "if": {"properties": {"sources": {"contains": {"const": "file"}}}, "required": ["sources"]},
+    "then": {"required": ["file"], "properties": {"file": {"type": "string", "minLength": 1}}},
+}
+
+
 class SftSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_FILE_NAMED)
 
     sources: list[Source] = Field(
         default_factory=lambda: ["demonstrations"],

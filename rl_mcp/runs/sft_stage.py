@@ -1,0 +1,110 @@
+"""A run's supervised stage (stage `sft`): before run-api, when the environment's config has an `sft`
+section and the run has not done it yet (a resumed run's stage is done: it starts from that state).
+
+Its process (`python -m tinker_atropos.sft.stage`) holds the environment and the training backend;
+the server only starts it, waits for it, and reads its files. Stopped with the run (SIGTERM: it ends
+its step, then saves what it trained). `then: stop` ends the run after it, completed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rl_mcp.logs import last_error_line, tail_lines
+from rl_mcp.processes import StageError, supervised, wait_exit
+from rl_mcp.runs.vocab import Stage
+from tinker_atropos.run_files import (
+    SFT_STAGE,
+    ExitCode,
+    Outcome,
+    RunFiles,
+    RunResult,
+    exit_meaning,
+    read_jsonl,
+    read_sft_result,
+)
+
+FAILURE_TAIL_LINES = 12
+STOP_GRACE_S = 60.0  # a stopped stage ends its step and saves the adapter it trained
+
+
+def sft_section(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The environment's `sft` section, when set."""
+    section = (config.get("env") or {}).get("sft")
+    return dict(section) if isinstance(section, Mapping) else None
+
+
+def sft_pending(config: Mapping[str, Any], files: RunFiles) -> bool:
+    return sft_section(config) is not None and read_sft_result(files.run_dir) is None
+
+
+def sft_command(python: str, config_path: str, env_file: Path) -> list[str]:
+    return [python, "-m", "tinker_atropos.sft.stage", "--config", config_path, "--env-file", str(env_file)]
+
+
+async def run_sft_stage(argv: list[str], files: RunFiles, env: Mapping[str, str], timeout_s: float) -> None:
+    """The stage's process, to its end; StageError when it fails or outlives `timeout_s`."""
+    log = files.log(SFT_STAGE)
+    deadline = time.monotonic() + timeout_s
+    async with supervised("sft", argv, log_path=log, env=env, stop_grace_s=STOP_GRACE_S) as child:
+        code = await wait_exit(child, deadline)
+    if code is None:
+        raise StageError(Stage.SFT, f"the supervised stage took over {timeout_s:.0f} s (log: {log})", None, SFT_STAGE)
+    if code != ExitCode.OK:
+        why = last_error_line(tail_lines(log, FAILURE_TAIL_LINES)) or f"see {log}"
+        raise StageError(Stage.SFT, f"{exit_meaning(code)} (exit {code}): {why}", code, SFT_STAGE)
+
+
+def write_sft_only_result(files: RunFiles, backend: str) -> None:
+    """`then: stop`: the run ends with the stage, its result the stage's weights and state."""
+    done = read_sft_result(files.run_dir) or {}
+    RunResult(
+        status=Outcome.COMPLETED,
+        steps=0,
+        final_checkpoint=done.get("sampler_weights"),
+        final_state=done.get("state"),
+        backend=backend,
+    ).write(files.run_dir)
+
+
+@dataclass(frozen=True)
+class SftProgress:
+    """The stage as its files tell it: step i of N, the loss, its examples, the held-out evaluations
+    before and after it, how it ended (None while it runs)."""
+
+    step: int
+    total_steps: int
+    loss: float | None
+    first_loss: float | None
+    examples: int | None
+    counts: dict[str, dict[str, int]]
+    evals: list[dict[str, Any]]
+    ended: str | None
+
+
+def sft_progress(files: RunFiles) -> SftProgress | None:
+    """None for a run without a supervised stage."""
+    steps, done = read_jsonl(files.sft_steps), read_sft_result(files.run_dir)
+    summary: dict[str, Any] = {}
+    try:
+        summary = json.loads(files.sft_summary.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    if not steps and done is None and not summary:
+        return None
+    last = steps[-1] if steps else {}
+    return SftProgress(
+        step=int(last.get("step", 0)),
+        total_steps=int(last.get("total_steps", (done or {}).get("total_steps", 0))),
+        loss=last.get("loss"),
+        first_loss=steps[0].get("loss") if steps else None,
+        examples=summary.get("examples"),
+        counts=summary.get("counts") or {},
+        evals=[e for e in read_jsonl(files.evals) if e.get("stage") == "sft"],
+        ended=(done or {}).get("ended"),
+    )
