@@ -33,6 +33,7 @@ LAYERS = [
             "rl_mcp.engines",
             "rl_mcp.tool_servers",
             "rl_mcp.warm_start",
+            "rl_mcp.sft",
         ),
     ),
     ("app wiring", ("rl_mcp.app",)),

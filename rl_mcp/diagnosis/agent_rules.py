@@ -10,13 +10,21 @@ from __future__ import annotations
 from rl_mcp.diagnosis.facts import RunFacts, evidence_of, span_of
 from rl_mcp.diagnosis.findings import Finding, NextStep
 from rl_mcp.diagnosis.next_steps import edit
+from rl_mcp.diagnosis.sft_rules import sft_taught_no_tool_calls
 from rl_mcp.runs.metrics import series
 
 WAYS_OUT = (
     "the model writes no tool call at all, so the tools and the reward over them are never reached (the "
     "reward is not broken). Ways out: a model that writes tool calls (a larger or tool-tuned one), "
     "partial credit for a well-formed call (`partial_credit`, where the environment has it), a system "
-    "prompt that shows one call, or a warm start that demonstrates the calls"
+    "prompt that shows one call, or a supervised stage that demonstrates the calls"
+)
+
+
+SFT_START = {"sources": ["demonstrations"], "items": 64, "epochs": 3}
+SFT_HOW = (
+    "sources 'demonstrations' where the environment has demonstration(item), else 'file' with a JSONL of "
+    "conversations that call its tools (file: <path>); rl_preview_sft shows the examples first; then start a new run"
 )
 
 
@@ -25,6 +33,8 @@ def no_tool_calls(facts: RunFacts) -> Finding | None:
     its base model's evaluation made none and the environment drops every group as all-equal (seen
     with a ported Hermes terminal environment on SmolLM2: no step in 17 minutes, 0 calls in 120
     rollouts, while `no_reward_signal` called the reward broken)."""
+    if sft_taught_no_tool_calls(facts) is not None:
+        return None  # the supervised stage's finding says it, with the stage's own next step
     calls = series(facts.metrics, "agent_tool_calls_mean")
     if calls:
         if any(v > 0 for _, v in calls):
@@ -41,7 +51,9 @@ def no_tool_calls(facts: RunFacts) -> Finding | None:
             shares,
             "no tool call in the base model's evaluation; since then atroposlib drops every group as all-equal",
         )
-    if "demonstrations_per_group" in facts.env and not facts.env.get("demonstrations_per_group"):
+    if "sft" in facts.env and not facts.env.get("sft"):
+        step = edit("sft", SFT_START, f"{WAYS_OUT}: a supervised stage before RL teaches it ({SFT_HOW})")
+    elif "demonstrations_per_group" in facts.env and not facts.env.get("demonstrations_per_group"):
         step = edit("demonstrations_per_group", 1, f"{WAYS_OUT}: one demonstrated rollout per group shows the format")
     elif "system_prompt" in facts.env:
         step = edit("system_prompt", "<a prompt with one example tool call>", WAYS_OUT)

@@ -29,6 +29,7 @@ class RunFacts:
     replies: list[tuple[float, str]] = field(default_factory=list)  # its best-scored replies (score, text)
     discards: Discards | None = None  # the groups its environment discarded (env_health.json)
     requests: Requests | None = None  # its environment's model requests (env_health.json)
+    sft_steps: list[dict[str, Any]] = field(default_factory=list)  # its supervised stage's steps
 
 
 def window(points: Points) -> int:

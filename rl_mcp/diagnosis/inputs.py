@@ -13,7 +13,7 @@ from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.env_health import read_health
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
-from tinker_atropos.run_files import ProcessName
+from tinker_atropos.run_files import ProcessName, read_jsonl
 
 # atroposlib's warning when it drops a group whose scores are all equal (no learning signal).
 EQUAL_SCORES_MARK = "Scores are the same in a group"
@@ -64,4 +64,5 @@ def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> 
         replies=replies,
         discards=health.discards if health else None,
         requests=health.requests if health else None,
+        sft_steps=read_jsonl(rec.files.sft_steps),
     )

@@ -19,6 +19,7 @@ from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, sample_replie
 from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.diagnosis.next_steps import edit, lower_learning_rate
 from rl_mcp.diagnosis.request_rules import requests_time_out
+from rl_mcp.diagnosis.sft_rules import sft_memorized, sft_taught_no_tool_calls
 from rl_mcp.diagnosis.update_rules import loss_unstable, off_policy_drift
 from rl_mcp.runs.metrics import Points, series
 
@@ -329,6 +330,8 @@ def throughput_drop(facts: RunFacts) -> Finding | None:
 
 
 RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
+    sft_taught_no_tool_calls,
+    sft_memorized,
     no_tool_calls,
     no_reward_signal,
     groups_narrowing,

@@ -87,3 +87,10 @@ FIRST_STEP_STALL_SECONDS = 900.0
 SLOWDOWN_FACTOR = 3.0
 # ... and slower by at least this many seconds (a 0.1 s step that takes 0.4 s is no drop to act on).
 SLOWDOWN_MIN_SECONDS = 5.0
+
+# The supervised stage (sft) ended with at most this held-out share of rollouts that make a
+# well-formed tool call: it did not teach the call (SmolLM2 cold: 0 of 16).
+SFT_NO_CALLS_SHARE = 0.05
+# The stage's loss fell to at most this share of its first step's, while the held-out accuracy
+# did not rise: the examples were learned, the task was not (memorized).
+SFT_LOSS_FELL_TO = 0.5

@@ -32,6 +32,7 @@ from rl_mcp.mcp_api.resources import engine_files, register_server_resources
 from rl_mcp.mcp_api.run_view import run_view_extension
 from rl_mcp.mcp_api.runs.resources import register_run_resources
 from rl_mcp.mcp_api.runs.tools import register_run_tools
+from rl_mcp.mcp_api.sft.tools import register_sft_tool
 from rl_mcp.mcp_api.spend import register_spend_gate
 from rl_mcp.mcp_api.subscriptions import ResourcePublisher, install_legacy_subscriptions
 from rl_mcp.mcp_api.tool_servers.tools import register_tool_server_tools
@@ -76,6 +77,7 @@ def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MC
     register_run_tools(server, app, cache)
     register_run_resources(server, app, cache)
     register_inference_tool(server, app)
+    register_sft_tool(server, app)
     register_export_tool(server, app)
     register_compare_tool(server, app, cache)
     register_config_field(server, app)

@@ -8,7 +8,6 @@ its step, then saves what it trained). `then: stop` ends the run after it, compl
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,11 +24,13 @@ from tinker_atropos.run_files import (
     RunFiles,
     RunResult,
     exit_meaning,
+    read_json_object,
     read_jsonl,
     read_sft_result,
 )
 
 FAILURE_TAIL_LINES = 12
+STAGE_LOGGER = "tinker_atropos.sft"  # the stage's process logs under this name
 STOP_GRACE_S = 60.0  # a stopped stage ends its step and saves the adapter it trained
 
 
@@ -56,8 +57,15 @@ async def run_sft_stage(argv: list[str], files: RunFiles, env: Mapping[str, str]
     if code is None:
         raise StageError(Stage.SFT, f"the supervised stage took over {timeout_s:.0f} s (log: {log})", None, SFT_STAGE)
     if code != ExitCode.OK:
-        why = last_error_line(tail_lines(log, FAILURE_TAIL_LINES)) or f"see {log}"
+        why = stage_error(log) or f"see {log}"
         raise StageError(Stage.SFT, f"{exit_meaning(code)} (exit {code}): {why}", code, SFT_STAGE)
+
+
+def stage_error(log: Path) -> str | None:
+    """Why the stage's process failed, in its own words: its last ERROR line, else a traceback's last."""
+    lines = tail_lines(log, FAILURE_TAIL_LINES)
+    logged = [line.split(f"{STAGE_LOGGER}: ", 1)[1] for line in lines if f" ERROR {STAGE_LOGGER}: " in line]
+    return logged[-1].strip() if logged else last_error_line(lines)
 
 
 def write_sft_only_result(files: RunFiles, backend: str) -> None:
@@ -90,11 +98,7 @@ class SftProgress:
 def sft_progress(files: RunFiles) -> SftProgress | None:
     """None for a run without a supervised stage."""
     steps, done = read_jsonl(files.sft_steps), read_sft_result(files.run_dir)
-    summary: dict[str, Any] = {}
-    try:
-        summary = json.loads(files.sft_summary.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
+    summary = read_json_object(files.sft_summary) or {}
     if not steps and done is None and not summary:
         return None
     last = steps[-1] if steps else {}

@@ -377,15 +377,16 @@ class RunResult:
 
 def read_result(run_dir: Path) -> dict[str, Any] | None:
     """result.json, or None while the trainer has not written it (or wrote garbage)."""
-    return _json_object(RunFiles(run_dir).result)
+    return read_json_object(RunFiles(run_dir).result)
 
 
 def read_sft_result(run_dir: Path) -> dict[str, Any] | None:
     """sft/result.json (the supervised stage's end: steps, why, its state and sampler weights), or None."""
-    return _json_object(RunFiles(run_dir).sft_result)
+    return read_json_object(RunFiles(run_dir).sft_result)
 
 
-def _json_object(path: Path) -> dict[str, Any] | None:
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON file holding an object, or None (missing, unreadable, half-written, not an object)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

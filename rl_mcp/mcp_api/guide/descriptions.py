@@ -12,10 +12,17 @@ MCP_FORMAT_NOTE = (
     "often makes no tool call at all at first: rl_test_inference's trajectories show it."
 )
 
+SFT_NOTE = (
+    " A small model that never writes a tool call learns nothing from RL alone (every rollout scores the "
+    "same): where rl_test_inference shows no tool calls, set `sft` (rl_edit_config(field='sft', value="
+    "{'sources': ['demonstrations']}), or 'file' with a JSONL of conversations that call its tools), look "
+    "at what it would train on with rl_preview_sft, and the run trains a supervised stage before RL."
+)
+
 # What an agent should know about an environment of each format before it edits a field.
 FORMAT_NOTES = {
     "hermes": " It is an agent environment: its episodes are multi-turn with tools (max_agent_turns, "
-    "enabled_toolsets, terminal_backend).",
+    "enabled_toolsets, terminal_backend)." + SFT_NOTE,
     "reasoning-gym": " It is a reasoning-gym task: the fields in section `task` are its generator's "
     "settings (difficulty, sizes).",
     "verifiers": " It is a verifiers environment, run from its own code in the verifiers venv: the fields "
@@ -23,7 +30,7 @@ FORMAT_NOTES = {
     "prompt (tools, many turns) counts against max_token_trainer_length.",
     "verifiers-v1": " It is a verifiers-v1 environment, run from its own code in the verifiers-v1 venv: "
     "the fields in section `verifiers` are its EnvConfig's; its Task's rewards score the episodes.",
-    "mcp": MCP_FORMAT_NOTE,
+    "mcp": MCP_FORMAT_NOTE + SFT_NOTE,
 }
 
 

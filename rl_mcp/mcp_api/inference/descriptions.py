@@ -65,6 +65,13 @@ NEXT_INFERENCE_WORKING = (
     "to check the rewards make sense; all-equal scores in a group give no learning signal."
 )
 
+NEXT_INFERENCE_NO_TOOL_CALLS = (
+    "The environment runs, but no rollout made a tool call: RL alone cannot teach the call (every rollout "
+    "scores the same). Set a supervised stage first: rl_edit_config(field='sft', value={'sources': "
+    "['demonstrations']}) (or 'file' with a JSONL of conversations that call its tools), rl_preview_sft to "
+    "see its examples, then rl_start_training."
+)
+
 NEXT_INFERENCE_DISCARDED = (
     "The environment discarded every group: its rollouts returned no group and raised nothing, so a "
     "run would never get a batch. Read each model's `discarded` (sample replies, scores, the likely "

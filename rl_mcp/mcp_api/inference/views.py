@@ -24,7 +24,9 @@ def inference_answer(
     ran = [r for r in results if r.status == "ok"]
     best = max(ran, key=lambda r: (r.accuracy, r.mean_score), default=None)
     working = bool(ran)
-    if working:
+    if working and all(r.tool_calls_per_rollout == 0 for r in ran):
+        next_step = descriptions.NEXT_INFERENCE_NO_TOOL_CALLS
+    elif working:
         next_step = descriptions.NEXT_INFERENCE_WORKING
     elif any(r.status == "discarded" for r in results):
         next_step = descriptions.NEXT_INFERENCE_DISCARDED

@@ -30,7 +30,7 @@ from tinker_atropos.config import ConfigError, RunConfig, load_run_config
 from tinker_atropos.run_files import ExitCode, RunFiles, append_jsonl, atomic_write_text, read_jsonl
 from tinker_atropos.sft.examples import Example
 from tinker_atropos.sft.settings import SftSettings
-from tinker_atropos.sft.steps import batches, sft_step
+from tinker_atropos.sft.steps import batches, example_datum, sft_step
 from tinker_atropos.sft.supervised_set import NoExamples, build_set, write_set
 
 logger = logging.getLogger("tinker_atropos.sft")
@@ -106,12 +106,31 @@ async def _stage(cfg: RunConfig, settings: SftSettings, env: HermesAgentBaseEnv,
     logger.info("supervised set: %s in %.1f s", json.dumps(supervised.counts()), time.monotonic() - started)
     examples = supervised.require_examples()
     if preview:
+        plan = await _plan(cfg, settings, examples)
+        write_set(supervised, files.sft_examples, files.sft_summary, env.tokenizer, plan)
         return ExitCode.OK
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     return await _train(cfg, settings, env, examples, files, stop)
+
+
+async def _plan(cfg: RunConfig, settings: SftSettings, examples: list[Example]) -> dict[str, Any]:
+    """The stage's length, and its time from one step timed here (local backend: the model loaded,
+    one forward_backward of a batch, nothing applied); a Tinker service's step is not timed."""
+    total = settings.steps_for(len(examples))
+    plan: dict[str, Any] = {"steps": total, "batch_size": settings.batch_size, "seconds_per_step": None}
+    if cfg.tinker.backend != "local":
+        return {**plan, "estimate": "not timed: a Tinker service's step time is its own"}
+    from tinker_atropos.backends.factory import create_training_backend
+
+    training = await asyncio.to_thread(create_training_backend, cfg)
+    batch = next(batches(examples, settings.batch_size, 1, cfg.tinker.seed))
+    clock = time.monotonic()
+    await training.forward_backward_async([example_datum(e) for e in batch], "cross_entropy")
+    per_step = round(time.monotonic() - clock, 3)
+    return {**plan, "seconds_per_step": per_step, "estimate": "one step timed on this machine"}
 
 
 async def _train(

@@ -109,10 +109,17 @@ async def _file(env: HermesAgentBaseEnv, path: Path, out: SupervisedSet) -> None
         (out.examples if isinstance(made, Example) else out.refused).append(made)  # type: ignore[arg-type]
 
 
-def write_set(supervised: SupervisedSet, examples_path: Path, summary_path: Path, tokenizer: Any) -> None:
-    """The examples (one JSON line each) and what the agent is shown of them, written whole or not at all."""
+def write_set(
+    supervised: SupervisedSet,
+    examples_path: Path,
+    summary_path: Path,
+    tokenizer: Any,
+    plan: dict[str, Any] | None = None,
+) -> None:
+    """The examples (one JSON line each) and what the agent is shown of them (with the stage's plan
+    where a preview timed it), written whole or not at all."""
     atomic_write_text(examples_path, "".join(json.dumps(e.as_json()) + "\n" for e in supervised.examples))
-    atomic_write_text(summary_path, json.dumps(supervised.summary(tokenizer), indent=1))
+    atomic_write_text(summary_path, json.dumps({**supervised.summary(tokenizer), **(plan or {})}, indent=1))
 
 
 def read_examples(path: Path) -> list[Example]:
