@@ -25,7 +25,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_config(run_dir: Path, tiny_path: Path, sft: dict) -> Path:
+def run_config(run_dir: Path, tiny_path: Path, sft: dict, **env: object) -> Path:
     port = free_port()
     config = {
         "env": {
@@ -39,6 +39,7 @@ def run_config(run_dir: Path, tiny_path: Path, sft: dict) -> Path:
             "use_wandb": False,
             "data_dir_to_save_evals": str(run_dir),
             "sft": sft,
+            **env,
         },
         "openai": [
             {
@@ -67,9 +68,9 @@ def run_config(run_dir: Path, tiny_path: Path, sft: dict) -> Path:
     return path
 
 
-def stage(config: Path, *flags: str) -> subprocess.CompletedProcess:
+def stage(config: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "tinker_atropos.sft.stage", "--config", str(config), "--env-file", str(CALCULATOR)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run([*argv, *flags], capture_output=True, text=True, timeout=600, env=env, check=False)
 
 

@@ -84,8 +84,8 @@ class ConversationSet:
         return self.kept
 
 
-class _Refused(Exception):
-    """One line's problem; becomes a Refusal."""
+class ConversationRefused(ValueError):
+    """One conversation's problem: a file's line becomes a Refusal; a teacher's transcript is rejected."""
 
 
 @dataclass
@@ -132,13 +132,19 @@ def read_conversations(path: Path, tools: list[dict[str, Any]]) -> ConversationS
     for n, line in lines:
         try:
             kept.append(_conversation(n, line, checks))
-        except _Refused as exc:
+        except ConversationRefused as exc:
             refused.append(Refusal(n, str(exc)))
     if not kept and len(lines) > 1 and _is_one_json_document(text):
         raise ConversationFileError(
             f"{path}: is one JSON document, not JSONL: write one conversation (a JSON object) per line"
         )
     return ConversationSet(path=path, kept=kept, refused=refused)
+
+
+def transcript_conversation(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Conversation:
+    """A rollout's transcript (OpenAI `messages`, as a teacher's rollout leaves them) as a
+    conversation, checked as a file's line is; ConversationRefused says why it cannot be one."""
+    return _conversation(0, json.dumps({"messages": messages}), _validators(tools))
 
 
 def _is_one_json_document(text: str) -> bool:
@@ -165,15 +171,15 @@ def _conversation(line: int, raw: str, checks: dict[str, Any]) -> Conversation:
     try:
         record = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise _Refused(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+        raise ConversationRefused(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(record, dict):
-        raise _Refused(f"not a JSON object (got a JSON {type(record).__name__})")
+        raise ConversationRefused(f"not a JSON object (got a JSON {type(record).__name__})")
     if "messages" in record:
         messages = _openai_messages(record["messages"])
     elif "conversations" in record:
         messages = _sharegpt_messages(record["conversations"])
     else:
-        raise _Refused('has neither "messages" (OpenAI form) nor "conversations" (ShareGPT form)')
+        raise ConversationRefused('has neither "messages" (OpenAI form) nor "conversations" (ShareGPT form)')
     prompt, turns = _assemble(messages)
     for turn in turns:
         for call in turn.calls:
@@ -184,10 +190,10 @@ def _conversation(line: int, raw: str, checks: dict[str, Any]) -> Conversation:
 def _entries(entries: Any, what: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Each message of a conversation with where it is ("message 3"), every one a JSON object."""
     if not isinstance(entries, list):
-        raise _Refused(f"{what} must be a list")
+        raise ConversationRefused(f"{what} must be a list")
     for i, entry in enumerate(entries, start=1):
         if not isinstance(entry, dict):
-            raise _Refused(f"message {i} is not a JSON object")
+            raise ConversationRefused(f"message {i} is not a JSON object")
         yield f"message {i}", entry
 
 
@@ -196,7 +202,7 @@ def _openai_messages(entries: Any) -> list[_Message]:
     for where, entry in _entries(entries, '"messages" (a list of messages)'):
         role = entry.get("role")
         if role not in _OPENAI_ROLES:
-            raise _Refused(f"{where}: unknown role {role!r} (expected one of: {', '.join(_OPENAI_ROLES)})")
+            raise ConversationRefused(f"{where}: unknown role {role!r} (expected one of: {', '.join(_OPENAI_ROLES)})")
         text = _content(entry.get("content"), f"{where} ({role})")
         if role == "tool":
             messages.append(_Message("tool", results=[text]))
@@ -215,38 +221,40 @@ def _content(value: Any, where: str) -> str:
         for part in value:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise _Refused(f"{where}: content part {kind!r} is not supported (text parts only)")
+                raise ConversationRefused(f"{where}: content part {kind!r} is not supported (text parts only)")
             parts.append(part["text"])
         return "".join(parts)
-    raise _Refused(f"{where}: content must be a string, null or a list of text parts")
+    raise ConversationRefused(f"{where}: content must be a string, null or a list of text parts")
 
 
 def _assistant(content: str, entries: Any, where: str) -> _Message:
     """An assistant message: calls from `tool_calls` and/or `<tool_call>` text in its content."""
     parsed = parse_tool_calls(content)
     if parsed.errors:
-        raise _Refused(f"{where}: {parsed.errors[0]}")
+        raise ConversationRefused(f"{where}: {parsed.errors[0]}")
     in_text = [ToolCallRecord(c.name, c.arguments) for c in parsed.calls]
     if not isinstance(entries, list):
-        raise _Refused(f"{where}: tool_calls must be a list")
+        raise ConversationRefused(f"{where}: tool_calls must be a list")
     listed = [_openai_call(entry, f"{where} tool_calls[{k}]") for k, entry in enumerate(entries)]
     if in_text and listed and in_text != listed:
-        raise _Refused(f"{where}: its content and its tool_calls hold different tool calls")
+        raise ConversationRefused(f"{where}: its content and its tool_calls hold different tool calls")
     return _Message("assistant", text=parsed.content if in_text else content.strip(), calls=listed or in_text)
 
 
 def _openai_call(entry: Any, where: str) -> ToolCallRecord:
     fn = entry.get("function") if isinstance(entry, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-        raise _Refused(f'{where}: expected {{"type": "function", "function": {{"name": ..., "arguments": ...}}}}')
+        raise ConversationRefused(
+            f'{where}: expected {{"type": "function", "function": {{"name": ..., "arguments": ...}}}}'
+        )
     arguments = fn.get("arguments") or {}
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError as exc:
-            raise _Refused(f"{where}: arguments of {fn['name']!r} are not valid JSON: {exc.msg}") from None
+            raise ConversationRefused(f"{where}: arguments of {fn['name']!r} are not valid JSON: {exc.msg}") from None
     if not isinstance(arguments, dict):
-        raise _Refused(f"{where}: arguments of {fn['name']!r} must be a JSON object")
+        raise ConversationRefused(f"{where}: arguments of {fn['name']!r} must be a JSON object")
     return ToolCallRecord(fn["name"], arguments)
 
 
@@ -256,9 +264,11 @@ def _sharegpt_messages(entries: Any) -> list[_Message]:
         source, value = entry.get("from"), entry.get("value")
         role = _SHAREGPT_ROLES.get(source) if isinstance(source, str) else None
         if role is None:
-            raise _Refused(f'{where}: unknown "from" {source!r} (expected one of: {", ".join(_SHAREGPT_ROLES)})')
+            raise ConversationRefused(
+                f'{where}: unknown "from" {source!r} (expected one of: {", ".join(_SHAREGPT_ROLES)})'
+            )
         if not isinstance(value, str):
-            raise _Refused(f'{where} ({source}): "value" must be a string')
+            raise ConversationRefused(f'{where} ({source}): "value" must be a string')
         if role == "tool":
             messages.append(_Message("tool", results=_tool_responses(value)))
         elif role == "assistant":
@@ -293,25 +303,25 @@ def _assemble(messages: list[_Message]) -> tuple[list[dict[str, str]], list[Assi
     for message in messages:
         if message.role == "assistant":
             if not message.text and not message.calls:
-                raise _Refused(f"assistant turn {len(turns) + 1} has no text and no tool call")
+                raise ConversationRefused(f"assistant turn {len(turns) + 1} has no text and no tool call")
             turns.append(message)
         elif message.role == "tool":
             if not turns:
-                raise _Refused("a tool result comes before any assistant turn")
+                raise ConversationRefused("a tool result comes before any assistant turn")
             turns[-1].results.extend(message.results)
         elif turns:
-            raise _Refused(
+            raise ConversationRefused(
                 f"a {message.role} message after the first assistant turn is not supported: one task per conversation"
             )
         elif not (message.role == "system" and _TOOLS_PROMPT.search(message.text)):  # the file's tool prompt
             prompt.append({"role": message.role, "content": message.text})
     if not turns:
-        raise _Refused("no assistant turn")
+        raise ConversationRefused("no assistant turn")
     if not any(m["role"] == "user" for m in prompt):
-        raise _Refused("no user message before the first assistant turn")
+        raise ConversationRefused("no user message before the first assistant turn")
     for k, turn in enumerate(turns, start=1):
         if len(turn.results) != len(turn.calls):
-            raise _Refused(
+            raise ConversationRefused(
                 f"assistant turn {k} makes {len(turn.calls)} tool call(s) "
                 f"but {len(turn.results)} tool result(s) answer it"
             )
@@ -326,8 +336,8 @@ def _render(turn: _Message) -> str:
 def _check_call(call: ToolCallRecord, checks: dict[str, Any]) -> None:
     if call.name not in checks:
         offers = ", ".join(checks) or "none"
-        raise _Refused(f"calls tool {call.name!r} the environment does not offer (offers: {offers})")
+        raise ConversationRefused(f"calls tool {call.name!r} the environment does not offer (offers: {offers})")
     error = best_match(checks[call.name].iter_errors(call.arguments))
     if error is not None:
         where = "/".join(map(str, error.absolute_path)) or "arguments"
-        raise _Refused(f"tool {call.name!r}: its schema refuses the arguments ({where}: {error.message})")
+        raise ConversationRefused(f"tool {call.name!r}: its schema refuses the arguments ({where}: {error.message})")

@@ -4,31 +4,73 @@ before RL (edited with rl_edit_config like every other field; null: no supervise
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Source = Literal["demonstrations", "file"]
+Source = Literal["demonstrations", "file", "teacher"]
 
 
-# `file` is required with source 'file': said in the schema too, so an edit is refused before any run
-_FILE_NAMED = {
-    "if": {"properties": {"sources": {"contains": {"const": "file"}}}, "required": ["sources"]},
-    "then": {"required": ["file"], "properties": {"file": {"type": "string", "minLength": 1}}},
-}
+def _needs(source: str, field: str) -> dict[str, Any]:
+    """Source `source` requires `field` (not null): said in the schema too, so an edit is refused at once."""
+    return {
+        "if": {"properties": {"sources": {"contains": {"const": source}}}, "required": ["sources"]},
+        "then": {"required": [field], "properties": {field: {"not": {"type": "null"}}}},
+    }
+
+
+_SOURCES_NAMED = {"allOf": [_needs("file", "file"), _needs("teacher", "teacher")]}
+# a teacher is an endpoint (base_url and model) or an earlier run's adapter, never both
+_ONE_TEACHER = {"oneOf": [{"required": ["base_url", "model"]}, {"required": ["adapter"]}]}
+
+
+class TeacherSettings(BaseModel):
+    """Rollouts of the environment by a stronger policy, kept where the environment's own reward passes."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_ONE_TEACHER)
+
+    base_url: str | None = Field(
+        default=None, pattern=r"^https?://\S+$", description="An OpenAI-compatible endpoint (e.g. https://host/v1)."
+    )
+    model: str | None = Field(default=None, min_length=1, description="The model at base_url.")
+    api_key_var: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="NAME of the environment variable that holds base_url's key (never the key itself).",
+    )
+    adapter: str | None = Field(
+        default=None,
+        min_length=1,
+        description="An earlier run's sampler weights folder (its rl_get_results final_weights), served here as the "
+        "teacher: that run is distilled into this one.",
+    )
+    samples_per_item: int = Field(default=4, ge=1, le=64, description="Rollouts of each item by the teacher.")
+    keep_per_item: int = Field(default=1, ge=1, description="The best this many passing rollouts of an item are kept.")
+    temperature: float = Field(default=0.7, ge=0.0, description="The teacher's sampling temperature.")
+
+    @model_validator(mode="after")
+    def _one_teacher(self) -> TeacherSettings:
+        if bool(self.adapter) == bool(self.base_url):
+            raise ValueError("a teacher is either base_url (with model) or adapter")
+        if self.base_url and not self.model:
+            raise ValueError("a teacher at base_url needs `model`")
+        return self
 
 
 class SftSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_FILE_NAMED)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_SOURCES_NAMED)
 
     sources: list[Source] = Field(
         default_factory=lambda: ["demonstrations"],
         min_length=1,
         description="Where examples come from: 'demonstrations' (the environment's demonstration(item), played "
-        "through its real tools and kept where its reward reaches min_score) and 'file' (a JSONL of conversations, "
-        "OpenAI `messages` or ShareGPT `conversations`, rendered with this environment's tools).",
+        "through its real tools and kept where its reward reaches min_score), 'file' (a JSONL of conversations, "
+        "OpenAI `messages` or ShareGPT `conversations`, rendered with this environment's tools) and 'teacher' "
+        "(the environment played by a stronger model, kept where its reward reaches min_score with a "
+        "well-formed tool call).",
     )
     file: str | None = Field(default=None, description="The JSONL of conversations, for source 'file'.")
+    teacher: TeacherSettings | None = Field(default=None, description="The teacher, for source 'teacher'.")
     items: int = Field(default=64, ge=1, description="Training items to demonstrate (source 'demonstrations').")
     min_score: float = Field(default=1.0, description="A demonstration is kept when its reward reaches this.")
     epochs: int = Field(default=3, ge=1, description="Passes over the examples, unless max_steps comes first.")
@@ -48,9 +90,11 @@ class SftSettings(BaseModel):
     then: Literal["rl", "stop"] = Field(default="rl", description="After the stage: go on to RL, or end the run.")
 
     @model_validator(mode="after")
-    def _file_named(self) -> SftSettings:
+    def _sources_named(self) -> SftSettings:
         if "file" in self.sources and not self.file:
             raise ValueError("source 'file' needs `file`: the path of a JSONL of conversations")
+        if "teacher" in self.sources and self.teacher is None:
+            raise ValueError("source 'teacher' needs `teacher`: {base_url, model, api_key_var} or {adapter}")
         return self
 
     def steps_for(self, examples: int) -> int:

@@ -32,6 +32,7 @@ from tinker_atropos.sft.examples import Example
 from tinker_atropos.sft.settings import SftSettings
 from tinker_atropos.sft.steps import batches, example_datum, sft_step
 from tinker_atropos.sft.supervised_set import NoExamples, build_set, write_set
+from tinker_atropos.sft.teacher import TeacherUnavailable, teacher_server
 
 logger = logging.getLogger("tinker_atropos.sft")
 
@@ -49,13 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_run_config(args.config)
         settings = sft_settings(cfg)
-        env = build_env(environment_class(Path(args.env_file), args.env_class), cfg)
+        cls = environment_class(Path(args.env_file), args.env_class)
+        env = build_env(cls, cfg)
     except (ConfigError, ValueError) as exc:
         logger.error("invalid config: %s", exc)
         return ExitCode.CONFIG
     try:
-        return asyncio.run(_stage(cfg, settings, env, preview=args.preview))
-    except NoExamples as exc:
+        return asyncio.run(_stage(cfg, settings, cls, env, preview=args.preview))
+    except (NoExamples, TeacherUnavailable) as exc:
         logger.error("%s", exc)
         return ExitCode.CONFIG
     except Exception:
@@ -96,12 +98,21 @@ def build_env(cls: type[HermesAgentBaseEnv], cfg: RunConfig) -> HermesAgentBaseE
     return cls(env_config, [merged])
 
 
-async def _stage(cfg: RunConfig, settings: SftSettings, env: HermesAgentBaseEnv, *, preview: bool) -> int:
+async def _stage(
+    cfg: RunConfig, settings: SftSettings, cls: type[HermesAgentBaseEnv], env: HermesAgentBaseEnv, *, preview: bool
+) -> int:
     files = RunFiles(Path(cfg.tinker.run_dir))
     files.sft_dir.mkdir(parents=True, exist_ok=True)
     await env.setup()
     started = time.monotonic()
-    supervised = await build_set(env, settings)
+    if "teacher" in settings.sources and settings.teacher is not None:
+        async with teacher_server(cfg, settings.teacher) as server:
+            taught = cfg.model_copy(update={"openai": [{**(cfg.openai[0] if cfg.openai else {}), **server}]})
+            teacher_env = build_env(cls, taught)
+            await teacher_env.setup()
+            supervised = await build_set(env, settings, teacher_env)
+    else:
+        supervised = await build_set(env, settings)
     write_set(supervised, files.sft_examples, files.sft_summary, env.tokenizer)
     logger.info("supervised set: %s in %.1f s", json.dumps(supervised.counts()), time.monotonic() - started)
     examples = supervised.require_examples()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,9 @@ from tinker_atropos.run_files import atomic_write_text
 from tinker_atropos.sft.conversations import ConversationFileError, read_conversations
 from tinker_atropos.sft.examples import Example, Refused, from_conversation, from_demonstration
 from tinker_atropos.sft.settings import SftSettings
+from tinker_atropos.sft.teacher import teacher_examples
 
+logger = logging.getLogger("tinker_atropos.sft")
 PARALLEL = 8  # demonstrations played at once (each in its own sandbox, through the real tools)
 
 
@@ -69,13 +72,19 @@ def rendered_with_mask(example: Example, tokenizer: Any) -> dict[str, Any]:
     }
 
 
-async def build_set(env: HermesAgentBaseEnv, settings: SftSettings) -> SupervisedSet:
-    """Each source of `settings`, in order, on an environment whose setup() has run."""
+async def build_set(
+    env: HermesAgentBaseEnv, settings: SftSettings, teacher_env: HermesAgentBaseEnv | None = None
+) -> SupervisedSet:
+    """Each source of `settings`, in order, on environments whose setup() has run (`teacher_env`: the
+    same environment talking to the teacher, for source 'teacher')."""
     out = SupervisedSet()
     if "demonstrations" in settings.sources:
         await _demonstrations(env, settings, out)
     if "file" in settings.sources:
         await _file(env, Path(str(settings.file)).expanduser(), out)
+    if "teacher" in settings.sources and teacher_env is not None:
+        for made in await teacher_examples(env, teacher_env, settings, logger.info):
+            (out.examples if isinstance(made, Example) else out.refused).append(made)  # type: ignore[arg-type]
     return out
 
 

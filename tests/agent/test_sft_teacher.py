@@ -1,0 +1,96 @@
+"""The teacher source: an earlier run's adapter served by the product's own inference server plays
+the environment, and its rollouts are kept only where the environment's reward passes with a
+well-formed tool call, the best of each item; an endpoint that cannot be asked fails at once, by name,
+never echoing its key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+from agent_helpers import close_env, make_env
+from test_sft_stage import free_port, run_config, stage
+from tinker import types
+
+from tinker_atropos.environments.tool_calculator import ToolCalculatorEnv
+from tinker_atropos.run_files import RunFiles, read_jsonl
+from tinker_atropos.sft.examples import from_demonstration
+from tinker_atropos.sft.steps import batches, sft_step
+
+KEY = "sk-never-echoed-7f3a"
+
+
+def trained_teacher(tiny_path: Path, folder: Path) -> str:
+    """A tiny-chat adapter that learned the calculator call from two demonstrations (an 'earlier run')."""
+    from tinker_atropos.backends.local import LocalTrainingClient, load_base_model
+
+    async def train() -> str:
+        env = make_env(ToolCalculatorEnv, "http://127.0.0.1:1", tiny_path, group_size=1)
+        try:
+            await env.setup()
+            examples = [await from_demonstration(env, item, "i", 1.0) for item in env.train_items[:2]]
+        finally:
+            await close_env(env)
+        client = LocalTrainingClient(load_base_model("tiny-chat", "cpu"), rank=8, run_dir=folder, run_name="a", seed=0)
+        for batch in batches(examples, 2, 60):  # type: ignore[arg-type]
+            await sft_step(client, batch, types.AdamParams(learning_rate=3e-3))
+        return await client.save_weights_for_sampler_async("final")
+
+    return asyncio.run(train())
+
+
+def test_an_earlier_runs_adapter_teaches_through_the_environment(tiny_path, tmp_path) -> None:
+    adapter = trained_teacher(tiny_path, tmp_path / "run-a")
+    teacher = {"adapter": adapter, "samples_per_item": 2, "keep_per_item": 1, "temperature": 0.0}
+    sft = {"sources": ["teacher"], "teacher": teacher, "items": 2, "min_score": 0.0}
+    # a turn has room for the call (tiny-chat: a token a character)
+    done = stage(run_config(tmp_path / "run-b", tiny_path, sft, max_turn_tokens=120), "--preview")
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = RunFiles(tmp_path / "run-b")
+    summary = json.loads(files.sft_summary.read_text())
+    kept = summary["counts"]["teacher"]["kept"]
+    assert kept == 2 and summary["counts"]["teacher"]["refused"] == 2  # the best of each item's two
+    assert {r["reason"] for r in summary["refused"]} == {"not among the best 1 of its item"}
+    examples = read_jsonl(files.sft_examples)
+    assert all(e["source"] == "teacher" and e["tool_calls"] >= 1 for e in examples)
+    assert "<tool_call>" in "".join(s["text"] for s in summary["example"]["spans"] if s["trained"])
+
+
+@pytest.fixture
+def refusing_endpoint() -> Iterator[str]:
+    """An OpenAI-compatible endpoint that refuses every key."""
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(401)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_a_teacher_that_cannot_be_asked_fails_at_once_by_name(tiny_path, tmp_path, refusing_endpoint) -> None:
+    def teach(name: str, teacher: dict, **env: str):
+        sft = {"sources": ["teacher"], "teacher": teacher, "items": 1}
+        return stage(run_config(tmp_path / name, tiny_path, sft), "--preview", env=env)
+
+    closed = f"http://127.0.0.1:{free_port()}/v1"
+    unreachable = teach("closed", {"base_url": closed, "model": "m"})
+    assert unreachable.returncode == 2 and f"the teacher at {closed} is unreachable" in unreachable.stderr
+    refused = teach(
+        "refused", {"base_url": refusing_endpoint, "model": "m", "api_key_var": "TEACHER_KEY"}, TEACHER_KEY=KEY
+    )
+    assert refused.returncode == 2 and "refused the key (HTTP 401)" in refused.stderr
+    assert KEY not in refused.stderr
+    unset = teach("unset", {"base_url": refusing_endpoint, "model": "m", "api_key_var": "NO_SUCH_TEACHER_KEY"})
+    assert unset.returncode == 2 and "NO_SUCH_TEACHER_KEY is not set" in unset.stderr
