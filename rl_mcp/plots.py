@@ -28,9 +28,8 @@ def reward_loss_png(
     std = [_num(row.get("reward_std")) or 0.0 for row in history]
     loss = [_num(row.get("loss")) for row in history]
 
-    eval_points = [(e.get("step", 0), _num(e.get("eval_accuracy"))) for e in evals or []]
-    eval_points = [(s, a) for s, a in eval_points if a is not None]
-    panels = 3 if eval_points else 2
+    sft_points, eval_points = eval_series(evals or [])
+    panels = 3 if eval_points or sft_points else 2
     fig = Figure(figsize=(4 * panels, 3.2), dpi=100)
     axes = fig.subplots(1, panels)
     ax_r, ax_l = axes[0], axes[1]
@@ -42,15 +41,31 @@ def reward_loss_png(
     ax_r.set(title="reward mean", xlabel="step")
     ax_l.plot(steps, loss, marker="o", markersize=2, color="tab:red")
     ax_l.set(title="loss", xlabel="step")
-    if eval_points:
+    if eval_points or sft_points:
         ax_e = axes[2]
-        ax_e.plot([s for s, _ in eval_points], [a for _, a in eval_points], marker="o", color="tab:green")
+        if sft_points:  # the stage's steps before RL's step 0, where it hands over
+            ax_e.plot(*zip(*sft_points), marker="s", linestyle="--", color="tab:orange", label="supervised stage")
+            eval_points = [sft_points[-1], *eval_points]
+        if len(eval_points) > (1 if sft_points else 0):
+            ax_e.plot(*zip(*eval_points), marker="o", color="tab:green", label="RL")
         ax_e.set(title="held-out eval accuracy", xlabel="step", ylim=(0, 1))
+        if sft_points:
+            ax_e.legend(fontsize=7)
     for ax in axes:
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=9)
     return _png(fig)
+
+
+def eval_series(evals: list[dict[str, Any]]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """(the supervised stage's evaluations, RL's) as (step, accuracy): the stage's at its step minus
+    its length, so that it ends at 0, where RL starts from its weights."""
+    rows = [(e, a) for e in evals if (a := _num(e.get("eval_accuracy"))) is not None]
+    stage = [(int(e.get("sft_step") or 0), a) for e, a in rows if e.get("stage") == "sft"]
+    length = max((k for k, _ in stage), default=0)
+    rl = [(int(e.get("step") or 0), a) for e, a in rows if e.get("stage") != "sft"]
+    return [(k - length, a) for k, a in stage], rl
 
 
 def compare_png(curves: Sequence[tuple[str, Points, Points]], *, title: str = "") -> bytes:

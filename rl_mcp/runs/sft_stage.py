@@ -40,6 +40,14 @@ def sft_section(config: Mapping[str, Any]) -> dict[str, Any] | None:
     return dict(section) if isinstance(section, Mapping) else None
 
 
+def with_teacher_key(env: Mapping[str, str], config: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
+    """`env` plus the variable the section's teacher names for its key (a secret the stage's process
+    needs and no other does), when the server has it."""
+    teacher = (sft_section(config) or {}).get("teacher") or {}
+    var = teacher.get("api_key_var") if isinstance(teacher, Mapping) else None
+    return {**env, var: environ[var]} if isinstance(var, str) and var in environ else dict(env)
+
+
 def sft_pending(config: Mapping[str, Any], files: RunFiles) -> bool:
     return sft_section(config) is not None and read_sft_result(files.run_dir) is None
 

@@ -22,7 +22,14 @@ from rl_mcp.environments.verifiers_format import runnable_file
 from rl_mcp.logs import tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models, models_to_build
 from rl_mcp.processes import Child, StageError, health_ok
-from rl_mcp.runs.sft_stage import run_sft_stage, sft_command, sft_pending, sft_section, write_sft_only_result
+from rl_mcp.runs.sft_stage import (
+    run_sft_stage,
+    sft_command,
+    sft_pending,
+    sft_section,
+    with_teacher_key,
+    write_sft_only_result,
+)
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.runs.vocab import Stage
 from rl_mcp.settings import Settings, without_secrets
@@ -140,7 +147,8 @@ def preparations(
     if sft_pending(_config_of(rec), rec.files):
         python = runtime_of_file(settings.home, env_file, "atropos", settings.environ, settings.python).python
         argv = sft_command(python, rec.config_path, runnable_file(env_file))
-        env = child_env(settings, rec, ProcessName.TRAINER)  # it trains: the trainer's secrets, no others
+        # it trains: the trainer's secrets, and its teacher's key where it names one; no others
+        env = with_teacher_key(child_env(settings, rec, ProcessName.TRAINER), _config_of(rec), settings.environ)
         steps.append((Stage.SFT, lambda: run_sft_stage(argv, rec.files, env, timeouts.sft_s)))
     steps.append((Stage.API, lambda: warm_start.wait_ready(settings.python, settings.environ, warm_start.READY_WAIT_S)))
     return steps

@@ -15,6 +15,7 @@ from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.sft import descriptions
 from rl_mcp.mcp_api.sft.answers import SftPreview
 from rl_mcp.mcp_api.sft.views import preview_answer
+from rl_mcp.runs.sft_stage import with_teacher_key
 from rl_mcp.session.run_config import render_run_config
 from rl_mcp.settings import without_secrets
 from rl_mcp.sft.preview import PreviewRequest, preview_set
@@ -52,7 +53,10 @@ def register_sft_tool(server: MCPServer, app: AppContext) -> None:
             engine_url=app.engine_url,
         )
         req = PreviewRequest(config, folder, runnable_file(info.file), runtime.python, timeout_s)
-        env = without_secrets(settings.environ, allow=settings.env_process_vars)  # the preview trains nothing
+        # the environment's own variables and the teacher's key; the preview trains nothing: no trainer secret
+        env = with_teacher_key(
+            without_secrets(settings.environ, allow=settings.env_process_vars), config, settings.environ
+        )
 
         async def report(message: str) -> None:
             await ctx.report_progress(0, None, message)
