@@ -64,10 +64,10 @@ def hermes_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return home, process_env
 
 
-def test_hermes_mcp_test_lists_the_thirteen_tools_and_the_skill_loads(tmp_path: Path) -> None:
+def test_hermes_mcp_test_lists_the_fourteen_tools_and_the_skill_loads(tmp_path: Path) -> None:
     home, env = hermes_home(tmp_path)
     out = subprocess.run([str(HERMES), "mcp", "test", "rl"], env=env, capture_output=True, text=True, timeout=120)
-    assert "Tools discovered: 13" in out.stdout, out.stdout + out.stderr
+    assert "Tools discovered: 14" in out.stdout, out.stdout + out.stderr
     tools = ("rl_list_environments", "rl_start_training", "rl_test_inference", "rl_list_runs", "rl_export_model")
     for tool in (*tools, "rl_compare_runs"):
         assert tool in out.stdout
