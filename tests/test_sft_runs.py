@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import pytest
+import yaml
 from mcp import Client
 from test_agent_mcp import AGENT_EDITS
 from test_runs_mcp import call, environ, serving, wait_status
@@ -61,7 +63,54 @@ async def test_a_run_whose_stage_is_all_of_it_ends_with_the_stage(rl_home: Path)
         done = await wait_status(client, started["run_id"], {"completed", "failed", "stopped", "lost"}, 900)
         assert done["status"] == "completed", (done["error"], done["failure_log_tail"])
         results = await call(client, "rl_get_results", run_id=started["run_id"])
+        exported = await call(client, "rl_export_model", run_id=started["run_id"], format="adapter")
     files = RunFiles(Path(started["run_dir"]))
     stage = json.loads(files.sft_result.read_text())
+    assert exported["check"]["matches"] >= exported["check"]["required"] >= 1, exported  # the stage's adapter
     assert results["final_weights"] == stage["sampler_weights"] and results["final_weights_exists"]
     assert not files.metrics.exists() and done["processes"] == []
+
+
+async def wait_sft_step(client: Client, run_id: str, step: int, timeout: float) -> dict:
+    with anyio.fail_after(timeout):
+        while True:
+            status = await call(client, "rl_check_status", run_id=run_id)
+            assert status["status"] == "starting", status
+            if status["sft"] and status["sft"]["step"] >= step:
+                return status
+            await anyio.sleep(0.2)
+
+
+async def test_a_run_stopped_in_its_stage_resumes_there_and_a_fork_starts_rl_from_its_end(rl_home: Path) -> None:
+    async with serving(environ(rl_home)) as (_, server), Client(server) as client:
+        await call(client, "rl_select_environment", name="tool_calculator")
+        long_stage = {**SFT, "epochs": 100, "max_steps": 40}
+        for field, value in {**EDITS, "sft": long_stage}.items():
+            await call(client, "rl_edit_config", field=field, value=value)
+        a = await call(client, "rl_start_training")
+        await wait_sft_step(client, a["run_id"], 2, 600)
+        stopped = await call(client, "rl_stop_training", run_id=a["run_id"])
+        assert stopped["status"] == "stopped", stopped
+        a_files = RunFiles(Path(a["run_dir"]))
+        a_stage = json.loads(a_files.sft_result.read_text())
+        assert a_stage["ended"] == "stopped" and 2 <= a_stage["steps"] < 40
+
+        b = await call(client, "rl_start_training", resume_from=a["run_id"], total_steps=2)
+        assert b["resumed_from"]["parent_run_id"] == a["run_id"], b
+        b_done = await wait_status(client, b["run_id"], {"completed", "failed", "stopped", "lost"}, 900)
+        assert b_done["status"] == "completed", (b_done["error"], b_done["failure_log_tail"])
+        assert b_done["sft"]["step"] == 40 and b_done["sft"]["ended"] == "budget"
+        b_files = RunFiles(Path(b["run_dir"]))
+        assert [s["step"] for s in read_jsonl(b_files.sft_steps)] == list(range(1, 41))  # once each, in order
+        assert [e["sft_step"] for e in b_done["sft"]["evals"]] == [0, 40]  # before (the parent's), after
+        assert "going on with the stopped stage after step" in b_files.log("sft").read_text()
+
+        await call(client, "rl_edit_config", field="learning_rate", value=1e-4)  # other RL settings
+        c = await call(client, "rl_start_training", resume_from=b["run_id"], checkpoint_step=0, fork=True)
+        c_done = await wait_status(client, c["run_id"], {"completed", "failed", "stopped", "lost"}, 900)
+        assert c_done["status"] == "completed", (c_done["error"], c_done["failure_log_tail"])
+    c_files = RunFiles(Path(c["run_dir"]))
+    assert not c_files.log("sft").exists()  # the stage is not trained again
+    sft_state = json.loads(b_files.sft_result.read_text())["state"]
+    assert yaml.safe_load(c_files.config.read_text())["tinker"]["resume_from"] == sft_state
+    assert [m["step"] for m in read_jsonl(c_files.metrics)] == [1, 2]

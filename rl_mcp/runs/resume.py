@@ -13,7 +13,9 @@ loads it (`tinker.resume_from`, adapter + optimizer) and numbers its steps from
   lines after it, from a run killed between two saves, are left out), so the new run's results
   and curves cover steps 1..N once each and need no stitching at read time;
 - the environment's data position (atroposlib env checkpoint) at that step, so the environment
-  goes on where the parent was instead of repeating the first items.
+  goes on where the parent was instead of repeating the first items;
+- the parent's supervised stage (`sft/`): done, it is not trained again (a fork from its state, step
+  0, starts RL with other settings); stopped before its end, the new run goes on with it.
 
 The parent is never written to.
 """
@@ -21,6 +23,7 @@ The parent is never written to.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ from tinker_atropos.run_files import (
     atomic_write_text,
     latest_env_position,
     read_jsonl,
+    read_sft_result,
     read_training_states,
 )
 
@@ -61,6 +65,8 @@ def choose_state(parent: RunRecord, checkpoint_step: int | None) -> TrainingStat
             "to end; a run is resumed from what it saved, never while it trains"
         )
     states = read_training_states(Path(parent.run_dir))
+    if not states and (stopped := stopped_stage_state(parent)) is not None:
+        return stopped  # stopped in its supervised stage: the new run goes on with it
     if not states:
         raise ResumeRefused(
             f"run {parent.run_id} has no saved training state to resume from (it ended before its first "
@@ -76,6 +82,21 @@ def choose_state(parent: RunRecord, checkpoint_step: int | None) -> TrainingStat
             f"steps {', '.join(map(str, steps))} (omit checkpoint_step for the latest)"
         )
     return matching[-1]
+
+
+STOPPED_STAGE = "sft-stopped"  # the state a stopped supervised stage saved (tinker_atropos.sft.stage)
+
+
+def stopped_stage_state(parent: RunRecord) -> TrainingState | None:
+    """The state of a supervised stage stopped before its end, as a state to go on from (step 0)."""
+    done = read_sft_result(Path(parent.run_dir))
+    if not done or done.get("ended") != "stopped" or not done.get("state"):
+        return None
+    tinker = parent_config(parent)["tinker"]
+    identity = identity_of(tinker)
+    return TrainingState(
+        0, str(done["state"]), STOPPED_STAGE, identity.backend, identity.base_model, identity.lora_rank
+    )
 
 
 def check_fits(state: TrainingState, target: ModelIdentity, parent_id: str) -> None:
@@ -188,7 +209,8 @@ def _write_started(
         run_dir=str(run_dir),
         run_name=run_name,
         total_steps=total,
-        resume_from=state.path,
+        # a stopped supervised stage goes on from its own state (its copied sft/), and RL from where it ends
+        resume_from=None if state.name == STOPPED_STAGE else state.path,
         start_step=state.step,
     )
     for server in data.get("openai") or []:
@@ -201,8 +223,11 @@ def _write_started(
 
 
 def seed_run_folder(parent: RunRecord, step: int, files: RunFiles, env_wandb_name: str) -> None:
-    """The parent's metrics and evals up to `step`, and the environment's data position there."""
+    """The parent's metrics and evals up to `step`, its supervised stage (sft/: done, or stopped to go
+    on with), and the environment's data position there."""
     source = parent.files
+    if source.sft_dir.is_dir():
+        shutil.copytree(source.sft_dir, files.sft_dir, dirs_exist_ok=True)
     for src, dst in ((source.metrics, files.metrics), (source.evals, files.evals)):
         rows = [r for r in read_jsonl(src) if _step_of(r) is not None and _step_of(r) <= step]  # type: ignore[operator]
         if rows:

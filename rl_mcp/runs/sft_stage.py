@@ -49,7 +49,9 @@ def with_teacher_key(env: Mapping[str, str], config: Mapping[str, Any], environ:
 
 
 def sft_pending(config: Mapping[str, Any], files: RunFiles) -> bool:
-    return sft_section(config) is not None and read_sft_result(files.run_dir) is None
+    """The section is set and the stage has not ended (a stopped one goes on in a resumed run)."""
+    done = read_sft_result(files.run_dir)
+    return sft_section(config) is not None and (done is None or done.get("ended") == "stopped")
 
 
 def sft_command(python: str, config_path: str, env_file: Path) -> list[str]:
@@ -67,6 +69,10 @@ async def run_sft_stage(argv: list[str], files: RunFiles, env: Mapping[str, str]
     if code != ExitCode.OK:
         why = stage_error(log) or f"see {log}"
         raise StageError(Stage.SFT, f"{exit_meaning(code)} (exit {code}): {why}", code, SFT_STAGE)
+    if (read_sft_result(files.run_dir) or {}).get("ended") == "stopped":  # signalled by someone else than the run
+        raise StageError(
+            Stage.SFT, "the supervised stage was stopped before its end (its state is saved)", 0, SFT_STAGE
+        )
 
 
 def stage_error(log: Path) -> str | None:

@@ -126,7 +126,13 @@ def after_supervised_stage(cfg: RunConfig) -> RunConfig:
     """RL starts from the state the run's supervised stage left (tinker_atropos.sft), on the same
     adapter, unless the run resumes from a state of its own."""
     done = read_sft_result(Path(cfg.tinker.run_dir))
-    if cfg.tinker.resume_from or not cfg.env.get("sft") or not done or not done.get("state"):
+    if (
+        cfg.tinker.resume_from
+        or not cfg.env.get("sft")
+        or not done
+        or not done.get("state")
+        or done.get("ended") == "stopped"
+    ):
         return cfg
     logger.info("starting from the supervised stage's state %s (%s steps)", done["state"], done.get("steps"))
     return cfg.model_copy(update={"tinker": cfg.tinker.model_copy(update={"resume_from": done["state"]})})

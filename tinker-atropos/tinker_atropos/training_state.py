@@ -5,7 +5,7 @@ A state is the adapter and the optimizer (Adam moments and step count), saved by
 Tinker). Only once the save has finished is it added to `training_states.jsonl`, which is
 rewritten atomically (run_files.write_training_states): a reader never sees an entry for a
 half-written state. Past `keep_states`, the oldest periodic states leave the index first and are
-deleted after; the final state (saved on stop or completion) is always kept.
+deleted after; the final state (saved on stop or completion) and the supervised stage's are always kept.
 """
 
 from __future__ import annotations
@@ -14,12 +14,28 @@ import logging
 import time
 
 from tinker_atropos.backends.base import TrainingBackend
-from tinker_atropos.config import RunConfig
+from tinker_atropos.config import RunConfig, TinkerConfig
 from tinker_atropos.run_files import TrainingState, read_training_states, write_training_states
 
 logger = logging.getLogger(__name__)
 
 FINAL_STATE_NAME = "final"
+SFT_STATE_NAME = "sft-final"  # the supervised stage's last state (step 0: before RL's first): RL, a fork start there
+KEPT_NAMES = (FINAL_STATE_NAME, SFT_STATE_NAME)  # never pruned
+
+
+def state_entry(t: TinkerConfig, step: int, path: str, name: str, wandb_run_id: str | None = None) -> TrainingState:
+    """The index entry of a state this run's config saved."""
+    return TrainingState(
+        step=step,
+        path=path,
+        name=name,
+        backend=t.backend,
+        base_model=t.base_model,
+        lora_rank=t.lora_rank,
+        time=time.time(),
+        wandb_run_id=wandb_run_id,
+    )
 
 
 def state_name(step: int) -> str:
@@ -45,17 +61,7 @@ class StateKeeper:
         path = await self.training.save_state_async(name)
         if step <= 0:
             return path  # nothing trained yet: nothing worth resuming from
-        t = self.cfg.tinker
-        entry = TrainingState(
-            step=step,
-            path=path,
-            name=name,
-            backend=t.backend,
-            base_model=t.base_model,
-            lora_rank=t.lora_rank,
-            time=time.time(),
-            wandb_run_id=self.wandb_run_id,
-        )
+        entry = state_entry(self.cfg.tinker, step, path, name, self.wandb_run_id)
         states = [s for s in read_training_states(self.run_dir) if s.path != path] + [entry]
         kept, dropped = self._bounded(states)
         write_training_states(self.run_dir, kept)
@@ -68,7 +74,7 @@ class StateKeeper:
         return path
 
     def _bounded(self, states: list[TrainingState]) -> tuple[list[TrainingState], list[TrainingState]]:
-        periodic = sorted((s for s in states if s.name != FINAL_STATE_NAME), key=lambda s: (s.step, s.time))
+        periodic = sorted((s for s in states if s.name not in KEPT_NAMES), key=lambda s: (s.step, s.time))
         dropped = periodic[: max(len(periodic) - self.cfg.tinker.keep_states, 0)]
         kept = [s for s in states if s not in dropped]
         return sorted(kept, key=lambda s: (s.step, s.time)), dropped

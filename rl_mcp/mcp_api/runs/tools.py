@@ -77,7 +77,11 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         ] = None,
         checkpoint_step: Annotated[
             int | None,
-            Field(ge=1, description="With resume_from: the step of the state to start from (default: the latest)"),
+            Field(
+                ge=0,
+                description="With resume_from: the step of the state to start from (default: the latest); 0: where "
+                "its supervised stage ended, before RL's first step",
+            ),
         ] = None,
         fork: Annotated[
             bool,

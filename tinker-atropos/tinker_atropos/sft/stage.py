@@ -20,19 +20,34 @@ import runpy
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tinker import types
 
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv
+from tinker_atropos.backends.base import TrainingBackend
 from tinker_atropos.config import ConfigError, RunConfig, load_run_config
-from tinker_atropos.run_files import ExitCode, RunFiles, append_jsonl, atomic_write_text, read_jsonl
+from tinker_atropos.inference_server.serve import PortBindError
+from tinker_atropos.run_files import (
+    ExitCode,
+    RunFiles,
+    append_jsonl,
+    atomic_write_text,
+    read_jsonl,
+    read_sft_result,
+    read_training_states,
+    write_training_states,
+)
 from tinker_atropos.sft.examples import Example
 from tinker_atropos.sft.settings import SftSettings
-from tinker_atropos.sft.steps import batches, example_datum, sft_step
-from tinker_atropos.sft.supervised_set import NoExamples, build_set, write_set
+from tinker_atropos.sft.steps import SftStep, batches, example_datum, sft_step
+from tinker_atropos.sft.supervised_set import NoExamples, build_set, read_examples, write_set
 from tinker_atropos.sft.teacher import TeacherUnavailable, teacher_server
+from tinker_atropos.training_state import SFT_STATE_NAME, state_entry
 
 logger = logging.getLogger("tinker_atropos.sft")
 
@@ -60,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except (NoExamples, TeacherUnavailable) as exc:
         logger.error("%s", exc)
         return ExitCode.CONFIG
+    except PortBindError as exc:
+        logger.error("%s", exc)
+        return ExitCode.PORT
     except Exception:
         logger.exception("the supervised stage failed")
         return ExitCode.ERROR
@@ -104,6 +122,9 @@ async def _stage(
     files = RunFiles(Path(cfg.tinker.run_dir))
     files.sft_dir.mkdir(parents=True, exist_ok=True)
     await env.setup()
+    if not preview and (stopped := stopped_stage(files)) is not None:  # a resumed run: its set is built
+        logger.info("going on with the stopped stage after step %d, from %s", stopped.steps, stopped.state)
+        return await _train(cfg, settings, env, read_examples(files.sft_examples), files, _stop_on_signal(), stopped)
     started = time.monotonic()
     if "teacher" in settings.sources and settings.teacher is not None:
         async with teacher_server(cfg, settings.teacher) as server:
@@ -120,11 +141,16 @@ async def _stage(
         plan = await _plan(cfg, settings, examples)
         write_set(supervised, files.sft_examples, files.sft_summary, env.tokenizer, plan)
         return ExitCode.OK
+    return await _train(cfg, settings, env, examples, files, _stop_on_signal(), None)
+
+
+def _stop_on_signal() -> asyncio.Event:
+    """Set on SIGTERM or SIGINT: the step in progress ends, then the stage saves what it trained."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    return await _train(cfg, settings, env, examples, files, stop)
+    return stop
 
 
 async def _plan(cfg: RunConfig, settings: SftSettings, examples: list[Example]) -> dict[str, Any]:
@@ -144,6 +170,21 @@ async def _plan(cfg: RunConfig, settings: SftSettings, examples: list[Example]) 
     return {**plan, "seconds_per_step": per_step, "estimate": "one step timed on this machine"}
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """Where a stopped stage left off (sft/result.json `ended: stopped`): a resumed run goes on from there."""
+
+    steps: int
+    state: str
+
+
+def stopped_stage(files: RunFiles) -> Stopped | None:
+    done = read_sft_result(files.run_dir)
+    if not done or done.get("ended") != "stopped" or not done.get("state") or not files.sft_examples.is_file():
+        return None
+    return Stopped(int(done.get("steps") or 0), str(done["state"]))
+
+
 async def _train(
     cfg: RunConfig,
     settings: SftSettings,
@@ -151,65 +192,34 @@ async def _train(
     examples: list[Example],
     files: RunFiles,
     stop: asyncio.Event,
+    stopped: Stopped | None,
 ) -> int:
     from tinker_atropos.backends.factory import BackendUnavailable, create_training_backend
-    from tinker_atropos.inference_server import PortBindError, SamplerHolder, build_app, serve_in_thread
-    from tinker_atropos.reply_cap import served_cap
 
     try:
         training = await asyncio.to_thread(create_training_backend, cfg)
-    except BackendUnavailable as exc:
+        if stopped is not None:  # adapter and optimizer as the stopped stage left them
+            await training.load_state_async(stopped.state)
+    except (BackendUnavailable, OSError, ValueError) as exc:
         logger.error("backend unavailable: %s", exc)
         return ExitCode.BACKEND
-    holder = SamplerHolder()
-    cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
-    name = str(cfg.openai[0].get("model_name") or cfg.tinker.base_model) if cfg.openai else cfg.tinker.base_model
-    try:
-        server = serve_in_thread(
-            build_app(holder, name, training.get_tokenizer(), cap), "127.0.0.1", cfg.tinker.inference_port
-        )
-    except PortBindError as exc:
-        logger.error("%s", exc)
-        return ExitCode.PORT
-
-    async def publish(label: str) -> str:
-        path = await training.save_weights_for_sampler_async(label)
-        holder.swap(await training.create_sampling_client_async(path), label)
-        return path
-
-    async def evaluate(step: int) -> dict[str, Any] | None:
-        """The environment's own evaluation, tagged; its line in eval.jsonl."""
-        env.eval_tags = {"stage": "sft", "sft_step": step}
-        await env.evaluate()
-        rows = [r for r in read_jsonl(files.evals) if r.get("stage") == "sft" and r.get("sft_step") == step]
-        return rows[-1] if rows else None
-
-    total = settings.steps_for(len(examples))
-    adam = types.AdamParams(learning_rate=settings.learning_rate, beta1=cfg.tinker.beta1, beta2=cfg.tinker.beta2)
-    reason, done = "budget", 0
-    try:
-        await publish("sft-000000")
-        await evaluate(0)
+    async with served(cfg, training, env, files) as (publish, evaluate):
+        total = settings.steps_for(len(examples))
+        adam = types.AdamParams(learning_rate=settings.learning_rate, beta1=cfg.tinker.beta1, beta2=cfg.tinker.beta2)
+        reason, done = "budget", stopped.steps if stopped else 0
+        if stopped is None:
+            await publish("sft-000000")
+            await evaluate(0)
         for step, batch in enumerate(batches(examples, settings.batch_size, total, cfg.tinker.seed), start=1):
+            if step <= done:
+                continue  # trained before the stop: the same order of batches goes on
             if stop.is_set():
                 reason = "stopped"
                 break
             clock = time.monotonic()
             made = await sft_step(training, batch, adam)
             done = step
-            row = {"step": step, "total_steps": total, "loss": made.loss, "trained_tokens": made.trained_tokens}
-            append_jsonl(
-                files.sft_steps,
-                {
-                    **row,
-                    "grad_norm": made.grad_norm,
-                    "seconds": round(time.monotonic() - clock, 3),
-                    "time": time.time(),
-                },
-            )
-            logger.info(
-                "sft step %d/%d loss=%.4f tokens=%d", step, total, made.loss or float("nan"), made.trained_tokens
-            )
+            _log_step(files, step, total, made, time.monotonic() - clock)
             if settings.eval_every and step % settings.eval_every == 0 and step < total:
                 await publish(f"sft-{step:06d}")
                 record = await evaluate(step)
@@ -220,13 +230,58 @@ async def _train(
         sampler_path = await publish(f"sft-{done:06d}-final")
         if reason != "stopped":
             await evaluate(done)
-        state = await training.save_state_async("sft-final")
-    finally:
-        await asyncio.to_thread(server.stop)
+    state = await training.save_state_async(SFT_STATE_NAME if reason != "stopped" else "sft-stopped")
+    if reason != "stopped":  # RL, a resume or a fork can start from it (training_states.jsonl, step 0)
+        index = [s for s in read_training_states(files.run_dir) if s.name != SFT_STATE_NAME]
+        write_training_states(files.run_dir, [state_entry(cfg.tinker, 0, state, SFT_STATE_NAME), *index])
     result = {"steps": done, "total_steps": total, "ended": reason, "state": state, "sampler_weights": sampler_path}
     atomic_write_text(files.sft_result, json.dumps(result, indent=1) + "\n")
     logger.info("supervised stage ended (%s) after %d/%d steps: state %s", reason, done, total, state)
     return ExitCode.OK
+
+
+Publish = Callable[[str], Awaitable[str]]
+Evaluate = Callable[[int], Awaitable[dict[str, Any] | None]]
+
+
+@asynccontextmanager
+async def served(
+    cfg: RunConfig, training: TrainingBackend, env: HermesAgentBaseEnv, files: RunFiles
+) -> AsyncIterator[tuple[Publish, Evaluate]]:
+    """The run's inference server on its port while the stage lasts: `publish` saves the adapter
+    and serves it; `evaluate` runs the environment's evaluation against it, tagged as the stage's."""
+    from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
+    from tinker_atropos.reply_cap import served_cap
+
+    holder = SamplerHolder()
+    cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
+    name = str(cfg.openai[0].get("model_name") or cfg.tinker.base_model) if cfg.openai else cfg.tinker.base_model
+    app = build_app(holder, name, training.get_tokenizer(), cap)
+    server = serve_in_thread(app, "127.0.0.1", cfg.tinker.inference_port)  # PortBindError: exit PORT
+
+    async def publish(label: str) -> str:
+        path = await training.save_weights_for_sampler_async(label)
+        holder.swap(await training.create_sampling_client_async(path), label)
+        return path
+
+    async def evaluate(step: int) -> dict[str, Any] | None:
+        env.eval_tags = {"stage": "sft", "sft_step": step}
+        await env.evaluate()
+        rows = [r for r in read_jsonl(files.evals) if r.get("stage") == "sft" and r.get("sft_step") == step]
+        return rows[-1] if rows else None
+
+    try:
+        yield publish, evaluate
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+def _log_step(files: RunFiles, step: int, total: int, made: SftStep, seconds: float) -> None:
+    row = {"step": step, "total_steps": total, "loss": made.loss, "trained_tokens": made.trained_tokens}
+    append_jsonl(
+        files.sft_steps, {**row, "grad_norm": made.grad_norm, "seconds": round(seconds, 3), "time": time.time()}
+    )
+    logger.info("sft step %d/%d loss=%.4f tokens=%d", step, total, made.loss or float("nan"), made.trained_tokens)
 
 
 if __name__ == "__main__":
