@@ -68,8 +68,10 @@ def run_config(run_dir: Path, tiny_path: Path, sft: dict, **env: object) -> Path
     return path
 
 
-def stage(config: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "tinker_atropos.sft.stage", "--config", str(config), "--env-file", str(CALCULATOR)]
+def stage(
+    config: Path, *flags: str, env: dict[str, str] | None = None, env_file: Path = CALCULATOR
+) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "tinker_atropos.sft.stage", "--config", str(config), "--env-file", str(env_file)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run([*argv, *flags], capture_output=True, text=True, timeout=600, env=env, check=False)
 
@@ -101,3 +103,20 @@ def test_a_preview_builds_the_set_and_trains_nothing(tiny_path, tmp_path) -> Non
     assert summary["counts"] == {"demonstrations": {"kept": 0, "refused": 3}}
     assert "under min_score 2" in summary["refused"][0]["reason"]
     assert not RunFiles(run_dir).sft_steps.exists()
+
+
+def test_hermes_trajectories_teach_the_ported_terminal_environment(tiny_path, tmp_path) -> None:
+    """The user's own ShareGPT trajectory file (examples/hermes_port/trajectories.jsonl) for the ported
+    Hermes environment: every line kept, rendered with the environment's system prompt and tools."""
+    port = ROOT / "examples" / "hermes_port"
+    sft = {"sources": ["file"], "file": str(port / "trajectories.jsonl"), "batch_size": 1}
+    # tiny-chat spends a token per character: the terminal tool's schema alone is ~6k
+    config = run_config(tmp_path / "run", tiny_path, sft, enabled_toolsets=["terminal"], max_token_length=9000)
+    done = stage(config, "--preview", env_file=port / "terminal_hello_env.py")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(RunFiles(tmp_path / "run").sft_summary.read_text())
+    assert summary["counts"] == {"file": {"kept": 5, "refused": 0}}
+    spans = summary["example"]["spans"]
+    assert not spans[0]["trained"] and "You are a helpful agent with shell access" in spans[0]["text"]
+    assert spans[1]["trained"] and '"name": "terminal"' in spans[1]["text"]
+    assert "<tool_response>" in spans[2]["text"] and not spans[2]["trained"]  # the recorded result weighs nothing

@@ -82,8 +82,17 @@ async def from_conversation(env: HermesAgentBaseEnv, conversation: Conversation)
     turns = [t.text for t in conversation.turns]
     async with task_sandboxes.task_sandbox(task_id):  # a result over the budget is saved in it, as in a rollout
         settings = env.loop_settings(task_id, replay, temperature=0.0)
-        result = await HermesAgentLoop(server=None, demonstration=turns, **settings).run(list(conversation.prompt))
+        result = await HermesAgentLoop(server=None, demonstration=turns, **settings).run(_prompt(env, conversation))
     return _example(env, "file", origin, result, len(turns))
+
+
+def _prompt(env: HermesAgentBaseEnv, conversation: Conversation) -> list[dict[str, Any]]:
+    """The conversation's opening messages; where it brings no system message of its own (a Hermes
+    trajectory's was its tool prompt, dropped), the environment's, as its rollouts have it."""
+    prompt: list[dict[str, Any]] = list(conversation.prompt)
+    if env.config.system_prompt and not any(m["role"] == "system" for m in prompt):
+        prompt.insert(0, {"role": "system", "content": env.config.system_prompt})
+    return prompt
 
 
 async def from_demonstration(env: HermesAgentBaseEnv, item: Any, origin: str, min_score: float) -> Example | Refused:
