@@ -240,16 +240,25 @@ async def test_the_trained_weights_answer_inference_and_export_as_the_engine_sam
     assert engine_replies == transformers_greedy(Path(exported["adapter"]["folder"]), GREEDY_PROMPTS)
 
 
-# --- an agentic environment, 2 steps --------------------------------------------------------------------
-async def test_an_agentic_environment_trains_on_the_engine(story: Story) -> None:
+# --- an agentic environment: a supervised stage, then 2 RL steps, on the same adapter -----------------
+async def test_an_agentic_environment_trains_its_supervised_stage_then_rl_on_the_engine(story: Story) -> None:
     client = story.client
     # tiny-chat: the tool prompt takes ~860 of its tokens (a byte each); turns of at most 64 tokens in a
     # 1024-token context keep every sample and step in one of the engine's buckets (one compile each)
     edits = {"max_token_length": 1024, "max_turn_tokens": 64, "ensure_scores_are_not_same": False}
-    await select(client, "tool_calculator", **AGENT, **edits)
+    stage = {"sources": ["demonstrations"], "items": 2, "batch_size": 2, "max_steps": 1, "learning_rate": 1e-3}
+    short = "Use the calculator."  # the whole demonstration (call, result, answer) within the 1024 tokens
+    await select(
+        client, "tool_calculator", **AGENT, **edits, demonstrations_per_group=0, sft=stage, system_prompt=short
+    )
     d = await call(client, "rl_start_training")
     d_done = await wait_for(client, d["run_id"], ended, 1500)
-    assert d_done["status"] == "completed", d_done
+    assert d_done["status"] == "completed", (d_done["error"], d_done["failure_log_tail"])
+    assert (d_done["sft"]["step"], d_done["sft"]["ended"]) == (1, "budget") and d_done["sft"]["loss"] > 0
+    files = RunFiles(Path(d["run_dir"]))
+    state = json.loads(files.sft_result.read_text())["state"]
+    assert state.startswith("tinker://"), state  # the engine's, and RL's first request loads it
+    assert f"starting from the supervised stage's state {state}" in files.log("trainer").read_text()
     assert [int(m["step"]) for m in metrics_of(d)] == [1, 2]
     assert engine_processes(), "the engine runs while the server does"
 

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _launch(cfg: RunConfig) -> int:
-    from tinker_atropos.backends.factory import BackendUnavailable, create_training_backend
+    from tinker_atropos.backends.factory import BackendUnavailable, close_backend, create_training_backend
 
     run_dir = Path(cfg.tinker.run_dir)
     stop = asyncio.Event()
@@ -78,7 +78,7 @@ async def _launch(cfg: RunConfig) -> int:
     try:
         return await _serve_and_train(cfg, training, stop, fail)
     finally:
-        await asyncio.to_thread(_close_backend, training)
+        await asyncio.to_thread(close_backend, training)
 
 
 async def _serve_and_train(
@@ -136,18 +136,6 @@ def after_supervised_stage(cfg: RunConfig) -> RunConfig:
         return cfg
     logger.info("starting from the supervised stage's state %s (%s steps)", done["state"], done.get("steps"))
     return cfg.model_copy(update={"tinker": cfg.tinker.model_copy(update={"resume_from": done["state"]})})
-
-
-def _close_backend(training: TrainingBackend) -> None:
-    """Release what the backend holds outside this process (a self-hosted Tinker engine's adapter
-    slot: TinkerTrainingClient.close). A backend without close() holds nothing there."""
-    close = getattr(training, "close", None)
-    if close is None:
-        return
-    try:
-        close()
-    except Exception:  # the run's outcome is decided already; a failed release must not change it
-        logger.exception("could not release the training backend")
 
 
 def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import logging
+
 from ..config import RunConfig
 from .base import BackendUnavailable, SamplingBackend, TrainingBackend
+
+logger = logging.getLogger(__name__)
 
 
 def create_training_backend(cfg: RunConfig) -> TrainingBackend:
@@ -48,3 +52,15 @@ def _local_base(cfg: RunConfig):
         return load_base_model(cfg.tinker.base_model, cfg.tinker.device)
     except ModelLoadError as exc:
         raise BackendUnavailable(str(exc)) from exc
+
+
+def close_backend(training: TrainingBackend) -> None:
+    """Release what the backend holds outside this process (a self-hosted Tinker engine's adapter
+    slot: TinkerTrainingClient.close). A backend without close() holds nothing there."""
+    close = getattr(training, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:  # the run's outcome is decided already; a failed release must not change it
+        logger.exception("could not release the training backend")

@@ -160,13 +160,16 @@ async def _plan(cfg: RunConfig, settings: SftSettings, examples: list[Example]) 
     plan: dict[str, Any] = {"steps": total, "batch_size": settings.batch_size, "seconds_per_step": None}
     if cfg.tinker.backend != "local":
         return {**plan, "estimate": "not timed: a Tinker service's step time is its own"}
-    from tinker_atropos.backends.factory import create_training_backend
+    from tinker_atropos.backends.factory import close_backend, create_training_backend
 
     training = await asyncio.to_thread(create_training_backend, cfg)
     batch = next(batches(examples, settings.batch_size, 1, cfg.tinker.seed))
-    clock = time.monotonic()
-    await training.forward_backward_async([example_datum(e) for e in batch], "cross_entropy")
-    per_step = round(time.monotonic() - clock, 3)
+    try:
+        clock = time.monotonic()
+        await training.forward_backward_async([example_datum(e) for e in batch], "cross_entropy")
+        per_step = round(time.monotonic() - clock, 3)
+    finally:
+        await asyncio.to_thread(close_backend, training)
     return {**plan, "seconds_per_step": per_step, "estimate": "one step timed on this machine"}
 
 
@@ -194,15 +197,32 @@ async def _train(
     stop: asyncio.Event,
     stopped: Stopped | None,
 ) -> int:
-    from tinker_atropos.backends.factory import BackendUnavailable, create_training_backend
+    from tinker_atropos.backends.factory import BackendUnavailable, close_backend, create_training_backend
 
     try:
         training = await asyncio.to_thread(create_training_backend, cfg)
-        if stopped is not None:  # adapter and optimizer as the stopped stage left them
-            await training.load_state_async(stopped.state)
-    except (BackendUnavailable, OSError, ValueError) as exc:
+    except BackendUnavailable as exc:
         logger.error("backend unavailable: %s", exc)
         return ExitCode.BACKEND
+    try:  # a self-hosted engine's adapter slot is given back however the stage ends
+        return await _steps(cfg, settings, env, examples, files, stop, stopped, training)
+    finally:
+        await asyncio.to_thread(close_backend, training)
+
+
+async def _steps(
+    cfg: RunConfig,
+    settings: SftSettings,
+    env: HermesAgentBaseEnv,
+    examples: list[Example],
+    files: RunFiles,
+    stop: asyncio.Event,
+    stopped: Stopped | None,
+    training: TrainingBackend,
+) -> int:
+    """The stage's steps between its evaluations, its state saved and indexed, sft/result.json."""
+    if stopped is not None:  # adapter and optimizer as the stopped stage left them
+        await training.load_state_async(stopped.state)
     async with served(cfg, training, env, files) as (publish, evaluate):
         total = settings.steps_for(len(examples))
         adam = types.AdamParams(learning_rate=settings.learning_rate, beta1=cfg.tinker.beta1, beta2=cfg.tinker.beta2)
