@@ -1,2 +1,3 @@
-"""The supervised stage before RL: conversations that show the policy the task and the environment's
-tool-call format, read from a file and trained on before the first RL step."""
+"""The supervised stage before RL (docs/sft.md): examples made as the environment makes a rollout,
+from its demonstrations, a teacher's filtered rollouts or the user's conversations, trained with
+cross_entropy on the run's LoRA adapter by `python -m tinker_atropos.sft.stage`."""

@@ -1,10 +1,14 @@
 """`python -m tinker_atropos.sft.stage --config run.yaml --env-file F`: a run's supervised stage, in one
 process that holds the environment (its tools, its evaluation) and the run's training backend.
 
-Top to bottom: build the supervised set (`--preview`: write what the agent is shown of it and stop)
--> load the model, serve it on the run's inference port -> evaluate the held-out items (before) ->
-cross_entropy steps, evaluating every `eval_every` and stopping early at `stop_at_tool_call_share`
--> evaluate (after) -> save the training state the RL stage starts from, and `sft/result.json`.
+Top to bottom: build the supervised set (a teacher served or asked first; `--preview`: write what
+the agent is shown of it, with one step timed, and stop) -> load the model, serve it on the run's
+inference port -> evaluate the held-out items (before) -> cross_entropy steps, evaluating every
+`eval_every` and stopping early at `stop_at_tool_call_share` -> evaluate (after) -> save the
+training state the RL stage starts from (indexed at step 0), and `sft/result.json`.
+
+A stage stopped before its end saves its state as `ended: stopped`; the resumed run's stage goes
+on from there with the same examples and order of batches.
 
 Every evaluation line carries `stage: "sft"` and `sft_step`, so the curves tell them from RL's.
 Exit codes are the trainer's (`run_files.ExitCode`); SIGTERM ends the current step, then saves.
