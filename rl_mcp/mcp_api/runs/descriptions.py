@@ -19,7 +19,9 @@ its inference server), then the environment (waits until it registers); the run 
 `running`. If a stage fails the run becomes `failed` with the stage, the exit code and the end of
 its log, and nothing of it is left running. With wait=true the call returns only once the run is
 running or has failed, reporting each stage as progress. Runs keep going when the client
-disconnects.
+disconnects. An agent environment whose `sft` section is set first trains a supervised stage
+(stage `sft`, before run-api: rl_check_status shows its step, loss and evaluations), then RL on the
+same adapter from where it ended; rl_preview_sft shows what it trains on before you start.
 
 Resume and fork: `resume_from=<run_id>` continues that (stopped, failed, lost or completed) run
 from its latest saved training state (LoRA weights + optimizer), or the one at `checkpoint_step`
@@ -28,7 +30,9 @@ run name and W&B run, steps numbered on from the state's step, the environment's
 where it was; `total_steps` may raise the number of steps. `fork=true` starts from that state
 with the session's current config instead (e.g. a lower learning_rate) and a new W&B run. The
 new run is a new run id that records its parent; its metrics hold the parent's steps up to the
-state, so results and curves cover every step once. Refused with the reason: a run that is still
+state, so results and curves cover every step once. A run stopped in its supervised stage goes
+on with it; `checkpoint_step=0` is where its stage ended (with fork=true: RL with other settings,
+the stage not trained again). Refused with the reason: a run that is still
 active, a run with no saved state, a step with no state, a state of another base model or LoRA
 rank.
 </behaviour>
