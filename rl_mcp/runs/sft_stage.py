@@ -8,6 +8,7 @@ its step, then saves what it trained). `then: stop` ends the run after it, compl
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,7 +56,11 @@ def sft_pending(config: Mapping[str, Any], files: RunFiles) -> bool:
 
 
 def sft_command(python: str, config_path: str, env_file: Path) -> list[str]:
-    return [python, "-m", "tinker_atropos.sft.stage", "--config", config_path, "--env-file", str(env_file)]
+    """The stage's command, under `setpriv --pdeathsig TERM` where util-linux has it: a server killed
+    outright (no exit code of its own runs) still ends the stage, which saves what it trained."""
+    stage = [python, "-m", "tinker_atropos.sft.stage", "--config", config_path, "--env-file", str(env_file)]
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *stage] if setpriv else stage
 
 
 async def run_sft_stage(argv: list[str], files: RunFiles, env: Mapping[str, str], timeout_s: float) -> None:
