@@ -17,10 +17,13 @@ from agent_helpers import close_env, make_env
 from test_sft_stage import free_port, run_config, stage
 from tinker import types
 
+from tinker_atropos.config import load_run_config
 from tinker_atropos.environments.tool_calculator import ToolCalculatorEnv
 from tinker_atropos.run_files import RunFiles, read_jsonl
 from tinker_atropos.sft.examples import from_demonstration
+from tinker_atropos.sft.settings import TeacherSettings
 from tinker_atropos.sft.steps import batches, sft_step
+from tinker_atropos.sft.teacher import TeacherUnavailable, teacher_server
 
 KEY = "sk-never-echoed-7f3a"
 
@@ -79,18 +82,27 @@ def refusing_endpoint() -> Iterator[str]:
     server.shutdown()
 
 
-def test_a_teacher_that_cannot_be_asked_fails_at_once_by_name(tiny_path, tmp_path, refusing_endpoint) -> None:
-    def teach(name: str, teacher: dict, **env: str):
-        sft = {"sources": ["teacher"], "teacher": teacher, "items": 1}
-        return stage(run_config(tmp_path / name, tiny_path, sft), "--preview", env=env)
+@pytest.mark.anyio
+async def test_a_teacher_that_cannot_be_asked_fails_at_once_by_name(
+    tiny_path, tmp_path, refusing_endpoint, monkeypatch
+) -> None:
+    cfg = load_run_config(run_config(tmp_path / "run", tiny_path, {"items": 1}))
+
+    async def ask(**teacher: str) -> str:
+        with pytest.raises(TeacherUnavailable) as refused:
+            async with teacher_server(cfg, TeacherSettings(model="m", **teacher)):
+                pass
+        return str(refused.value)
 
     closed = f"http://127.0.0.1:{free_port()}/v1"
-    unreachable = teach("closed", {"base_url": closed, "model": "m"})
-    assert unreachable.returncode == 2 and f"the teacher at {closed} is unreachable" in unreachable.stderr
-    refused = teach(
-        "refused", {"base_url": refusing_endpoint, "model": "m", "api_key_var": "TEACHER_KEY"}, TEACHER_KEY=KEY
-    )
-    assert refused.returncode == 2 and "refused the key (HTTP 401)" in refused.stderr
-    assert KEY not in refused.stderr
-    unset = teach("unset", {"base_url": refusing_endpoint, "model": "m", "api_key_var": "NO_SUCH_TEACHER_KEY"})
-    assert unset.returncode == 2 and "NO_SUCH_TEACHER_KEY is not set" in unset.stderr
+    assert f"the teacher at {closed} is unreachable" in await ask(base_url=closed)
+    monkeypatch.setenv("TEACHER_KEY", KEY)
+    said = await ask(base_url=refusing_endpoint, api_key_var="TEACHER_KEY")
+    assert "refused the key (HTTP 401)" in said and KEY not in said
+    assert "NO_SUCH_TEACHER_KEY is not set" in await ask(base_url=refusing_endpoint, api_key_var="NO_SUCH_TEACHER_KEY")
+
+
+def test_the_stage_fails_on_an_unreachable_teacher_with_its_config_exit_code(tiny_path, tmp_path) -> None:
+    teacher = {"base_url": f"http://127.0.0.1:{free_port()}/v1", "model": "m"}
+    done = stage(run_config(tmp_path / "run", tiny_path, {"sources": ["teacher"], "teacher": teacher}), "--preview")
+    assert done.returncode == 2 and "is unreachable" in done.stderr
