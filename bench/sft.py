@@ -30,7 +30,7 @@ from rl_mcp import interrupts
 from tinker_atropos.run_files import read_jsonl
 
 CALCULATOR_EDITS: dict[str, Any] = {"group_size": 8, "batch_size": 16, "steps_per_eval": 5, "eval_size": 16}
-STAGE: dict[str, Any] = {"items": 64, "epochs": 2, "batch_size": 8, "learning_rate": 5e-4, "min_score": 1.0}
+STAGE: dict[str, Any] = {"items": 48, "epochs": 2, "batch_size": 8, "learning_rate": 5e-4, "min_score": 1.0}
 
 
 def arm_edits(arm: str, base: dict[str, Any], teacher_adapter: Path | None) -> dict[str, Any]:
