@@ -30,8 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinker import types
-
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv
 from tinker_atropos.backends.base import TrainingBackend
 from tinker_atropos.config import ConfigError, RunConfig, load_run_config
@@ -51,6 +49,7 @@ from tinker_atropos.sft.settings import SftSettings
 from tinker_atropos.sft.steps import SftStep, batches, example_datum, sft_step
 from tinker_atropos.sft.supervised_set import NoExamples, build_set, read_examples, write_set
 from tinker_atropos.sft.teacher import TeacherUnavailable, teacher_server
+from tinker_atropos.trainer import adam_params
 from tinker_atropos.training_state import SFT_STATE_NAME, state_entry
 
 logger = logging.getLogger("tinker_atropos.sft")
@@ -134,8 +133,11 @@ async def _stage(
         async with teacher_server(cfg, settings.teacher) as server:
             taught = cfg.model_copy(update={"openai": [{**(cfg.openai[0] if cfg.openai else {}), **server}]})
             teacher_env = build_env(cls, taught)
-            await teacher_env.setup()
-            supervised = await build_set(env, settings, teacher_env)
+            try:
+                await teacher_env.setup()
+                supervised = await build_set(env, settings, teacher_env)
+            finally:
+                await close_servers(teacher_env)
     else:
         supervised = await build_set(env, settings)
     write_set(supervised, files.sft_examples, files.sft_summary, env.tokenizer)
@@ -146,6 +148,15 @@ async def _stage(
         write_set(supervised, files.sft_examples, files.sft_summary, env.tokenizer, plan)
         return ExitCode.OK
     return await _train(cfg, settings, env, examples, files, _stop_on_signal(), None)
+
+
+async def close_servers(env: HermesAgentBaseEnv) -> None:
+    """Stop an environment's server health checks and close its clients: the teacher's endpoint is
+    gone once the set is built, and its checks would retry it for the rest of the stage."""
+    for server in env.server.servers:
+        if server.check_task is not None:
+            server.check_task.cancel()
+        await server.openai.close()
 
 
 def _stop_on_signal() -> asyncio.Event:
@@ -229,7 +240,8 @@ async def _steps(
         await training.load_state_async(stopped.state)
     async with served(cfg, training, env, files) as (publish, evaluate):
         total = settings.steps_for(len(examples))
-        adam = types.AdamParams(learning_rate=settings.learning_rate, beta1=cfg.tinker.beta1, beta2=cfg.tinker.beta2)
+        # the run's Adam (betas, eps, weight decay, gradient clipping) at the stage's learning rate
+        adam = adam_params(cfg).model_copy(update={"learning_rate": settings.learning_rate})
         reason, done = "budget", stopped.steps if stopped else 0
         if stopped is None:
             await publish("sft-000000")
