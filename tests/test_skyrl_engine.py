@@ -54,6 +54,7 @@ LETTERS = {
 AGENT = {"total_steps": 2, "group_size": 2, "batch_size": 4, "eval_size": 2}
 GREEDY_PROMPTS = ["What is 12 + 7?", "What is 3 + 45?", "Say hello.", "What is 30 + 31?"]
 GREEDY_TOKENS = 12
+TIE_NATS = 0.01  # a near-tie of the top two tokens: far above float32's last bits, far below a wrong weight
 IDLE_STOP_S = 3600.0  # the story's server's: past the story (a test sets 2 s to see the engine stop)
 
 
@@ -96,8 +97,11 @@ def engine_greedy(url: str, state: str, prompts: list[str]) -> list[list[int]]:
         unload_model(url, training.model_id, 30.0)
 
 
-def transformers_greedy(adapter: Path, prompts: list[str]) -> list[list[int]]:
-    """Greedy replies of the exported PEFT adapter, loaded the way a user loads it."""
+def transformers_shortfall(adapter: Path, prompts: list[str], replies: list[list[int]]) -> list[list[float]]:
+    """For each of the engine's greedy reply tokens: how far below the exported adapter's own greedy
+    choice it is there, in nats (0: the same token), with the reply so far as the context. Two
+    frameworks' float32 sums differ in their last bits, so where the top two logits all but tie the
+    greedy choices may differ; a wrong export puts the engine's tokens far below."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -105,12 +109,13 @@ def transformers_greedy(adapter: Path, prompts: list[str]) -> list[list[int]]:
     from tinker_atropos.models.paths import model_dir
 
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir(MODEL)), adapter)
-    replies = []
-    for ids in chat_prompts(prompts):
+    out = []
+    for ids, reply in zip(chat_prompts(prompts), replies, strict=True):
         with torch.no_grad():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=GREEDY_TOKENS, do_sample=False)
-        replies.append(out[0, len(ids) :].tolist())
-    return replies
+            logprobs = torch.log_softmax(model(torch.tensor([ids + reply])).logits[0].float(), dim=-1)
+        rows = logprobs[len(ids) - 1 : len(ids) - 1 + len(reply)]
+        out.append([float(row.max() - row[token]) for row, token in zip(rows, reply, strict=True)])
+    return out
 
 
 def environ(home: Path, **extra: str) -> dict[str, str]:
@@ -232,12 +237,14 @@ async def test_the_trained_weights_answer_inference_and_export_as_the_engine_sam
         assert answer["check"]["matches"] >= answer["check"]["required"] >= 1, answer
         # B's last step: the weights of its final state
         assert answer["checkpoint_step"] == metrics_of(b)[-1]["step"], answer
-    # the exported adapter in transformers replies as the engine does, greedily, for the same weights
+    # the exported adapter in transformers replies as the engine does, greedily, for the same weights (ties aside)
     engine = story.app.engine
     assert engine is not None
     async with engine.hold() as url:
         engine_replies = await anyio.to_thread.run_sync(engine_greedy, url, b_results["final_state"], GREEDY_PROMPTS)
-    assert engine_replies == transformers_greedy(Path(exported["adapter"]["folder"]), GREEDY_PROMPTS)
+    shortfall = transformers_shortfall(Path(exported["adapter"]["folder"]), GREEDY_PROMPTS, engine_replies)
+    assert max(max(r) for r in shortfall) < TIE_NATS, shortfall  # each token the adapter's greedy one, or a tie
+    assert sum(v == 0.0 for r in shortfall for v in r) >= 0.9 * sum(map(len, shortfall)), shortfall
 
 
 # --- an agentic environment: a supervised stage, then 2 RL steps, on the same adapter -----------------
