@@ -1,6 +1,7 @@
 """The supervised stage through the MCP tools: the `sft` section edited like any field, a run that
 trains it before RL on the same adapter (progress in rl_check_status, the evaluations before and
-after in rl_get_results), and a run that ends with it."""
+after in rl_get_results) after a stop in the middle of it, a fork from its end, and a run that ends
+with it."""
 
 from __future__ import annotations
 
@@ -26,32 +27,6 @@ EDITS = {
     "demonstrations_per_group": 0,  # RL on the policy's own rollouts: the stage did the showing
 }
 SFT = {"sources": ["demonstrations"], "items": 4, "batch_size": 2, "max_steps": 2, "learning_rate": 1e-3}
-
-
-async def test_a_run_trains_its_supervised_stage_then_rl_on_the_same_adapter(rl_home: Path) -> None:
-    async with serving(environ(rl_home)) as (_, server), Client(server) as client:
-        await call(client, "rl_select_environment", name="tool_calculator")
-        for field, value in {**EDITS, "sft": SFT}.items():
-            await call(client, "rl_edit_config", field=field, value=value)
-        bad = await client.call_tool("rl_edit_config", {"field": "sft", "value": {"sources": ["file"]}})
-        assert bad.is_error and "file" in str(bad.content)
-        started = await call(client, "rl_start_training", wait=True)
-        assert started["status"] == "running", json.dumps(started)[:3000]
-        done = await wait_status(client, started["run_id"], {"completed", "failed", "stopped", "lost"}, 900)
-        assert done["status"] == "completed", (done["error"], done["failure_log_tail"])
-        sft = done["sft"]
-        assert (sft["step"], sft["total_steps"], sft["ended"]) == (2, 2, "budget")
-        assert sft["counts"] == {"demonstrations": {"kept": 4, "refused": 0}} and sft["loss"] > 0
-        assert [e["sft_step"] for e in sft["evals"]] == [0, 2]
-        results = await call(client, "rl_get_results", run_id=started["run_id"])
-    assert results["sft"] == sft and results["steps_completed"] == 2
-    files = RunFiles(Path(started["run_dir"]))
-    assert [m["step"] for m in read_jsonl(files.metrics)] == [1, 2]
-    assert "starting from the supervised stage's state" in files.log("trainer").read_text()
-    evals = read_jsonl(files.evals)
-    # before the stage, after it (which RL starts from: no second step-0 evaluation), then RL's own
-    assert [(e.get("stage"), e["step"]) for e in evals][:2] == [("sft", 0), ("sft", 0)]
-    assert all(e.get("stage") is None for e in evals[2:])
 
 
 async def test_a_run_whose_stage_is_all_of_it_ends_with_the_stage(rl_home: Path) -> None:
@@ -87,6 +62,8 @@ async def test_a_run_stopped_in_its_stage_resumes_there_and_a_fork_starts_rl_fro
         long_stage = {**SFT, "epochs": 100, "max_steps": 40}
         for field, value in {**EDITS, "sft": long_stage}.items():
             await call(client, "rl_edit_config", field=field, value=value)
+        bad = await client.call_tool("rl_edit_config", {"field": "sft", "value": {"sources": ["file"]}})
+        assert bad.is_error and "file" in str(bad.content)  # refused at the edit: source 'file' needs its path
         a = await call(client, "rl_start_training")
         await wait_sft_step(client, a["run_id"], 2, 600)
         stopped = await call(client, "rl_stop_training", run_id=a["run_id"])
@@ -104,6 +81,14 @@ async def test_a_run_stopped_in_its_stage_resumes_there_and_a_fork_starts_rl_fro
         assert [s["step"] for s in read_jsonl(b_files.sft_steps)] == list(range(1, 41))  # once each, in order
         assert [e["sft_step"] for e in b_done["sft"]["evals"]] == [0, 40]  # before (the parent's), after
         assert "going on with the stopped stage after step" in b_files.log("sft").read_text()
+        assert b_done["sft"]["counts"] == {"demonstrations": {"kept": 4, "refused": 0}} and b_done["sft"]["loss"] > 0
+        assert (await call(client, "rl_get_results", run_id=b["run_id"]))["sft"] == b_done["sft"]
+        assert [m["step"] for m in read_jsonl(b_files.metrics)] == [1, 2]  # RL on the same adapter, after it
+        assert "starting from the supervised stage's state" in b_files.log("trainer").read_text()
+        # before the stage, after it (which RL starts from: no second step-0 evaluation), then RL's own
+        b_evals = read_jsonl(b_files.evals)
+        assert [(e.get("stage"), e["step"]) for e in b_evals][:2] == [("sft", 0), ("sft", 0)]
+        assert all(e.get("stage") is None for e in b_evals[2:])
 
         await call(client, "rl_edit_config", field="learning_rate", value=1e-4)  # other RL settings
         c = await call(client, "rl_start_training", resume_from=b["run_id"], checkpoint_step=0, fork=True)
