@@ -39,8 +39,8 @@ from tinker_atropos.run_files import (
     atomic_write_text,
     latest_env_position,
     read_jsonl,
-    read_sft_result,
     read_training_states,
+    stopped_sft,
 )
 
 
@@ -89,14 +89,11 @@ STOPPED_STAGE = "sft-stopped"  # the state a stopped supervised stage saved (tin
 
 def stopped_stage_state(parent: RunRecord) -> TrainingState | None:
     """The state of a supervised stage stopped before its end, as a state to go on from (step 0)."""
-    done = read_sft_result(Path(parent.run_dir))
-    if not done or done.get("ended") != "stopped" or not done.get("state"):
+    stopped = stopped_sft(Path(parent.run_dir))
+    if stopped is None:
         return None
-    tinker = parent_config(parent)["tinker"]
-    identity = identity_of(tinker)
-    return TrainingState(
-        0, str(done["state"]), STOPPED_STAGE, identity.backend, identity.base_model, identity.lora_rank
-    )
+    identity = identity_of(parent_config(parent)["tinker"])
+    return TrainingState(0, stopped[1], STOPPED_STAGE, identity.backend, identity.base_model, identity.lora_rank)
 
 
 def check_fits(state: TrainingState, target: ModelIdentity, parent_id: str) -> None:

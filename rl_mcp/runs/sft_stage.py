@@ -25,9 +25,11 @@ from tinker_atropos.run_files import (
     RunFiles,
     RunResult,
     exit_meaning,
+    finished_sft_state,
     read_json_object,
     read_jsonl,
     read_sft_result,
+    stopped_sft,
 )
 
 FAILURE_TAIL_LINES = 12
@@ -51,8 +53,7 @@ def with_teacher_key(env: Mapping[str, str], config: Mapping[str, Any], environ:
 
 def sft_pending(config: Mapping[str, Any], files: RunFiles) -> bool:
     """The section is set and the stage has not ended (a stopped one goes on in a resumed run)."""
-    done = read_sft_result(files.run_dir)
-    return sft_section(config) is not None and (done is None or done.get("ended") == "stopped")
+    return sft_section(config) is not None and finished_sft_state(files.run_dir) is None
 
 
 def sft_command(python: str, config_path: str, env_file: Path) -> list[str]:
@@ -74,7 +75,7 @@ async def run_sft_stage(argv: list[str], files: RunFiles, env: Mapping[str, str]
     if code != ExitCode.OK:
         why = stage_error(log) or f"see {log}"
         raise StageError(Stage.SFT, f"{exit_meaning(code)} (exit {code}): {why}", code, SFT_STAGE)
-    if (read_sft_result(files.run_dir) or {}).get("ended") == "stopped":  # signalled by someone else than the run
+    if stopped_sft(files.run_dir) is not None:  # signalled by someone else than the run
         raise StageError(
             Stage.SFT, "the supervised stage was stopped before its end (its state is saved)", 0, SFT_STAGE
         )

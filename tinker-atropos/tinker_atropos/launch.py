@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tinker_atropos.backends.base import TrainingBackend
 from tinker_atropos.config import ConfigError, RunConfig, load_run_config
-from tinker_atropos.run_files import FINAL_CHECKPOINT_MARK, ExitCode, Outcome, RunResult, read_sft_result
+from tinker_atropos.run_files import FINAL_CHECKPOINT_MARK, ExitCode, Outcome, RunResult, finished_sft_state
 from tinker_atropos.trainer import REGISTER_TIMEOUT_S, registration_for, train
 
 logger = logging.getLogger("tinker_atropos.launch")
@@ -125,17 +125,11 @@ async def _serve_and_train(
 def after_supervised_stage(cfg: RunConfig) -> RunConfig:
     """RL starts from the state the run's supervised stage left (tinker_atropos.sft), on the same
     adapter, unless the run resumes from a state of its own."""
-    done = read_sft_result(Path(cfg.tinker.run_dir))
-    if (
-        cfg.tinker.resume_from
-        or not cfg.env.get("sft")
-        or not done
-        or not done.get("state")
-        or done.get("ended") == "stopped"
-    ):
+    state = finished_sft_state(Path(cfg.tinker.run_dir))
+    if cfg.tinker.resume_from or not cfg.env.get("sft") or state is None:
         return cfg
-    logger.info("starting from the supervised stage's state %s (%s steps)", done["state"], done.get("steps"))
-    return cfg.model_copy(update={"tinker": cfg.tinker.model_copy(update={"resume_from": done["state"]})})
+    logger.info("starting from the supervised stage's state %s", state)
+    return cfg.model_copy(update={"tinker": cfg.tinker.model_copy(update={"resume_from": state})})
 
 
 def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:

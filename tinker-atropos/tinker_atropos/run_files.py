@@ -385,6 +385,23 @@ def read_sft_result(run_dir: Path) -> dict[str, Any] | None:
     return read_json_object(RunFiles(run_dir).sft_result)
 
 
+SFT_STOPPED = "stopped"  # sft/result.json's `ended` for a stage stopped before its end
+
+
+def finished_sft_state(run_dir: Path) -> str | None:
+    """The state a supervised stage left once it ended (RL starts there); None without a stage that ended."""
+    done = read_sft_result(run_dir)
+    return str(done["state"]) if done and done.get("state") and done.get("ended") != SFT_STOPPED else None
+
+
+def stopped_sft(run_dir: Path) -> tuple[int, str] | None:
+    """(steps done, state) of a supervised stage stopped before its end: a resumed run goes on from there."""
+    done = read_sft_result(run_dir)
+    if not done or done.get("ended") != SFT_STOPPED or not done.get("state"):
+        return None
+    return int(done.get("steps") or 0), str(done["state"])
+
+
 def read_json_object(path: Path) -> dict[str, Any] | None:
     """A JSON file holding an object, or None (missing, unreadable, half-written, not an object)."""
     try:

@@ -40,7 +40,7 @@ from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext, ToolResult, select_tools
 from tinker_atropos.agent.trajectory import format_trajectory
 from tinker_atropos.environments.run_env import RunEnv
-from tinker_atropos.run_files import RunFiles, append_jsonl, read_sft_result
+from tinker_atropos.run_files import RunFiles, append_jsonl, finished_sft_state
 from tinker_atropos.sft.settings import SftSettings
 
 logger = logging.getLogger(__name__)
@@ -327,8 +327,7 @@ class HermesAgentBaseEnv(RunEnv):
     def _evaluated_by_sft(self) -> bool:
         """The run's supervised stage evaluated the weights RL starts from, as its last act."""
         run_dir = self.config.data_dir_to_save_evals
-        done = read_sft_result(Path(run_dir)) if self.config.sft and run_dir else None
-        return bool(done) and done.get("ended") != "stopped"
+        return bool(self.config.sft and run_dir and finished_sft_state(Path(run_dir)))
 
     # --- evaluation helper -----------------------------------------------------------------
 

@@ -40,8 +40,8 @@ from tinker_atropos.run_files import (
     append_jsonl,
     atomic_write_text,
     read_jsonl,
-    read_sft_result,
     read_training_states,
+    stopped_sft,
     write_training_states,
 )
 from tinker_atropos.sft.examples import Example
@@ -197,10 +197,8 @@ class Stopped:
 
 
 def stopped_stage(files: RunFiles) -> Stopped | None:
-    done = read_sft_result(files.run_dir)
-    if not done or done.get("ended") != "stopped" or not done.get("state") or not files.sft_examples.is_file():
-        return None
-    return Stopped(int(done.get("steps") or 0), str(done["state"]))
+    found = stopped_sft(files.run_dir)
+    return Stopped(*found) if found is not None and files.sft_examples.is_file() else None
 
 
 async def _train(
