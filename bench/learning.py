@@ -77,6 +77,26 @@ def training_seconds(run_dir: Path) -> float:
     return time.time() - evals[0]["time"] - sum(e["seconds"] for e in evals[1:])
 
 
+def checkout_server(home: Path, profile: str, env: dict[str, str]) -> StdioServerParameters:
+    """This checkout's server over stdio (python -m from the repository root, whatever rl-mcp is
+    installed), on `profile`, stopping its runs when it exits, its log in `home`."""
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "rl_mcp",
+            "serve",
+            "--profile",
+            profile,
+            "--stop-runs-on-exit",
+            "--log-file",
+            str(home / "server.log"),
+        ],
+        env={**env, "PYTHONPATH": f"{ROOT}:{ROOT / 'tinker-atropos'}"},
+        cwd=ROOT,
+    )
+
+
 async def train_through_mcp(
     minutes: float,
     home: Path,
@@ -89,22 +109,7 @@ async def train_through_mcp(
     """Select, edit, start and watch a run on `profile` for `minutes`, then stop it: returns its run
     directory and its final weights as a PEFT adapter folder. The minutes count from
     rl_start_training, or with `training_clock` as training_seconds counts them."""
-    # this checkout's server (python -m from the repository root), whatever rl-mcp is installed
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=[
-            "-m",
-            "rl_mcp",
-            "serve",
-            "--profile",
-            profile,
-            "--stop-runs-on-exit",
-            "--log-file",
-            str(home / "server.log"),
-        ],
-        env={**server_environment(home), "PYTHONPATH": f"{ROOT}:{ROOT / 'tinker-atropos'}"},
-        cwd=ROOT,
-    )
+    params = checkout_server(home, profile, server_environment(home))
     async with Client(params, read_timeout_seconds=900) as client:
         await call(client, "rl_select_environment", {"name": environment})
         for field, value in {**edits, "total_steps": 100_000}.items():

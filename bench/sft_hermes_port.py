@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
-from learning import ROOT, log
-from mcp import Client, StdioServerParameters
+from learning import ROOT, checkout_server, log
+from mcp import Client
 
 from rl_mcp import interrupts
 from rl_mcp.demo import call, server_environment
@@ -49,25 +48,8 @@ EDITS: dict[str, Any] = {
 
 
 async def run(steps: int, timeout_s: float, home: Path) -> dict[str, Any]:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=[
-            "-m",
-            "rl_mcp",
-            "serve",
-            "--profile",
-            "smollm2",
-            "--stop-runs-on-exit",
-            "--log-file",
-            str(home / "s.log"),
-        ],
-        env={
-            **server_environment(home, "smollm2"),
-            "RL_MCP_ENV_DIRS": str(PORT),
-            "PYTHONPATH": f"{ROOT}:{ROOT / 'tinker-atropos'}",
-        },
-        cwd=ROOT,
-    )
+    env = {**server_environment(home, "smollm2"), "RL_MCP_ENV_DIRS": str(PORT)}
+    params = checkout_server(home, "smollm2", env)
     async with Client(params, read_timeout_seconds=900) as client:
         await call(client, "rl_select_environment", {"name": "terminal_hello"})
         for field, value in {**EDITS, "total_steps": steps}.items():
