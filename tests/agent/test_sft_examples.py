@@ -1,22 +1,20 @@
 """Supervised examples are rollouts with scripted turns: a file's conversation renders to exactly
-the tokens of the same conversation sampled as a rollout, only the policy's tokens are trained,
-and cross_entropy steps on the run's adapter teach a cold model the environment's tool call."""
+the tokens of the same conversation sampled as a rollout, only the policy's tokens are trained, and a
+demonstration is kept only where the environment's reward passes."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from agent_helpers import close_env, make_env
-from tinker import types
 
 from tinker_atropos.agent.loop import PROMPT_MASK
-from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call, parse_tool_calls
+from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call
 from tinker_atropos.environments.tool_calculator import ToolCalculatorEnv
 from tinker_atropos.sft.conversations import read_conversations
 from tinker_atropos.sft.examples import Example, Refused, from_conversation, from_demonstration
-from tinker_atropos.sft.steps import batches, example_datum, sft_step
+from tinker_atropos.sft.steps import batches, example_datum
 
 pytestmark = pytest.mark.anyio
 
@@ -78,41 +76,3 @@ def test_only_the_policy_tokens_weigh_in_the_loss() -> None:
         e.origin for batch in batches([example, Example("file", "line 2", [1, 2], [1, 2], 0)], 3, 2) for e in batch
     ]
     assert sorted(drawn[:2]) == ["line 1", "line 2"] and len(drawn) == 6  # each once per epoch
-
-
-async def test_sft_steps_teach_a_cold_model_the_tool_call_on_its_items(scripted, tiny_path, tmp_path: Path) -> None:
-    """A tiny overfit run: tiny-chat never writes a call; after cross_entropy steps on two
-    demonstrations, its greedy first turn on each of their prompts is the calculator call."""
-    from tinker_atropos.backends.local import LocalTrainingClient, load_base_model
-
-    url, _ = scripted
-    env = make_env(ToolCalculatorEnv, url, tiny_path, group_size=1)
-    try:
-        await env.setup()
-        examples = [await from_demonstration(env, item, f"item {i}", 1.0) for i, item in enumerate(env.train_items[:2])]
-    finally:
-        await close_env(env)
-    assert all(isinstance(e, Example) for e in examples)
-    training = LocalTrainingClient(
-        load_base_model("tiny-chat", "cpu"), rank=8, run_dir=tmp_path, run_name="sft", seed=0
-    )
-
-    async def first_turns() -> list[str]:
-        sampler = await training.create_sampling_client_async(await training.save_weights_for_sampler_async("now"))
-        out = []
-        for e in examples:
-            prompt = e.tokens[: e.masks.index(next(m for m in e.masks if m != PROMPT_MASK))]
-            reply = await sampler.sample_async(
-                types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=120, temperature=0.0)
-            )
-            out.append(env.tokenizer.decode(reply.sequences[0].tokens, skip_special_tokens=True))
-        return out
-
-    def share_with_a_call(replies: list[str]) -> float:
-        return sum(bool(parse_tool_calls(r).calls) for r in replies) / len(replies)
-
-    assert share_with_a_call(await first_turns()) == 0.0
-    adam = types.AdamParams(learning_rate=3e-3)
-    losses = [(await sft_step(training, batch, adam)).loss for batch in batches(examples, 2, 60)]
-    assert losses[-1] < losses[0] / 5
-    assert share_with_a_call(await first_turns()) == 1.0

@@ -1,7 +1,7 @@
-"""The teacher source: an earlier run's adapter served by the product's own inference server plays
-the environment, and its rollouts are kept only where the environment's reward passes with a
-well-formed tool call, the best of each item; an endpoint that cannot be asked fails at once, by name,
-never echoing its key."""
+"""Cross_entropy steps teach a cold model the environment's tool call. That model, served by the
+product's own inference server as an earlier run's adapter, then teaches through the environment:
+its rollouts are kept only where the reward passes with a well-formed tool call, the best of each
+item. An endpoint that cannot be asked fails at once, by name, never echoing its key."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -17,10 +18,12 @@ from agent_helpers import close_env, make_env
 from test_sft_stage import free_port, run_config, stage
 from tinker import types
 
+from tinker_atropos.agent.loop import PROMPT_MASK
+from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.config import load_run_config
 from tinker_atropos.environments.tool_calculator import ToolCalculatorEnv
 from tinker_atropos.run_files import RunFiles, read_jsonl
-from tinker_atropos.sft.examples import from_demonstration
+from tinker_atropos.sft.examples import Example, from_demonstration
 from tinker_atropos.sft.settings import TeacherSettings
 from tinker_atropos.sft.steps import batches, sft_step
 from tinker_atropos.sft.teacher import TeacherUnavailable, teacher_server
@@ -28,28 +31,64 @@ from tinker_atropos.sft.teacher import TeacherUnavailable, teacher_server
 KEY = "sk-never-echoed-7f3a"
 
 
-def trained_teacher(tiny_path: Path, folder: Path) -> str:
-    """A tiny-chat adapter that learned the calculator call from two demonstrations (an 'earlier run')."""
+@dataclass
+class Taught:
+    adapter: str  # the final weights, as an earlier run leaves them
+    share_before: float  # greedy first turns on the examples' prompts that hold a call
+    share_after: float
+    losses: list[float]
+
+
+@pytest.fixture(scope="module")
+def taught(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Taught:
+    """tiny-chat, which never writes a call, after cross_entropy steps on two calculator demonstrations:
+    the overfit test's subject and the teacher test's "earlier run" (trained once for both)."""
     from tinker_atropos.backends.local import LocalTrainingClient, load_base_model
 
-    async def train() -> str:
+    async def teach() -> Taught:
         env = make_env(ToolCalculatorEnv, "http://127.0.0.1:1", tiny_path, group_size=1)
         try:
             await env.setup()
-            examples = [await from_demonstration(env, item, "i", 1.0) for item in env.train_items[:2]]
+            examples = [
+                await from_demonstration(env, item, f"item {i}", 1.0) for i, item in enumerate(env.train_items[:2])
+            ]
         finally:
             await close_env(env)
+        assert all(isinstance(e, Example) for e in examples)
+        folder = tmp_path_factory.mktemp("run-a")
         client = LocalTrainingClient(load_base_model("tiny-chat", "cpu"), rank=8, run_dir=folder, run_name="a", seed=0)
-        for batch in batches(examples, 2, 60):  # type: ignore[arg-type]
-            await sft_step(client, batch, types.AdamParams(learning_rate=3e-3))
-        return await client.save_weights_for_sampler_async("final")
 
-    return asyncio.run(train())
+        async def share_with_a_call() -> float:
+            sampler = await client.create_sampling_client_async(await client.save_weights_for_sampler_async("now"))
+            calls = 0
+            for e in examples:
+                prompt = e.tokens[: next(i for i, m in enumerate(e.masks) if m != PROMPT_MASK)]
+                reply = await sampler.sample_async(
+                    types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=120, temperature=0.0)
+                )
+                calls += bool(
+                    parse_tool_calls(env.tokenizer.decode(reply.sequences[0].tokens, skip_special_tokens=True)).calls
+                )
+            return calls / len(examples)
+
+        before = await share_with_a_call()
+        adam = types.AdamParams(learning_rate=3e-3)
+        losses = [(await sft_step(client, batch, adam)).loss for batch in batches(examples, 2, 60)]  # type: ignore[arg-type]
+        after = await share_with_a_call()
+        return Taught(await client.save_weights_for_sampler_async("final"), before, after, losses)
+
+    return asyncio.run(teach())
 
 
-def test_an_earlier_runs_adapter_teaches_through_the_environment(tiny_path, tmp_path) -> None:
-    adapter = trained_teacher(tiny_path, tmp_path / "run-a")
-    teacher = {"adapter": adapter, "samples_per_item": 2, "keep_per_item": 1, "temperature": 0.0}
+def test_sft_steps_teach_a_cold_model_the_tool_call_on_its_items(taught: Taught) -> None:
+    """A tiny overfit run: its greedy first turn on each example's prompt becomes the calculator call."""
+    assert taught.share_before == 0.0
+    assert taught.losses[-1] < taught.losses[0] / 5
+    assert taught.share_after == 1.0
+
+
+def test_an_earlier_runs_adapter_teaches_through_the_environment(taught: Taught, tiny_path, tmp_path) -> None:
+    teacher = {"adapter": taught.adapter, "samples_per_item": 2, "keep_per_item": 1, "temperature": 0.0}
     sft = {"sources": ["teacher"], "teacher": teacher, "items": 2, "min_score": 0.0}
     # a turn has room for the call (tiny-chat: a token a character)
     done = stage(run_config(tmp_path / "run-b", tiny_path, sft, max_turn_tokens=120), "--preview")
