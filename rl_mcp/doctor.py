@@ -31,7 +31,7 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     from rl_mcp.environments.packages.install import VENVS_DIR, installed
     from rl_mcp.settings import SECRET_ENV_VARS, Settings, SettingsError, unexpanded_placeholders
     from tinker_atropos.mcp_tools.servers_file import servers_path
-    from tinker_atropos.verifiers.venvs import GENERATIONS, verifiers_venvs
+    from tinker_atropos.venvs import GENERATIONS
 
     raw = dict(os.environ if environ is None else environ)
     placeholders = unexpanded_placeholders(raw)
@@ -72,7 +72,7 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
         lines.extend(engine_lines(settings))
     lines.append(f"state dir     {settings.home}")
     servers = servers_path(settings.environ, settings.home)
-    catalog = Discovery(settings.env_dirs, verifiers_venvs(settings.environ), servers).scan()
+    catalog = Discovery.for_settings(settings).scan()
     mcp = sorted(n for n, e in catalog.environments.items() if e.server)
     lines.append(f"tool servers  {servers}: {', '.join(mcp) or 'none' if servers.exists() else 'no such file'}")
     for env_dir in settings.env_dirs:

@@ -55,12 +55,14 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.mcp_tools.tasks",
     "tinker_atropos.mcp_tools.tool_policy",
     "tinker_atropos.models.paths",
+    "tinker_atropos.openenv",
+    "tinker_atropos.openenv.folder",
     "tinker_atropos.models.smollm2_wheel",
     "tinker_atropos.reply_cap",
     "tinker_atropos.request_timeouts",
     "tinker_atropos.run_files",
     "tinker_atropos.verifiers",
-    "tinker_atropos.verifiers.venvs",
+    "tinker_atropos.venvs",
     "tinker_atropos.warm_fork",
 }
 # mcp_api: one folder per tool family beside the modules the families share; server.py lists them.

@@ -30,7 +30,7 @@ from rl_mcp.environments.packages import resolve
 from rl_mcp.environments.packages.install import EnvPackages, installed, site_dirs
 from rl_mcp.mcp_api.server import build_server
 from tinker_atropos.run_files import RunFiles, read_jsonl
-from tinker_atropos.verifiers.venvs import CLASSIC, V1, Generation
+from tinker_atropos.venvs import CLASSIC, V1, Generation
 
 pytestmark = pytest.mark.anyio
 BYO = Path(__file__).parent / "byo_envs"

@@ -21,7 +21,7 @@ from mcp_types import ElicitResult
 from rl_mcp.environments.discovery import Discovery
 from rl_mcp.environments.verifiers_format import read_file, read_module
 from rl_mcp.settings import BUNDLED_ENV_DIR
-from tinker_atropos.verifiers.venvs import V1
+from tinker_atropos.venvs import V1
 
 VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
 FAKE_KEY = "tml-sentinel-never-echoed"

@@ -31,8 +31,8 @@ from rl_mcp.app import open_app
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import Settings
 from tinker_atropos.run_files import RunFiles, read_jsonl
+from tinker_atropos.venvs import CLASSIC, GENERATIONS, V1
 from tinker_atropos.verifiers.sequences import PROMPT_LOGPROB, PROMPT_MASK, from_branch, from_text, sequence
-from tinker_atropos.verifiers.venvs import CLASSIC, GENERATIONS, V1
 
 pytestmark = pytest.mark.anyio
 VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"

@@ -27,7 +27,7 @@ from test_inference_server import standalone, standalone_config, wait_healthy
 from transformers import AutoConfig, AutoTokenizer
 
 from tinker_atropos.models import ensure_model
-from tinker_atropos.verifiers.venvs import PROJECT_ROOT
+from tinker_atropos.venvs import PROJECT_ROOT
 
 V1_PYTHON = PROJECT_ROOT / ".venv-verifiers-v1" / "bin" / "python"
 CHILD = PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "verifiers" / "v1_child.py"

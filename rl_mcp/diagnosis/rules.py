@@ -18,6 +18,7 @@ from rl_mcp.diagnosis.collapse import collapse_evidence, converged
 from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, sample_replies, span_of, window
 from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.diagnosis.next_steps import edit, lower_learning_rate
+from rl_mcp.diagnosis.openenv_rules import episodes_never_done
 from rl_mcp.diagnosis.request_rules import requests_time_out
 from rl_mcp.diagnosis.sft_rules import sft_memorized, sft_taught_no_tool_calls
 from rl_mcp.diagnosis.update_rules import loss_unstable, off_policy_drift
@@ -333,6 +334,7 @@ RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
     sft_taught_no_tool_calls,
     sft_memorized,
     no_tool_calls,
+    episodes_never_done,
     no_reward_signal,
     groups_narrowing,
     reward_up_eval_flat,

@@ -8,29 +8,33 @@ one too, named by its stem (`verifiers_format.py` says which and its format). A 
 are scanned, and its environments are named by the module (a class's own `name` first); it runs once
 installed into a venv of its own (`packages/install.py`). The bundled
 `ReasoningGymEnv` also lists each reasoning-gym task as `reasoning_gym:<task>` (`reasoning_gym_format.py`);
-the bundled `McpToolsEnv` is listed as each server of the tool-servers file, `mcp:<name>` (`mcp_format.py`).
+the bundled `McpToolsEnv` is listed as each server of the tool-servers file, `mcp:<name>` (`mcp_format.py`);
+the bundled `OpenEnvEnv` as each OpenEnv folder, installed OpenEnv distribution and OpenEnv server by
+URL, `openenv:<name>` (`openenv_format.py`: an OpenEnv folder's own Python files are not scanned).
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from rl_mcp.environments import mcp_format, reasoning_gym_format, verifiers_packages
+from rl_mcp.environments import mcp_format, openenv_format, reasoning_gym_format, verifiers_packages
 from rl_mcp.environments.packages.folder import PYPROJECT, PackageFolder, read_folder
 from rl_mcp.environments.verifiers_format import ENTRY_POINT, VerifiersEnv, read_module
+from rl_mcp.settings import Settings
+from tinker_atropos.mcp_tools.servers_file import servers_path
+from tinker_atropos.venvs import OPENENV, verifiers_venvs
 
 # atroposlib's BaseEnv, and the agent base (a BaseEnv in tinker_atropos/agent, outside the env dirs).
 BASE_CLASSES = frozenset({"BaseEnv", "HermesAgentBaseEnv"})
 HERMES_BASES = frozenset({"HermesAgentBaseEnv"})
 MAX_SCAN_DEPTH = 3
 _Entries = tuple[reasoning_gym_format.TaskEntry, ...]
-EnvFormat = Literal["atropos", "hermes", "verifiers", "verifiers-v1", "reasoning-gym", "mcp"]
+EnvFormat = Literal["atropos", "hermes", "verifiers", "verifiers-v1", "reasoning-gym", "mcp", "openenv"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class EnvironmentInfo:
     module: str | None = None  # a verifiers environment installed as a package: loaded by this name
     package: PackageFolder | None = None  # an environment folder with a pyproject: installed before it runs
     server: str | None = None  # an MCP tool server (format mcp): this runs `class_name` with `mcp_server` set
+    openenv: openenv_format.OpenEnvEntry | None = None  # an OpenEnv folder or server (format openenv)
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,9 @@ def _python_files(root: Path) -> list[tuple[Path, PackageFolder | None]]:
     base_depth = len(root.parts)
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
+        if openenv_format.is_manifest_among(filenames):  # an OpenEnv folder: served, not scanned (openenv_format.py)
+            dirnames[:] = []
+            continue
         package = read_folder(here) if PYPROJECT in filenames else None
         if package is not None:  # its module's files only (its `__init__.py` included), nothing else in it
             dirnames[:] = []
@@ -177,9 +185,13 @@ class Discovery:
         env_dirs: tuple[Path, ...],
         verifiers_venvs: Mapping[str, Path] | None = None,
         tool_servers: Path | None = None,
+        openenv_servers: Path | None = None,
+        openenv_python: Path | None = None,
     ) -> None:
         self.env_dirs = env_dirs
         self.tool_servers = tool_servers  # the tool-servers file: its servers are environments mcp:<name>
+        self.openenv_servers = openenv_servers  # the OpenEnv servers file: each server by URL, openenv:<name>
+        self.openenv_python = openenv_python  # the OpenEnv venv: its installed openenv-* distributions
         # format -> the Python of its venv: the environments installed there are listed too
         self.verifiers_venvs = dict(verifiers_venvs or {})
         self._packages: tuple[tuple[tuple[str, tuple[int, ...]], ...], list[EnvironmentInfo]] = ((), [])
@@ -187,6 +199,19 @@ class Discovery:
         self._tasks: dict[
             EnvironmentInfo, tuple[tuple[reasoning_gym_format.TaskEntry, ...], list[EnvironmentInfo]]
         ] = {}
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> Discovery:
+        """What a server lists: its env dirs, the verifiers venvs' packages, the tool-servers file's
+        servers, the OpenEnv servers file's and the OpenEnv venv's distributions."""
+        environ = settings.environ
+        return cls(
+            settings.env_dirs,
+            verifiers_venvs(environ),
+            servers_path(environ, settings.home),
+            openenv_format.servers_path(environ, settings.home),
+            OPENENV.python(environ),
+        )
 
     def _scan(self, path: Path) -> _FileScan:
         st = path.stat()
@@ -204,7 +229,7 @@ class Discovery:
         hit = self._tasks.get(host)
         if hit is None or hit[0] is not entries:
             tasks = [
-                dataclasses.replace(
+                replace(
                     host,
                     name=e.name,
                     description=e.description,
@@ -217,19 +242,28 @@ class Discovery:
             hit = self._tasks[host] = (entries, tasks)
         return hit[1]
 
-    def _add_servers(
-        self, host: EnvironmentInfo, add: Callable[[EnvironmentInfo], None], errors: list[dict[str, str]]
-    ) -> None:
-        """The tool servers as environments run by `host` (an unreadable file is a scan error)."""
-        if self.tool_servers is None:
-            return
-        try:
-            entries = mcp_format.server_entries(self.tool_servers)
-        except ValueError as exc:
-            errors.append({"file": str(self.tool_servers), "error": str(exc)})
-            return
-        for e in entries:
-            add(dataclasses.replace(host, name=e.name, description=e.description, format="mcp", server=e.server))
+    def _hosted(
+        self, host: EnvironmentInfo, folders: list[Path], errors: list[dict[str, str]]
+    ) -> list[EnvironmentInfo] | None:
+        """What a host class is listed as: the tool servers (McpToolsEnv), the OpenEnv environments
+        (OpenEnvEnv); None for any other class. An unreadable file is a scan error."""
+        if mcp_format.is_host(host.file, host.class_name):
+            try:
+                servers = mcp_format.server_entries(self.tool_servers) if self.tool_servers else ()
+            except ValueError as exc:
+                errors.append({"file": str(self.tool_servers), "error": str(exc)})
+                servers = ()
+            return [
+                replace(host, name=e.name, description=e.description, format="mcp", server=e.server) for e in servers
+            ]
+        if openenv_format.is_host(host.file, host.class_name):
+            found, problems = openenv_format.entries(folders, self.openenv_python, self.openenv_servers)
+            errors += problems
+            return [
+                replace(host, name=e.name, description=e.description, format="openenv", openenv=e, package=e.package)
+                for e in found
+            ]
+        return None
 
     def _installed(self) -> list[EnvironmentInfo]:
         """The verifiers venvs' installed environments (each venv's own API generation), read again
@@ -258,10 +292,12 @@ class Discovery:
     def scan(self) -> Catalog:
         files: list[tuple[Path, Path, _FileScan, PackageFolder | None]] = []
         errors: list[dict[str, str]] = []
+        openenv_folders: list[Path] = []
         for env_dir in self.env_dirs:
             if not env_dir.is_dir():
                 errors.append({"file": str(env_dir), "error": "environment directory does not exist"})
                 continue
+            openenv_folders += openenv_format.folders_in(env_dir)
             for path, package in _python_files(env_dir):
                 try:
                     scanned = self._scan(path)
@@ -344,8 +380,10 @@ class Discovery:
                     )
                 )
             for info in sorted(found, key=lambda i: i.line):
-                if mcp_format.is_host(info.file, info.class_name):
-                    self._add_servers(info, add, errors)
+                hosted = self._hosted(info, openenv_folders, errors)
+                if hosted is not None:
+                    for each in hosted:
+                        add(each)
                     continue
                 add(info)
                 if reasoning_gym_format.is_task_host(info.file, info.class_name):

@@ -12,6 +12,7 @@ fields), cached once.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -23,8 +24,8 @@ import anyio
 
 from rl_mcp import warm_start
 from rl_mcp.children.introspect import PRODUCT_FIELDS, RESULT_MARKER
+from rl_mcp.environments import mcp_format, openenv_format
 from rl_mcp.environments.discovery import EnvironmentInfo
-from rl_mcp.environments.mcp_format import SET_BY_SERVER, run_source
 from rl_mcp.environments.missing_module import explain
 from rl_mcp.environments.packages.install import EnvPackages
 from rl_mcp.environments.reasoning_gym_format import SET_BY_TASK, task_fields
@@ -35,6 +36,7 @@ from rl_mcp.settings import PROJECT_ROOT, Settings, without_secrets
 from rl_mcp.tmpdirs import child_tmpdir
 from tinker_atropos.mcp_tools.servers_file import servers_path
 from tinker_atropos.run_files import atomic_write_text
+from tinker_atropos.venvs import OPENENV
 
 TRACEBACK_TAIL_LINES = 15
 _PRODUCT_WHAT = "the fields every run has (atroposlib's BaseEnvConfig and the training fields)"
@@ -73,7 +75,9 @@ class ConfigSchema:
     task: str | None = None  # a reasoning-gym task environment's task (its run sets `task` and `task_config`)
     # a verifiers environment's {"verifiers_file": path} or, installed, {"verifiers_module": name}: its run's
     verifiers_source: dict[str, str] | None = None
-    mcp_source: dict[str, str] | None = None  # an MCP tool server's: mcp_server, tool_servers_file, default_tasks_file
+    # what the server sets in each run of a hosted environment: an MCP tool server's mcp_server,
+    # tool_servers_file, default_tasks_file; an OpenEnv environment's folder and Python, or URL
+    host_source: dict[str, str] | None = None
 
     def field_schema(self, name: str) -> dict[str, Any]:
         """A self-contained JSON schema for one field (with the model's $defs)."""
@@ -151,7 +155,7 @@ class Introspector:
         if info.format in FORMATS:
             host = self._cached(_cache_key(VERIFIERS_HOST))
             return None if host is None else verifiers_schema(info, host, self._venv(info))
-        found = self._cached(_cache_key(info))
+        found = self._cached(_cache_key(info))  # a hosted environment's key is its host class's
         return None if found is None else self._specialized(info, found)
 
     def _specialized(self, info: EnvironmentInfo, found: ConfigSchema) -> ConfigSchema:
@@ -160,7 +164,13 @@ class Introspector:
             return task_schema(info, found)
         if info.server:
             servers = servers_path(self.settings.environ, self.settings.home)
-            return server_schema(info, found, run_source(self.settings.home, servers, info.server))
+            source = mcp_format.run_source(self.settings.home, servers, info.server)
+            return hosted_schema(info, found, source, mcp_format.SET_BY_SERVER)
+        if info.openenv is not None:
+            venv = self.packages.venv(info.package) if info.package else None
+            python = venv / "bin" / "python" if venv else OPENENV.python(self.settings.environ)
+            source = openenv_format.run_source(info.openenv.folder, info.openenv.url, str(python))
+            return hosted_schema(info, found, source, openenv_format.SET_BY_SERVER)
         return found
 
     def _cached(self, key: str) -> ConfigSchema | None:
@@ -183,7 +193,7 @@ class Introspector:
         """The config schema of `info`, from cache or a fresh child process."""
         if info.format in FORMATS:
             return verifiers_schema(info, await self._schema(VERIFIERS_HOST), self._venv(info))
-        return self._specialized(info, await self._schema(info))
+        return self._specialized(info, await self._schema(_host(info)))
 
     async def _schema(self, info: EnvironmentInfo | None) -> ConfigSchema:
         """An environment's schema (None: the product's own fields), from cache or a child process."""
@@ -298,13 +308,22 @@ def task_schema(info: EnvironmentInfo, host: ConfigSchema) -> ConfigSchema:
     )
 
 
-def server_schema(info: EnvironmentInfo, host: ConfigSchema, source: dict[str, str]) -> ConfigSchema:
-    """A tool server's fields: McpToolsEnv's, less what the server sets for each run (`source`)."""
+def _host(info: EnvironmentInfo) -> EnvironmentInfo:
+    """The class whose fields an environment has: an OpenEnv environment's are OpenEnvEnv's, read in
+    the product's venv (its folder is installed when a run or test needs it, not at a selection)."""
+    return dataclasses.replace(info, package=None, openenv=None, format="hermes") if info.openenv else info
+
+
+def hosted_schema(
+    info: EnvironmentInfo, host: ConfigSchema, source: dict[str, str], set_by_server: tuple[str, ...]
+) -> ConfigSchema:
+    """A tool server's or an OpenEnv environment's fields: its host environment's (McpToolsEnv's,
+    OpenEnvEnv's), less what the server sets for each run (`source`)."""
     return ConfigSchema(
         environment=info.name,
         config_class=host.config_class,
-        fields={n: f for n, f in host.fields.items() if n not in SET_BY_SERVER},
+        fields={n: f for n, f in host.fields.items() if n not in set_by_server},
         defs=host.defs,
         training_error=host.training_error,
-        mcp_source=source,
+        host_source=source,
     )

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rl_mcp.errors import UserError
-from tinker_atropos.verifiers.venvs import GENERATIONS, PROJECT_ROOT
+from tinker_atropos.venvs import GENERATIONS, PROJECT_ROOT
 
 VerifiersFormat = Literal["verifiers", "verifiers-v1"]
 CLASSIC: VerifiersFormat = "verifiers"

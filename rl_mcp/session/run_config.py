@@ -44,8 +44,8 @@ def render_run_config(
 
     if schema.task is not None:  # a reasoning-gym task: its generator's settings
         env.update(task=schema.task, task_config=edited("task"))
-    if schema.mcp_source is not None:  # an MCP tool server: which one, where its file and tasks are
-        env.update(**schema.mcp_source)
+    if schema.host_source is not None:  # an MCP tool server or an OpenEnv environment: which, and where
+        env.update(**schema.host_source)
     if schema.verifiers_source is not None:  # a verifiers environment: its load_environment arguments
         env.update(**schema.verifiers_source, verifiers_args=edited("verifiers"))
     env.update(

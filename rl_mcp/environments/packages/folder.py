@@ -58,9 +58,9 @@ def _candidates(folder: Path, project: str, tool: dict[str, object]) -> list[str
     return named + (own if len(own) == 1 else [])
 
 
-def read_folder(folder: Path) -> PackageFolder | None:
-    """The environment package a folder holds, or None: no pyproject.toml, no `[project]` name, or no
-    module of it found in the folder (flat layout or `src/`)."""
+def read_project(folder: Path) -> tuple[str, tuple[str, ...], dict[str, object]] | None:
+    """The folder's pyproject `[project]`: its name, its dependencies and its `[tool]` table; None
+    without a readable one."""
     try:
         data = tomllib.loads((folder / PYPROJECT).read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -69,14 +69,23 @@ def read_folder(folder: Path) -> PackageFolder | None:
     if not isinstance(project, dict) or not isinstance(project.get("name"), str):
         return None
     tool_table = data.get("tool")
-    tool: dict[str, object] = tool_table if isinstance(tool_table, dict) else {}
     deps = project.get("dependencies")
     dependencies = tuple(str(d) for d in deps) if isinstance(deps, list) else ()
-    for module in _candidates(folder, project["name"], tool):
+    return project["name"], dependencies, tool_table if isinstance(tool_table, dict) else {}
+
+
+def read_folder(folder: Path) -> PackageFolder | None:
+    """The environment package a folder holds, or None: no pyproject.toml, no `[project]` name, or no
+    module of it found in the folder (flat layout or `src/`)."""
+    project = read_project(folder)
+    if project is None:
+        return None
+    name, dependencies, tool = project
+    for module in _candidates(folder, name, tool):
         for base in (folder, folder / "src"):
             for path in (base / module, base / f"{module}.py"):
                 if (path / "__init__.py").is_file() or (path.suffix == ".py" and path.is_file()):
-                    return PackageFolder(folder, project["name"], module, path, dependencies)
+                    return PackageFolder(folder, name, module, path, dependencies)
     return None
 
 

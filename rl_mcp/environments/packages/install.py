@@ -30,7 +30,7 @@ from rl_mcp.environments.missing_module import ModuleHome
 from rl_mcp.environments.packages import resolve
 from rl_mcp.environments.packages.folder import PYPROJECT, PackageFolder, content_hash, normalize, read_folder
 from rl_mcp.errors import UserError
-from tinker_atropos.verifiers.venvs import GENERATIONS
+from tinker_atropos.venvs import GENERATIONS
 
 Report = Callable[[str], Awaitable[None]]
 RECORD = "rl-mcp-install.json"

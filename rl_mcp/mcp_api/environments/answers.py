@@ -24,7 +24,8 @@ class EnvironmentSummary(BaseModel):
         description="atropos (a BaseEnv), hermes (a HermesAgentBaseEnv), reasoning-gym (one task of the "
         "reasoning-gym package, run by the bundled reasoning_gym environment), verifiers (classic "
         "`load_environment`) or verifiers-v1 (Taskset + Harness), each run in its venv; mcp: one of the "
-        "user's MCP tool servers (see `tool_servers`)"
+        "user's MCP tool servers (see `tool_servers`); openenv: an OpenEnv environment (a folder with an "
+        "openenv.yaml, served from its own venv, or a running server by URL)"
     )
 
 

@@ -31,6 +31,11 @@ FORMAT_NOTES = {
     "verifiers-v1": " It is a verifiers-v1 environment, run from its own code in the verifiers-v1 venv: "
     "the fields in section `verifiers` are its EnvConfig's; its Task's rewards score the episodes.",
     "mcp": MCP_FORMAT_NOTE + SFT_NOTE,
+    "openenv": " It is an OpenEnv environment, served from its own venv: each rollout is one episode "
+    "(reset with an item's arguments, its observation the first message; then a step per tool call, until "
+    "`done` or max_agent_turns), scored by its step rewards summed. An MCP environment offers its own tools; "
+    'a typed one offers its action as the tool `step`. `items_file` (a JSONL of {"reset": {...}}) sets the '
+    "episodes; else its own Task API, else seeds." + SFT_NOTE,
 }
 
 

@@ -288,7 +288,13 @@ class HermesAgentBaseEnv(RunEnv):
                 "tool_errors": len(result.tool_errors),
             },
         }
+        if extra := self.episode_metrics(result):
+            scored["overrides"]["env_metrics"] = extra  # each one's mean goes in the step's metrics line
         return scored, []
+
+    def episode_metrics(self, result: AgentResult) -> dict[str, float]:
+        """Figures of one rollout the run's metrics should average (default: none)."""
+        return {}
 
     async def collect_trajectories(self, item: Item) -> tuple[ScoredDataGroup | None, list[Item]]:
         """Tools resolved once per group, rollouts in parallel, one ScoredDataGroup (with the

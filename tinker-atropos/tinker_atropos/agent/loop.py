@@ -98,7 +98,7 @@ class AgentResult:
     tool_errors: list[ToolError] = field(default_factory=list)
     tool_calls: int = 0
     trace: TokenTrace | None = None
-    stop_reason: str = ""  # answered | max_turns | context | error
+    stop_reason: str = ""  # answered | max_turns | context | error | done (the environment ended the episode)
 
 
 class HermesAgentLoop:
@@ -253,7 +253,7 @@ class HermesAgentLoop:
                 return
             replies = await self._answer(parsed.calls, parsed.errors, turn + 1, result)
             result.messages += replies
-            if turn + 1 == self.max_turns:
+            if turn + 1 == self.max_turns or result.stop_reason == "done":
                 return  # the turn limit: no scaffolding for a turn that will never come
             scaffold = self.scaffold.continuation(template_history, replies, sampled)
             template_history += replies
@@ -299,6 +299,8 @@ class HermesAgentLoop:
                 result.finished_naturally, result.stop_reason = True, "answered"
                 return
             result.messages += await self._answer(calls, errors, turn + 1, result)
+            if result.stop_reason == "done":
+                return
 
     def _rebuild_trace(self, messages: list[dict[str, Any]]) -> TokenTrace:
         """Phase 1 tokens from the transcript (no sampler logprobs: not for exact training)."""
@@ -335,6 +337,8 @@ class HermesAgentLoop:
                 out = await self.tool_handler(call.name, call.arguments)
             if out.error:
                 result.tool_errors.append(ToolError(turn, call.name, args, out.content, out.content))
+            if out.ends_episode:
+                result.stop_reason = "done"
             replies.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": out.content})
         for error in errors:
             result.tool_calls += 1

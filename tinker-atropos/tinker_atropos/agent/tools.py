@@ -48,6 +48,7 @@ Handler = Callable[[Sandbox, dict[str, Any], int], Awaitable[dict[str, Any]]]
 class ToolResult:
     content: str
     error: bool = False
+    ends_episode: bool = False  # the environment said its episode is over (an OpenEnv `done`): no further turn
 
 
 def select_tools(enabled_toolsets: list[str] | None, disabled_toolsets: list[str] | None) -> list[str]:

@@ -14,7 +14,7 @@ import time
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from atroposlib.envs.base import APIServerConfig, BaseEnvConfig, ScoredDataGroup
 from atroposlib.envs.server_handling.openai_server import OpenAIServer
@@ -22,7 +22,7 @@ from pydantic import Field
 
 from tinker_atropos.environments.run_env import RunEnv
 from tinker_atropos.inference_server.holder import FINAL_LABEL
-from tinker_atropos.models.paths import TINY_CHAT, model_ref
+from tinker_atropos.models.paths import SMOLLM2, TINY_CHAT, model_ref
 from tinker_atropos.run_files import RunFiles, append_jsonl
 
 # the final eval: how often the trainer is asked whether it serves its last weights, and how long it
@@ -87,6 +87,31 @@ def local_server_defaults(max_requests: int = 16, model: str = TINY_CHAT) -> lis
             timeout=120,
         )
     ]
+
+
+C = TypeVar("C", bound=BaseEnvConfig)
+
+
+def served_tools_config(
+    config_cls: type[C], name: str, system_prompt: str, **overrides: Any
+) -> tuple[C, list[APIServerConfig]]:
+    """The defaults of an agent environment whose tools another program serves (an MCP tool server,
+    an OpenEnv server): SmolLM2, small groups, short turns, no terminal tools of its own."""
+    servers = local_server_defaults(model=SMOLLM2)
+    settings: dict[str, Any] = {
+        "wandb_name": name,
+        "tokenizer_name": servers[0].tokenizer_name,
+        "group_size": 4,
+        "batch_size": 8,
+        "max_token_length": 2048,
+        "max_agent_turns": 3,
+        "max_turn_tokens": 96,
+        "steps_per_eval": 10,
+        "use_wandb": False,
+        "terminal_backend": "local",  # no terminal tools: the per-rollout directory holds nothing
+        "system_prompt": system_prompt,
+    }
+    return config_cls(**{**settings, **overrides}), servers
 
 
 class ChatTaskEnv(RunEnv):

@@ -22,14 +22,13 @@ from tinker_atropos.agent.chat_format import ChatScaffold
 from tinker_atropos.agent.loop import AgentResult, tool_error
 from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call, new_call_id
 from tinker_atropos.agent.tools import ToolContext, ToolResult
-from tinker_atropos.environments.common import local_server_defaults
+from tinker_atropos.environments.common import served_tools_config
 from tinker_atropos.mcp_tools import checks, rollout_sessions
 from tinker_atropos.mcp_tools.judge import judge_group
 from tinker_atropos.mcp_tools.servers_file import ServerSpec, find_server
 from tinker_atropos.mcp_tools.sessions import list_tools, open_session
 from tinker_atropos.mcp_tools.tasks import Task, read_tasks, split_tasks
 from tinker_atropos.mcp_tools.tool_policy import ToolInfo, allowed_tools, refuse_unenabled
-from tinker_atropos.models.paths import SMOLLM2
 from tinker_atropos.run_files import RunFiles, append_jsonl
 
 SYSTEM_PROMPT = (
@@ -97,21 +96,7 @@ class McpToolsEnv(HermesAgentBaseEnv):
 
     @classmethod
     def config_init(cls) -> tuple[McpToolsConfig, list[APIServerConfig]]:
-        servers = local_server_defaults(model=SMOLLM2)
-        config = McpToolsConfig(
-            wandb_name=cls.name,
-            tokenizer_name=servers[0].tokenizer_name,
-            group_size=4,
-            batch_size=8,
-            max_token_length=2048,
-            max_agent_turns=3,
-            max_turn_tokens=96,
-            steps_per_eval=10,
-            use_wandb=False,
-            terminal_backend="local",  # no terminal tools: the per-rollout directory holds nothing
-            system_prompt=SYSTEM_PROMPT,
-        )
-        return config, servers
+        return served_tools_config(McpToolsConfig, cls.name, SYSTEM_PROMPT)
 
     @property
     def cfg(self) -> McpToolsConfig:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 CHECK_KINDS = ("exact", "contains", "regex", "called", "final_answer_from")
 TASK_FIELDS = {"prompt", "answer", "check", "split", "id"}
@@ -163,9 +163,18 @@ def read_tasks(path: Path) -> list[Task]:
     return parse_tasks(rows, where=f"{path} line")
 
 
-def split_tasks(tasks: Sequence[Task], eval_fraction: float, seed: int = 0) -> tuple[list[Task], list[Task]]:
-    """(train, eval): a task's own `split` first; the rest shuffled by `seed`, `eval_fraction` of
-    them held out (at least one when there are two or more and the fraction is above 0)."""
+class Splittable(Protocol):
+    @property
+    def split(self) -> str | None: ...
+
+
+S = TypeVar("S", bound=Splittable)
+
+
+def split_tasks(tasks: Sequence[S], eval_fraction: float, seed: int = 0) -> tuple[list[S], list[S]]:
+    """(train, eval) of tasks (or an OpenEnv environment's items): a task's own `split` first; the
+    rest shuffled by `seed`, `eval_fraction` of them held out (at least one when there are two or more
+    and the fraction is above 0)."""
     fixed_train = [t for t in tasks if t.split == "train"]
     fixed_eval = [t for t in tasks if t.split == "eval"]
     free = [t for t in tasks if t.split is None]

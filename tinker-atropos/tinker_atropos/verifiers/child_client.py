@@ -13,8 +13,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from tinker_atropos.venvs import Generation
 from tinker_atropos.verifiers.child_lines import KEY_VAR
-from tinker_atropos.verifiers.venvs import Generation
 
 STDERR_LINES = 40  # the child's last lines of stderr, quoted when it fails
 

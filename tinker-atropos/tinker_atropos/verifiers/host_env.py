@@ -22,9 +22,9 @@ from pydantic import Field
 
 from tinker_atropos.environments.common import ChatTaskConfig, ChatTaskEnv, Score, Task, local_server_defaults
 from tinker_atropos.models.paths import SMOLLM2
+from tinker_atropos.venvs import GENERATIONS, V1
 from tinker_atropos.verifiers.child_client import VerifiersChild
 from tinker_atropos.verifiers.sequences import Sequence, from_branch, from_text, sequence
-from tinker_atropos.verifiers.venvs import GENERATIONS, V1
 
 # verifiers' per-rollout metrics that the trainer already reports under its own names
 AGENT_METRICS = {"num_turns": "turns", "total_tool_calls": "tool_calls"}

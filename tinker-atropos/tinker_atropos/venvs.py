@@ -1,8 +1,10 @@
-"""Where the verifiers venvs are and how they are made (stdlib only: the server imports it too).
+"""Where the venvs of other formats' code are and how they are made (stdlib only: the server imports
+it too).
 
 verifiers' pins conflict with the product's (datasets, regex, openai, mcp) and with each other's
-(0.1.14 vs 0.4.0), so each API generation has a venv of its own, made by its make target; an
-environment variable points elsewhere.
+(0.1.14 vs 0.4.0), and OpenEnv's (fastmcp 3, so mcp < 2) with the product's mcp 2: each has a venv of
+its own, made by its make target; an environment variable points elsewhere. The environment process
+stays on the product's venv and runs a child on the other one (verifiers' child, OpenEnv's server).
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
 class Generation:
-    """One verifiers API generation: its format name, venv, the command that makes it, its child."""
+    """One format's generation: its format name, venv, the command that makes it, the child it runs there."""
 
     format: str
     venv_var: str
@@ -48,7 +50,7 @@ CLASSIC = Generation(
     make_command="make verifiers",
     pin="verifiers==0.1.14",
     size="about 1 minute, 700 MB",
-    child_file=Path(__file__).with_name("classic_child.py"),
+    child_file=Path(__file__).with_name("verifiers") / "classic_child.py",
 )
 V1 = Generation(
     format="verifiers-v1",
@@ -57,11 +59,20 @@ V1 = Generation(
     make_command="make verifiers-v1",
     pin="verifiers==0.4.0",
     size="about 2 minutes, 600 MB",
-    child_file=Path(__file__).with_name("v1_child.py"),
+    child_file=Path(__file__).with_name("verifiers") / "v1_child.py",
 )
-GENERATIONS = {g.format: g for g in (CLASSIC, V1)}
+OPENENV = Generation(
+    format="openenv",
+    venv_var="RL_MCP_OPENENV_VENV",
+    venv_dir=".venv-openenv",
+    make_command="make openenv",
+    pin="openenv==0.10.0",
+    size="about 1 minute, 480 MB",
+    child_file=Path(__file__).with_name("openenv") / "serve.py",
+)
+GENERATIONS = {g.format: g for g in (CLASSIC, V1, OPENENV)}
 
 
 def verifiers_venvs(environ: Mapping[str, str]) -> dict[str, Path]:
-    """Each API generation's format -> the Python of its venv (discovery lists what is installed there)."""
-    return {g.format: g.python(environ) for g in GENERATIONS.values()}
+    """Each verifiers API generation's format -> the Python of its venv (discovery lists what is installed there)."""
+    return {g.format: g.python(environ) for g in (CLASSIC, V1)}

@@ -1,0 +1,153 @@
+"""OpenEnv environments' rollouts against their real servers (served from `.venv-openenv`): a typed
+environment made by `openenv init` and an MCPEnvironment, each episode on a WebSocket session of its
+own, only the model's turns trained, the reward the episode's own; nothing left running."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+from agent_helpers import close_env, make_env
+from openenv_envs import CRASHING_ENVIRONMENT, OPENENV_VENV, SERIAL_ENVIRONMENT, items_file, mcp_env, typed_env
+
+from tinker_atropos.environments.openenv_env import OpenEnvEnv
+from tinker_atropos.openenv.folder import read_openenv_folder
+from tinker_atropos.openenv.servers import ServerFailed, start_servers, stop_all
+from tinker_atropos.openenv.wire import CapacityRefused, OpenEnvError, open_episode
+
+pytestmark = pytest.mark.anyio
+
+
+def _call(name: str, **arguments) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def openenv_servers() -> list[psutil.Process]:
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "openenv/serve.py" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("openenv")
+    return {"typed": typed_env(root), "mcp": mcp_env(root)}
+
+
+async def group_of(env: OpenEnvEnv, item: int = 0):
+    try:
+        await env.setup()
+        return (await env.collect_trajectories(env.train_items[item]))[0]
+    finally:
+        await env.close()
+        await close_env(env)
+
+
+def env_for(url: str, tiny_path: Path, folder: Path, items: Path, **overrides) -> OpenEnvEnv:
+    settings = {"group_size": 2, "eval_fraction": 0.0, "max_concurrent_sessions": 2, **overrides}
+    return make_env(OpenEnvEnv, url, tiny_path, openenv_folder=str(folder), items_file=str(items), **settings)
+
+
+async def test_a_typed_environment_pays_the_right_action_and_ends_the_episode(
+    scripted, tiny_path, folders, tmp_path
+) -> None:
+    url, sampler = scripted
+    items = items_file(tmp_path / "items.jsonl", {"reset": {"word": "drawer"}})
+    sampler.script = [_call("step", answer="reward"), "Done."]
+    env = env_for(url, tiny_path, folders["typed"], items)
+    group = await group_of(env)
+    assert group["scores"] == [1.0, 1.0] and group["overrides"][0]["correct"]
+    assert [t.name for t in env.offered] == ["step"] and env.offered[0].input_schema["required"] == ["answer"]
+    messages = group["messages"][0]
+    assert "Reverse the word 'drawer'." in messages[1]["content"]
+    assert len([m for m in messages if m["role"] == "assistant"]) == 1  # `done` ended it: no second turn
+    tokens, masks = group["tokens"][0], group["masks"][0]
+    trained = env.tokenizer.decode([t for t, m in zip(tokens, masks) if m != -100])
+    assert '"answer": "reward"' in trained and "drawer" not in trained
+
+    sampler.script = [_call("step", answer="drawer"), "Done."]  # wrong: paid nothing
+    group = await group_of(env_for(url, tiny_path, folders["typed"], items))
+    assert group["scores"] == [0.0, 0.0] and not group["overrides"][0]["correct"]
+    sampler.script = [_call("step", nope=1), "I give up."]  # not an action: the model reads why, the episode goes on
+    group = await group_of(env_for(url, tiny_path, folders["typed"], items))
+    reply = group["messages"][0][3]["content"]
+    assert group["scores"] == [0.0, 0.0] and group["overrides"][0]["tool_errors"] == 1 and "answer" in reply
+    assert openenv_servers() == []
+
+
+async def test_an_mcp_environment_offers_its_tools_and_pays_at_submit(scripted, tiny_path, folders, tmp_path) -> None:
+    url, sampler = scripted
+    items = items_file(tmp_path / "items.jsonl", {"reset": {"a": 12, "b": 11}, "prompt": "Solve it."})
+    sampler.script = [_call("multiply", a=12, b=11), _call("submit", answer=132), "Done."]
+    env = env_for(url, tiny_path, folders["mcp"], items)
+    group = await group_of(env)
+    assert {t.name for t in env.offered} == {"multiply", "submit"} and env.mcp
+    assert group["scores"] == [1.0, 1.0]
+    messages = group["messages"][0]
+    assert messages[1]["content"].startswith("Solve it.") and "What is 12 times 11?" in messages[1]["content"]
+    assert messages[3]["content"] == "132" and messages[5]["content"] == "correct"
+    assert group["overrides"][0]["turns"] == 2  # submit said done
+    sampler.script = [_call("submit", answer=131)]
+    group = await group_of(env_for(url, tiny_path, folders["mcp"], items))
+    assert group["scores"] == [0.0, 0.0]
+    assert openenv_servers() == []
+
+
+async def test_a_server_that_cannot_start_or_dies_mid_episode_is_named_with_its_output(
+    scripted, tiny_path, tmp_path
+) -> None:
+    url, sampler = scripted
+    items = items_file(tmp_path / "items.jsonl", {"reset": {"word": "drawer"}})
+    broken = typed_env(tmp_path / "broken")
+    with (broken / "server" / "app.py").open("a") as app:
+        app.write("\nraise RuntimeError('the app refuses to start')\n")
+    env = env_for(url, tiny_path, broken, items)
+    with pytest.raises(ServerFailed, match=r"exited with code 1; its output ends:(.|\n)*the app refuses to start"):
+        await env.setup()
+    await close_env(env)
+
+    sampler.script = [_call("step", answer="reward")]
+    env = env_for(url, tiny_path, typed_env(tmp_path / "crash", CRASHING_ENVIRONMENT), items, group_size=1)
+    try:
+        await env.setup()
+        with pytest.raises(OpenEnvError, match="exited with code 3"):
+            await env.rollout(env.train_items[0])
+    finally:
+        await env.close()
+        await close_env(env)
+    assert openenv_servers() == []
+
+
+async def test_a_server_by_url_and_its_capacity(scripted, tiny_path, tmp_path) -> None:
+    """The user's own server (one session: its environment cannot share one) trains by URL; a second
+    episode waits for the session, then is refused by name; a folder of it gets a server per session."""
+    url, sampler = scripted
+    folder = read_openenv_folder(typed_env(tmp_path / "serial", SERIAL_ENVIRONMENT))
+    (own,) = await start_servers(str(OPENENV_VENV / "python"), folder, 1, tmp_path, 60)
+    try:
+        items = items_file(tmp_path / "items.jsonl", {"reset": {"word": "live"}})
+        sampler.script = [_call("step", answer="evil")]
+        env = make_env(OpenEnvEnv, url, tiny_path, openenv_url=own.url, items_file=str(items), group_size=1)
+        group = await group_of(env)
+        assert group["scores"] == [1.0]
+        async with open_episode(own.url, {}, timeout_s=10, capacity_wait_s=1):
+            with pytest.raises(CapacityRefused, match=r"stayed taken for 1 s(.|\n)*max_concurrent_sessions"):
+                async with open_episode(own.url, {}, timeout_s=10, capacity_wait_s=1):
+                    pass
+    finally:
+        await stop_all([own])
+    env = env_for(url, tiny_path, folder.path, items, max_concurrent_sessions=2)
+    await env.setup()
+    try:
+        assert [s.sessions for s in env.servers] == [1, 1]
+    finally:
+        await env.close()
+        await close_env(env)
+    assert openenv_servers() == []

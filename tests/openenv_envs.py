@@ -1,0 +1,175 @@
+"""OpenEnv environments the tests build with OpenEnv's public API (`openenv init`, `Environment`,
+`MCPEnvironment`, `create_app`), served from `.venv-openenv` (`make openenv`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OPENENV_VENV = ROOT / ".venv-openenv" / "bin"
+
+REVERSE_MODELS = '''
+from openenv.core.env_server.types import Action, Observation
+from pydantic import Field
+
+
+class WordReverseAction(Action):
+    """Answer with the word spelled backwards."""
+
+    answer: str = Field(..., description="The word, reversed")
+
+
+class WordReverseObservation(Observation):
+    task: str = Field(default="", description="What to do")
+'''
+
+REVERSE_ENVIRONMENT = '''
+from typing import Any, Optional
+from uuid import uuid4
+
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import State
+
+from models import WordReverseAction, WordReverseObservation
+
+
+class WordReverseEnvironment(Environment):
+    """Reverse the word reset() was given: reward 1 for the exact reversal, else 0; one step."""
+
+    SUPPORTS_CONCURRENT_SESSIONS: bool = True
+
+    def __init__(self):
+        self._state = State(episode_id=str(uuid4()), step_count=0)
+        self._word = ""
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, word: str = "stressed", **kw: Any):
+        self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)
+        self._word = word
+        return WordReverseObservation(task=f"Reverse the word {word!r}.", done=False, reward=0.0)
+
+    def step(self, action: WordReverseAction):  # type: ignore[override]
+        self._state.step_count += 1
+        right = action.answer.strip() == self._word[::-1]
+        return WordReverseObservation(task="", done=True, reward=1.0 if right else 0.0)
+
+    @property
+    def state(self) -> State:
+        return self._state
+'''
+
+
+def typed_env(root: Path, environment: str = REVERSE_ENVIRONMENT) -> Path:
+    """`openenv init`'s template, given a real task: reverse a word, paid 1 for the exact reversal."""
+    name = "word_reverse"
+    root.mkdir(parents=True, exist_ok=True)
+    subprocess.run([str(OPENENV_VENV / "openenv"), "init", name, "-o", str(root)], check=True, capture_output=True)
+    folder = root / name
+    (folder / "models.py").write_text(REVERSE_MODELS)
+    (folder / "server" / f"{name}_environment.py").write_text(environment)
+    app = (folder / "server" / "app.py").read_text()
+    assert "WordReverseAction" in app and "WordReverseEnvironment" in app, app  # the template's own names
+    return folder
+
+
+# the same environment, its server killed by its first step (exit code 3)
+CRASHING_ENVIRONMENT = REVERSE_ENVIRONMENT.replace(
+    "        self._state.step_count += 1\n",
+    "        self._state.step_count += 1\n        import os\n        os._exit(3)\n",
+)
+# the same environment, not safe to share a server between sessions
+SERIAL_ENVIRONMENT = REVERSE_ENVIRONMENT.replace(
+    "SUPPORTS_CONCURRENT_SESSIONS: bool = True", "SUPPORTS_CONCURRENT_SESSIONS: bool = False"
+)
+
+
+MCP_ENVIRONMENT = '''
+from typing import Any, Optional
+from uuid import uuid4
+
+from fastmcp import FastMCP
+from openenv.core.env_server.mcp_environment import MCPEnvironment
+from openenv.core.env_server.mcp_types import CallToolAction
+from openenv.core.env_server.types import Observation, State
+
+
+class ProductEnvironment(MCPEnvironment):
+    """Multiply two numbers with the `multiply` tool, then `submit` the product: 1 if right, the episode ends."""
+
+    SUPPORTS_CONCURRENT_SESSIONS: bool = True
+
+    def __init__(self):
+        mcp = FastMCP("product")
+        self._a, self._b, self._paid = 0, 0, 0.0
+
+        @mcp.tool
+        def multiply(a: int, b: int) -> int:
+            """The product of a and b."""
+            return a * b
+
+        @mcp.tool
+        def submit(answer: int) -> str:
+            """Submit the final answer."""
+            self._paid = 1.0 if answer == self._a * self._b else 0.0
+            return "correct" if self._paid else "wrong"
+
+        super().__init__(mcp)
+        self._state = State(episode_id=str(uuid4()), step_count=0)
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, a: int = 6, b: int = 7, **kw: Any):
+        self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)
+        self._a, self._b, self._paid = a, b, 0.0
+        return Observation(done=False, reward=0.0, metadata={"task": f"What is {a} times {b}? Submit the product."})
+
+    async def step_async(self, action, timeout_s=None, **kwargs):
+        observation = await super().step_async(action, timeout_s=timeout_s, **kwargs)
+        if isinstance(action, CallToolAction) and action.tool_name == "submit":
+            observation.reward, observation.done = self._paid, True
+        return observation
+
+    def _step_impl(self, action, timeout_s=None, **kwargs):
+        return Observation(done=False, reward=0.0, metadata={"error": "call a tool"})
+
+    @property
+    def state(self) -> State:
+        return self._state
+'''
+
+MCP_APP = """
+from openenv.core.env_server.http_server import create_app
+from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+
+from server.product_environment import ProductEnvironment
+
+app = create_app(ProductEnvironment, CallToolAction, CallToolObservation, env_name="product")
+"""
+
+
+def mcp_env(root: Path) -> Path:
+    """An MCPEnvironment: a `multiply` tool and a `submit` tool that pays."""
+    folder = root / "product"
+    (folder / "server").mkdir(parents=True)
+    (folder / "server" / "__init__.py").write_text("")
+    (folder / "server" / "product_environment.py").write_text(MCP_ENVIRONMENT)
+    (folder / "server" / "app.py").write_text(MCP_APP)
+    (folder / "openenv.yaml").write_text("spec_version: 1\nname: product\nruntime: fastapi\napp: server.app:app\n")
+    (folder / "pyproject.toml").write_text(
+        textwrap.dedent(
+            """
+            [project]
+            name = "openenv-product"
+            version = "0.1.0"
+            dependencies = ["openenv>=0.10"]
+            [tool.setuptools]
+            packages = ["server"]
+            """
+        )
+    )
+    return folder
+
+
+def items_file(path: Path, *items: dict) -> Path:
+    path.write_text("".join(json.dumps(i) + "\n" for i in items))
+    return path
