@@ -97,11 +97,12 @@ mcp-servers: $(MCP_SERVERS)
 # OpenEnv 0.10.0 (environments as servers: docs/environments.md) in a venv of its own: it needs
 # fastmcp 3 and so mcp < 2, which the product's mcp 2 cannot share. Its servers run here (an
 # environment folder's own dependencies in a venv layered on this one); the product only talks to them.
+# reasoning-gym (the product's own pin) too: environments built on its tasks find it installed.
 OPENENV := .venv-openenv/.installed
 $(OPENENV):
 	$(PYTHON) -m venv .venv-openenv
 	.venv-openenv/bin/python -m pip install -q --upgrade pip
-	.venv-openenv/bin/python -m pip install -q "openenv==0.10.0"
+	.venv-openenv/bin/python -m pip install -q "openenv==0.10.0" "reasoning-gym==0.1.25"
 	touch $@
 
 openenv: $(OPENENV)

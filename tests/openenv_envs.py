@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,27 +146,88 @@ app = create_app(ProductEnvironment, CallToolAction, CallToolObservation, env_na
 """
 
 
-def mcp_env(root: Path) -> Path:
-    """An MCPEnvironment: a `multiply` tool and a `submit` tool that pays."""
-    folder = root / "product"
+def server_folder(root: Path, name: str, files: dict[str, str], dependencies: list[str]) -> Path:
+    """An OpenEnv folder written by hand: `server/` with `files`, its openenv.yaml and pyproject."""
+    folder = root / name
     (folder / "server").mkdir(parents=True)
     (folder / "server" / "__init__.py").write_text("")
-    (folder / "server" / "product_environment.py").write_text(MCP_ENVIRONMENT)
-    (folder / "server" / "app.py").write_text(MCP_APP)
-    (folder / "openenv.yaml").write_text("spec_version: 1\nname: product\nruntime: fastapi\napp: server.app:app\n")
+    for file, text in files.items():
+        (folder / "server" / file).write_text(text)
+    (folder / "openenv.yaml").write_text(f"spec_version: 1\nname: {name}\nruntime: fastapi\napp: server.app:app\n")
+    project = {"name": f"openenv-{name}", "version": "0.1.0", "dependencies": dependencies}
+    lines = [f"{k} = {json.dumps(v)}" for k, v in project.items()]
     (folder / "pyproject.toml").write_text(
-        textwrap.dedent(
-            """
-            [project]
-            name = "openenv-product"
-            version = "0.1.0"
-            dependencies = ["openenv>=0.10"]
-            [tool.setuptools]
-            packages = ["server"]
-            """
-        )
+        "\n".join(["[project]", *lines, "[tool.setuptools]", 'packages = ["server"]', ""])
     )
     return folder
+
+
+def mcp_env(root: Path) -> Path:
+    """An MCPEnvironment: a `multiply` tool and a `submit` tool that pays."""
+    files = {"product_environment.py": MCP_ENVIRONMENT, "app.py": MCP_APP}
+    return server_folder(root, "product", files, ["openenv>=0.10"])
+
+
+GYM_ENVIRONMENT = '''
+from typing import Any, Optional
+from uuid import uuid4
+
+import reasoning_gym
+from openenv.core.env_server.http_server import create_app
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import Action, Observation, State
+from pydantic import Field
+
+TASK = "leg_counting"
+
+
+class AnswerAction(Action):
+    answer: str = Field(..., description="Your final answer")
+
+
+class QuestionObservation(Observation):
+    question: str = Field(default="")
+
+
+class LegCountingEnvironment(Environment):
+    """reasoning-gym's leg_counting: a problem per seed, its own score_answer the reward; one step.
+    Its Task API lists the seeds of each split."""
+
+    SUPPORTS_CONCURRENT_SESSIONS: bool = True
+
+    def __init__(self):
+        self._state = State(episode_id=str(uuid4()), step_count=0)
+        self._data, self._entry = None, None
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kw: Any):
+        self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)
+        self._data = reasoning_gym.create_dataset(TASK, seed=seed or 0, size=1)
+        self._entry = self._data[0]
+        return QuestionObservation(question=self._entry["question"], done=False, reward=0.0)
+
+    def step(self, action: AnswerAction):  # type: ignore[override]
+        self._state.step_count += 1
+        score = float(self._data.score_answer(action.answer, self._entry))
+        return QuestionObservation(done=True, reward=score)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def list_splits(self):
+        return [{"name": "train", "type": "train"}, {"name": "eval", "type": "validation"}]
+
+    def list_tasks(self, split: str):
+        return [{"seed": s} for s in (range(1, 7) if split == "train" else range(100, 102))]
+
+
+app = create_app(LegCountingEnvironment, AnswerAction, QuestionObservation, env_name="leg_counting")
+'''
+
+
+def reasoning_gym_env(root: Path) -> Path:
+    """An environment whose tasks and scores are reasoning-gym's, declared as its dependency."""
+    return server_folder(root, "leg_counting", {"app.py": GYM_ENVIRONMENT}, ["openenv>=0.10", "reasoning-gym==0.1.25"])
 
 
 def items_file(path: Path, *items: dict) -> Path:

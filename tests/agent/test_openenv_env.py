@@ -16,6 +16,9 @@ from tinker_atropos.environments.openenv_env import OpenEnvEnv
 from tinker_atropos.openenv.folder import read_openenv_folder
 from tinker_atropos.openenv.servers import ServerFailed, start_servers, stop_all
 from tinker_atropos.openenv.wire import CapacityRefused, OpenEnvError, open_episode
+from tinker_atropos.sft.examples import Example, Refused
+from tinker_atropos.sft.settings import SftSettings, TeacherSettings
+from tinker_atropos.sft.teacher import teacher_examples
 
 pytestmark = pytest.mark.anyio
 
@@ -150,4 +153,30 @@ async def test_a_server_by_url_and_its_capacity(scripted, tiny_path, tmp_path) -
     finally:
         await env.close()
         await close_env(env)
+    assert openenv_servers() == []
+
+
+async def test_a_teacher_plays_the_environment_for_the_supervised_stage(scripted, tiny_path, folders, tmp_path) -> None:
+    """The [sft] stage's teacher source through an OpenEnv environment: the teacher's episodes kept
+    where the environment paid, the best of each item, as examples of the student's own tokens."""
+    url, sampler = scripted
+    items = items_file(tmp_path / "items.jsonl", {"reset": {"a": 3, "b": 5}})
+    sampler.script = [_call("multiply", a=3, b=5), _call("submit", answer=15), "Done."]
+    student, teacher = (env_for(url, tiny_path, folders["mcp"], items) for _ in range(2))
+    settings = SftSettings(
+        sources=["teacher"], teacher=TeacherSettings(base_url=f"{url}/v1", model="t", samples_per_item=2), items=1
+    )
+    try:
+        await student.setup()
+        await teacher.setup()
+        made = await teacher_examples(student, teacher, settings, lambda _: None)
+    finally:
+        for env in (student, teacher):
+            await env.close()
+            await close_env(env)
+    kept = [m for m in made if isinstance(m, Example)]
+    assert len(kept) == 1 and kept[0].tool_calls == 2
+    assert [m.reason for m in made if isinstance(m, Refused)] == ["not among the best 1 of its item"]
+    trained = student.tokenizer.decode([t for t, m in zip(kept[0].tokens, kept[0].masks) if m != -100])
+    assert '"name": "submit"' in trained and "What is 3 times 5?" not in trained
     assert openenv_servers() == []

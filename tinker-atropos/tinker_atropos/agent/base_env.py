@@ -398,6 +398,10 @@ class HermesAgentBaseEnv(RunEnv):
         self._tool_error_buffer, self._agent_stats = [], []
         await super().wandb_log(metrics)
 
+    async def close(self) -> None:
+        """Release what setup() started (an environment's own servers or sessions); default: nothing.
+        A process that ends without it still takes them along (they die with it)."""
+
     # --- what a subclass implements ----------------------------------------------------------
 
     @abstractmethod

@@ -151,8 +151,10 @@ async def _stage(
 
 
 async def close_servers(env: HermesAgentBaseEnv) -> None:
-    """Stop an environment's server health checks and close its clients: the teacher's endpoint is
-    gone once the set is built, and its checks would retry it for the rest of the stage."""
+    """Stop an environment's server health checks and close its clients (the teacher's endpoint is
+    gone once the set is built, and its checks would retry it for the rest of the stage), and what
+    its setup() started (an OpenEnv server, MCP sessions)."""
+    await env.close()
     for server in env.server.servers:
         if server.check_task is not None:
             server.check_task.cancel()
