@@ -14,12 +14,14 @@ from pathlib import Path
 import psutil
 import pytest
 from mcp import Client
-from openenv_envs import items_file, mcp_env, reasoning_gym_env, server_folder, typed_env
+from openenv_envs import OPENENV_VENV, items_file, mcp_env, reasoning_gym_env, server_folder, typed_env
 from test_runs_mcp import call, environ, serving, wait_status
 from tiny_profiles import on_tiny_chat
 
 from rl_mcp.environments.discovery import Discovery
 from rl_mcp.settings import BUNDLED_ENV_DIR
+from tinker_atropos.openenv.folder import read_openenv_folder
+from tinker_atropos.openenv.servers import start_servers, stop_all
 
 pytestmark = [pytest.mark.anyio]
 # tiny-chat spends a token per character: room for the action's schema and two short turns
@@ -57,22 +59,24 @@ def env_dir(root: Path) -> Path:
     return envs
 
 
-def servers_file(root: Path) -> Path:
+def servers_file(root: Path, **own: str) -> Path:
+    """A Hub Space and a Docker image (refused here), and the user's own servers by URL."""
     path = root / "openenv-servers.json"
     servers = {
         "space": {"url": "https://huggingface.co/spaces/openenv/echo_env"},
         "image": {"docker": "registry.hf.space/openenv-echo-env:latest"},
+        **{name: {"url": url} for name, url in own.items()},
     }
     path.write_text(json.dumps({"servers": servers}))
     return path
 
 
-def serving_env(rl_home: Path) -> dict[str, str]:
+def serving_env(rl_home: Path, **own: str) -> dict[str, str]:
     root = rl_home.parent
     return environ(
         rl_home,
         RL_MCP_ENV_DIRS=str(env_dir(root)),
-        RL_MCP_OPENENV_SERVERS=str(servers_file(root)),
+        RL_MCP_OPENENV_SERVERS=str(servers_file(root, **own)),
         RL_MCP_PROFILE=str(on_tiny_chat("smollm2", root)),
     )
 
@@ -132,20 +136,26 @@ async def test_folders_are_listed_refused_with_what_to_do_or_trained_and_exporte
     assert leftover_servers() == []
 
 
-@pytest.mark.parametrize("name", ["product", "leg_counting"])
-async def test_an_mcp_environment_and_one_on_reasoning_gym_train(rl_home: Path, name: str) -> None:
-    """The MCP environment's tools offered from list_tools; reasoning-gym's problems from the
-    environment's own Task API (no items file)."""
-    async with serving(serving_env(rl_home)) as (_, server), Client(server) as client:
-        if name == "product":
-            products = items_file(
-                rl_home.parent / "products.jsonl", *({"reset": {"a": a, "b": 7}} for a in range(2, 7))
-            )
-            run = await train(client, "openenv:product", items_file=str(products))
-            assert "What is 2 times 7?" in run["trajectory"] or "times 7?" in run["trajectory"]
-        else:
-            run = await train(client, "openenv:leg_counting")
-            assert "how many legs" in run["trajectory"]
+@pytest.mark.parametrize("name", ["mine", "leg_counting"])
+async def test_a_server_by_url_and_an_environment_on_reasoning_gym_train(rl_home: Path, name: str) -> None:
+    """The MCP environment as the user's own running server, named by URL (its tools from
+    list_tools); reasoning-gym's problems from the environment's own Task API (no items file)."""
+    folder = read_openenv_folder(mcp_env(rl_home.parent))
+    own = await start_servers(str(OPENENV_VENV / "python"), folder, 4, rl_home.parent, 60) if name == "mine" else []
+    try:
+        mine = {"mine": own[0].url} if own else {}
+        async with serving(serving_env(rl_home, **mine)) as (_, server), Client(server) as client:
+            if name == "mine":
+                products = items_file(
+                    rl_home.parent / "products.jsonl", *({"reset": {"a": a, "b": 7}} for a in range(2, 7))
+                )
+                run = await train(client, "openenv:mine", items_file=str(products))
+                assert "times 7? Submit the product." in run["trajectory"]
+            else:
+                run = await train(client, "openenv:leg_counting")
+                assert "how many legs" in run["trajectory"]
+    finally:
+        await stop_all(own)
     assert leftover_servers() == []
 
 
