@@ -249,6 +249,35 @@ def test_shared_prompt_and_microbatches_give_the_whole_batch_numbers(client, bas
         torch.testing.assert_close(a["logprobs"].to_torch(), b["logprobs"].to_torch(), rtol=0, atol=lp_tol)
 
 
+def test_rows_that_only_begin_alike_share_that_beginning_with_the_whole_rows_numbers(client, base, monkeypatch) -> None:
+    """A supervised batch: one system prompt, then each example's own task (untrained), then its
+    reply. The common beginning runs once; the gradients and logprobs are those of every row run whole."""
+    from tinker_atropos.backends.local import microbatches
+
+    gen = torch.Generator().manual_seed(7)
+    prompt = base.tokenizer.encode(PROMPT)
+    data = []
+    for i in range(4):
+        task = [200 + i] * (2 + i)  # each row's own, from its first token on
+        reply = torch.randint(0, 256, (3 + i,), generator=gen).tolist()
+        data.append(_rl_datum(prompt + task + reply, len(prompt) + len(task), gen))
+    tokens = [d.model_input.to_ints() for d in data]
+    trained = [microbatches.first_trained(d.loss_fn_inputs["advantages"].tolist()) for d in data]
+    (group,) = microbatches.plan(tokens, trained, client.model.config.vocab_size)
+    assert group.prefix == len(prompt) and sorted(r for p in group.passes for r in p) == [0, 1, 2, 3]
+    shared = client.forward_backward(data, "importance_sampling")
+    got = torch.cat([p.grad.flatten() for p in client.params])
+    client.optimizer.zero_grad(set_to_none=True)
+    monkeypatch.setattr(microbatches, "MIN_SHARED_PREFIX", 10_000)  # every row run whole
+    whole = client.forward_backward(data, "importance_sampling")
+    want = torch.cat([p.grad.flatten() for p in client.params])
+    assert (got - want).norm() / want.norm() <= _grad_rel(client.model, data)
+    for a, b in zip(shared.loss_fn_outputs, whole.loss_fn_outputs):
+        torch.testing.assert_close(
+            a["logprobs"].to_torch(), b["logprobs"].to_torch(), rtol=0, atol=_lp_tol(client.model, data)
+        )
+
+
 def test_bfloat16_compute_trains_the_same_direction_within_its_precision(base, tmp_path: Path) -> None:
     """`local_compute: bfloat16` (mixed precision) gives the float32 trainer's logprobs within
     bfloat16's precision and a gradient pointing the same way; `auto` takes it only where native."""
@@ -291,6 +320,9 @@ def test_plan_shares_each_groups_prompt_and_runs_the_rest_whole() -> None:
     # A prompt alone in its batch is not worth a cache; a whole-row "prompt" keeps one token to run.
     assert plan([[*a, 1]], [10], vocab_size=256) == [PromptGroup([[0]])]
     assert plan([a, a], [10, 10], vocab_size=256) == [PromptGroup([[0, 1]], prefix=9)]
+    # Prompts that differ after a common beginning (a supervised batch): that beginning is shared.
+    tasks = [[*a, 50, 51, 1, 2], [*a, 60, 3, 4], [*a, 70, 71, 72, 5], [*b, 6]]
+    assert plan(tasks, [12, 11, 13, 12], vocab_size=256) == [PromptGroup([[0, 2, 1]], prefix=10), PromptGroup([[3]])]
     # Only the replies count against a pass's budget: a long prompt is run once for all its passes.
     long_prompt = list(range(1000))
     rows = [[*long_prompt, *range(5000, 5000 + n)] for n in (40, 30, 20, 10)]

@@ -5,8 +5,10 @@ prompt tokens. Running that prompt once per group and its KV cache under every r
 once per reply) is where most of a local step's compute goes otherwise: with a group of 8 and
 replies shorter than the prompt, it cuts the tokens of a forward/backward several times. The
 prompt runs once even when its replies take several passes (an agent's long prompt and tool
-turns): only the replies count against a pass's budget. Pure planning, no torch: the training
-client executes the plan.
+turns): only the replies count against a pass's budget. Rows whose prompts differ but begin
+alike (a supervised batch: one environment's system prompt and tool schemas, then each example's
+own task) share that common beginning the same way. Pure planning, no torch: the training client
+executes the plan.
 """
 
 from __future__ import annotations
@@ -54,9 +56,38 @@ def plan(tokens: Sequence[Sequence[int]], trained_from: Sequence[int], vocab_siz
             continue
         replies = [n - len(key) for n in lengths]
         groups.append(PromptGroup(_pack(rows, replies, budget), len(key)))
+    alone = sorted(alone)
+    for rows, prefix in _common_beginnings(alone, tokens, trained_from):
+        replies = [n - prefix for n in lengths]
+        groups.append(PromptGroup(_pack(rows, replies, budget), prefix))
+        alone = [i for i in alone if i not in rows]
     if alone:
-        groups.append(PromptGroup(_pack(sorted(alone), lengths, budget)))
+        groups.append(PromptGroup(_pack(alone, lengths, budget)))
     return groups
+
+
+def _common_beginnings(
+    rows: list[int], tokens: Sequence[Sequence[int]], trained_from: Sequence[int]
+) -> list[tuple[list[int], int]]:
+    """Rows (of those whose prompts differ) that begin with the same MIN_SHARED_PREFIX tokens, each
+    set with the length of the prefix all of its rows share before their first trained token."""
+    by_start: dict[tuple[int, ...], list[int]] = {}
+    for i in rows:
+        if min(trained_from[i], len(tokens[i]) - 1) >= MIN_SHARED_PREFIX:
+            by_start.setdefault(tuple(tokens[i][:MIN_SHARED_PREFIX]), []).append(i)
+    out = []
+    for members in by_start.values():
+        if len(members) < 2:
+            continue
+        limit = min(min(trained_from[i], len(tokens[i]) - 1) for i in members)
+        first = tokens[members[0]]
+        prefix = next(
+            (k for k in range(limit) if any(tokens[i][k] != first[k] for i in members[1:])),
+            limit,
+        )
+        if prefix >= MIN_SHARED_PREFIX:
+            out.append((members, prefix))
+    return out
 
 
 def _pack(rows: list[int], lengths: list[int], budget: int) -> list[list[int]]:
