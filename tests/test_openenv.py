@@ -185,3 +185,6 @@ def test_an_installed_openenv_distribution_is_listed_and_runs_as_installed(tmp_p
     assert info.openenv is not None and info.openenv.folder == next(
         venv.glob("lib/python3*/site-packages/installed_echo")
     )
+    # OpenEnv's own distribution carries its `openenv init` template's openenv.yaml: not an environment
+    ours = Discovery((BUNDLED_ENV_DIR,), openenv_python=OPENENV_VENV / "python").scan().environments
+    assert not [name for name in ours if name.startswith("openenv:")]

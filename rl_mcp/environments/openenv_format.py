@@ -97,7 +97,11 @@ def installed_folders(python: Path) -> list[Path]:
     """The folders of installed `openenv-*` distributions that carry an openenv.yaml (from RECORD)."""
     out = []
     for site in site_dirs(python):
-        for dist_info in sorted(site.glob("openenv[-_]*.dist-info")):
+        # `openenv_<name>-<version>.dist-info`: not OpenEnv's own (`openenv-0.10.0`, `openenv_core-0.3.0`),
+        # whose templates carry an openenv.yaml
+        for dist_info in sorted(site.glob("openenv_*.dist-info")):
+            if dist_info.name.startswith("openenv_core-"):
+                continue
             record = dist_info / "RECORD"
             lines = record.read_text().splitlines() if record.is_file() else []
             for line in lines:
