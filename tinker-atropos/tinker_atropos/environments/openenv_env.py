@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,7 +149,7 @@ class OpenEnvEnv(HermesAgentBaseEnv):
             ]
         elif cfg.openenv_folder:
             folder = read_openenv_folder(Path(cfg.openenv_folder))
-            python = cfg.openenv_python or str(OPENENV.python({}))
+            python = cfg.openenv_python or str(OPENENV.python(os.environ))
             self.servers = await served.start_servers(
                 python, folder, sessions, self._log_dir(), cfg.server_start_timeout_s
             )
@@ -198,7 +199,13 @@ class OpenEnvEnv(HermesAgentBaseEnv):
             ]
         self.mcp = False
         async with httpx.AsyncClient(timeout=self.cfg.step_timeout_s, trust_env=False) as client:
-            schema = (await client.get(f"{base}/schema")).json()["action"]
+            answer = await client.get(f"{base}/schema")
+        schema = answer.json().get("action") if answer.status_code == 200 else None
+        if not isinstance(schema, dict):
+            raise OpenEnvError(
+                f"the OpenEnv server at {base} answers neither list_tools nor /schema (HTTP {answer.status_code}): "
+                "it offers the model nothing to act with"
+            )
         return [action_tool(schema)]
 
     async def get_next_item(self) -> EpisodeItem:
