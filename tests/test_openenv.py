@@ -35,11 +35,12 @@ EDITS = {
 }
 
 
-def leftover_servers() -> list[str]:
+def leftover_servers(root: Path) -> list[str]:
+    """OpenEnv servers still running for this test's folders (another test's may run beside it)."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         line = " ".join(p.info["cmdline"] or [])
-        if "openenv/serve.py" in line and p.status() != psutil.STATUS_ZOMBIE:
+        if "openenv/serve.py" in line and str(root) in line and p.status() != psutil.STATUS_ZOMBIE:
             out.append(line)
     return out
 
@@ -133,7 +134,7 @@ async def test_folders_are_listed_refused_with_what_to_do_or_trained_and_exporte
         assert record["format"] == "openenv" and record["parent_python"].endswith(".venv-openenv/bin/python")
         exported = await call(client, "rl_export_model", run_id=run["run_id"], format="adapter")
         assert exported["check"]["matches"] >= exported["check"]["required"] >= 1, exported
-    assert leftover_servers() == []
+    assert leftover_servers(rl_home.parent) == []
 
 
 @pytest.mark.parametrize("name", ["mine", "leg_counting"])
@@ -156,7 +157,7 @@ async def test_a_server_by_url_and_an_environment_on_reasoning_gym_train(rl_home
                 assert "how many legs" in run["trajectory"]
     finally:
         await stop_all(own)
-    assert leftover_servers() == []
+    assert leftover_servers(rl_home.parent) == []
 
 
 def test_an_installed_openenv_distribution_is_listed_and_runs_as_installed(tmp_path: Path) -> None:
