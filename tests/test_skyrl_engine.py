@@ -85,7 +85,9 @@ def engine_greedy(url: str, state: str, prompts: list[str]) -> list[list[int]]:
 
     allow_missing_sequence_ids()
     service = tinker.ServiceClient(base_url=url, api_key="tml-self-hosted")
-    training = service.create_lora_training_client(base_model=MODEL, rank=16).result()
+    # created as the run's trainer creates its model (its seed), then given the state: what a state does
+    # not hold (SkyRL's trimmed checkpoints) is then the run's own, not another random draw
+    training = service.create_lora_training_client(base_model=MODEL, rank=16, seed=0).result()
     try:
         load_state_into_new_model(training, state, optimizer=False)
         sampler = training.save_weights_and_get_sampling_client("greedy-check")
