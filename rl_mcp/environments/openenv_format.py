@@ -40,10 +40,6 @@ class OpenEnvEntry:
     package: PackageFolder | None = None  # a folder to install into its layered venv before it runs
     error: str | None = None  # why it cannot run (listed, not dropped)
 
-    @property
-    def source(self) -> str:
-        return str(self.folder or self.url or "")
-
 
 def is_host(file: Path, class_name: str) -> bool:
     """Whether this class is the bundled OpenEnvEnv (listed through its sources, not by itself)."""

@@ -1,7 +1,7 @@
 """The client side of OpenEnv's `/ws` protocol, one episode per connection.
 
-The server keeps an episode's environment for the life of one WebSocket: `reset`, `step`, `state`
-and `close` frames go out as `{"type", "data"}`, and `observation`, `state` or `error` frames come
+The server keeps an episode's environment for the life of one WebSocket: `reset` and `step`
+frames go out as `{"type", "data"}` (then `close`), and `observation` or `error` frames come
 back. The HTTP `/reset` and `/step` routes build a new environment per request, so they cannot hold
 an episode. A server at capacity accepts the connection, sends a `CAPACITY_REACHED` error and closes
 it: `open_episode` waits for a free session until its deadline.
@@ -71,9 +71,9 @@ class Episode:
         self.url = url
         self.timeout_s = timeout_s
 
-    async def _ask(self, kind: str, data: dict[str, Any] | None) -> dict[str, Any]:
+    async def _ask(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         try:
-            await self._ws.send(json.dumps({"type": kind} if data is None else {"type": kind, "data": data}))
+            await self._ws.send(json.dumps({"type": kind, "data": data}))
         except ConnectionClosed:
             pass  # a server that refused the session sent why, then closed: its frame is still to be read
         try:
@@ -108,9 +108,6 @@ class Episode:
 
     async def step(self, action: dict[str, Any]) -> StepResult:
         return _step_result(await self._ask("step", action))
-
-    async def state(self) -> dict[str, Any]:
-        return await self._ask("state", None)  # a state frame carries no data
 
 
 def _step_result(body: dict[str, Any]) -> StepResult:
