@@ -5,6 +5,8 @@ own, only the model's turns trained, the reward the episode's own; nothing left 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import psutil
@@ -44,13 +46,21 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     return {"typed": typed_env(root), "mcp": mcp_env(root)}
 
 
-async def group_of(env: OpenEnvEnv, item: int = 0):
+@asynccontextmanager
+async def set_up(env: OpenEnvEnv) -> AsyncIterator[OpenEnvEnv]:
+    """The environment set up (its servers started), then closed: its servers and temporary logs gone."""
     try:
         await env.setup()
-        return (await env.collect_trajectories(env.train_items[item]))[0]
+        yield env
     finally:
         await env.close()
         await close_env(env)
+    temp_logs = getattr(env, "temp_logs", None)
+    assert temp_logs is None or not temp_logs.exists(), temp_logs
+
+
+async def group_of(env: OpenEnvEnv, item: int = 0):
+    return (await env.collect_trajectories(env.train_items[item]))[0]
 
 
 def env_for(url: str, tiny_path: Path, folder: Path, items: Path, **overrides) -> OpenEnvEnv:
@@ -63,43 +73,43 @@ async def test_a_typed_environment_pays_the_right_action_and_ends_the_episode(
 ) -> None:
     url, sampler = scripted
     items = items_file(tmp_path / "items.jsonl", {"reset": {"word": "drawer"}})
-    sampler.script = [_call("step", answer="reward"), "Done."]
-    env = env_for(url, tiny_path, folders["typed"], items)
-    group = await group_of(env)
-    assert group["scores"] == [1.0, 1.0] and group["overrides"][0]["correct"]
-    assert [t.name for t in env.offered] == ["step"] and env.offered[0].input_schema["required"] == ["answer"]
-    messages = group["messages"][0]
-    assert "Reverse the word 'drawer'." in messages[1]["content"]
-    assert len([m for m in messages if m["role"] == "assistant"]) == 1  # `done` ended it: no second turn
-    tokens, masks = group["tokens"][0], group["masks"][0]
-    trained = env.tokenizer.decode([t for t, m in zip(tokens, masks) if m != -100])
-    assert '"answer": "reward"' in trained and "drawer" not in trained
+    async with set_up(env_for(url, tiny_path, folders["typed"], items)) as env:
+        sampler.script = [_call("step", answer="reward"), "Done."]
+        group = await group_of(env)
+        assert group["scores"] == [1.0, 1.0] and group["overrides"][0]["correct"]
+        assert [t.name for t in env.offered] == ["step"] and env.offered[0].input_schema["required"] == ["answer"]
+        messages = group["messages"][0]
+        assert "Reverse the word 'drawer'." in messages[1]["content"]
+        assert len([m for m in messages if m["role"] == "assistant"]) == 1  # `done` ended it: no second turn
+        tokens, masks = group["tokens"][0], group["masks"][0]
+        trained = env.tokenizer.decode([t for t, m in zip(tokens, masks) if m != -100])
+        assert '"answer": "reward"' in trained and "drawer" not in trained
 
-    sampler.script = [_call("step", answer="drawer"), "Done."]  # wrong: paid nothing
-    group = await group_of(env_for(url, tiny_path, folders["typed"], items))
-    assert group["scores"] == [0.0, 0.0] and not group["overrides"][0]["correct"]
-    sampler.script = [_call("step", nope=1), "I give up."]  # not an action: the model reads why, the episode goes on
-    group = await group_of(env_for(url, tiny_path, folders["typed"], items))
-    reply = group["messages"][0][3]["content"]
-    assert group["scores"] == [0.0, 0.0] and group["overrides"][0]["tool_errors"] == 1 and "answer" in reply
+        sampler.script = [_call("step", answer="drawer"), "Done."]  # wrong: paid nothing
+        group = await group_of(env)
+        assert group["scores"] == [0.0, 0.0] and not group["overrides"][0]["correct"]
+        sampler.script = [_call("step", nope=1), "I give up."]  # not an action: the model reads why, it goes on
+        group = await group_of(env)
+        reply = group["messages"][0][3]["content"]
+        assert group["scores"] == [0.0, 0.0] and group["overrides"][0]["tool_errors"] == 1 and "answer" in reply
     assert openenv_servers() == []
 
 
 async def test_an_mcp_environment_offers_its_tools_and_pays_at_submit(scripted, tiny_path, folders, tmp_path) -> None:
     url, sampler = scripted
     items = items_file(tmp_path / "items.jsonl", {"reset": {"a": 12, "b": 11}, "prompt": "Solve it."})
-    sampler.script = [_call("multiply", a=12, b=11), _call("submit", answer=132), "Done."]
-    env = env_for(url, tiny_path, folders["mcp"], items)
-    group = await group_of(env)
-    assert {t.name for t in env.offered} == {"multiply", "submit"} and env.mcp
-    assert group["scores"] == [1.0, 1.0]
-    messages = group["messages"][0]
-    assert messages[1]["content"].startswith("Solve it.") and "What is 12 times 11?" in messages[1]["content"]
-    assert messages[3]["content"] == "132" and messages[5]["content"] == "correct"
-    assert group["overrides"][0]["turns"] == 2  # submit said done
-    sampler.script = [_call("submit", answer=131)]
-    group = await group_of(env_for(url, tiny_path, folders["mcp"], items))
-    assert group["scores"] == [0.0, 0.0]
+    async with set_up(env_for(url, tiny_path, folders["mcp"], items)) as env:
+        sampler.script = [_call("multiply", a=12, b=11), _call("submit", answer=132), "Done."]
+        group = await group_of(env)
+        assert {t.name for t in env.offered} == {"multiply", "submit"} and env.mcp
+        assert group["scores"] == [1.0, 1.0]
+        messages = group["messages"][0]
+        assert messages[1]["content"].startswith("Solve it.") and "What is 12 times 11?" in messages[1]["content"]
+        assert messages[3]["content"] == "132" and messages[5]["content"] == "correct"
+        assert group["overrides"][0]["turns"] == 2  # submit said done
+        sampler.script = [_call("submit", answer=131)]
+        group = await group_of(env)
+        assert group["scores"] == [0.0, 0.0]
     assert openenv_servers() == []
 
 
@@ -113,18 +123,15 @@ async def test_a_server_that_cannot_start_or_dies_mid_episode_is_named_with_its_
         app.write("\nraise RuntimeError('the app refuses to start')\n")
     env = env_for(url, tiny_path, broken, items)
     with pytest.raises(ServerFailed, match=r"exited with code 1; its output ends:(.|\n)*the app refuses to start"):
-        await env.setup()
-    await close_env(env)
+        async with set_up(env):
+            pass
+    assert not env.temp_logs.exists()  # the failure carries the log's tail: nothing is lost with the folder
 
     sampler.script = [_call("step", answer="reward")]
     env = env_for(url, tiny_path, typed_env(tmp_path / "crash", CRASHING_ENVIRONMENT), items, group_size=1)
-    try:
-        await env.setup()
+    async with set_up(env):
         with pytest.raises(OpenEnvError, match="exited with code 3"):
             await env.rollout(env.train_items[0])
-    finally:
-        await env.close()
-        await close_env(env)
     assert openenv_servers() == []
 
 
@@ -138,7 +145,8 @@ async def test_a_server_by_url_and_its_capacity(scripted, tiny_path, tmp_path) -
         items = items_file(tmp_path / "items.jsonl", {"reset": {"word": "live"}})
         sampler.script = [_call("step", answer="evil")]
         env = make_env(OpenEnvEnv, url, tiny_path, openenv_url=own.url, items_file=str(items), group_size=1)
-        group = await group_of(env)
+        async with set_up(env):
+            group = await group_of(env)
         assert group["scores"] == [1.0]
         async with open_episode(own.url, {}, timeout_s=10, capacity_wait_s=1):
             with pytest.raises(CapacityRefused, match=r"stayed taken for 1 s(.|\n)*max_concurrent_sessions"):
@@ -146,13 +154,8 @@ async def test_a_server_by_url_and_its_capacity(scripted, tiny_path, tmp_path) -
                     pass
     finally:
         await stop_all([own])
-    env = env_for(url, tiny_path, folder.path, items, max_concurrent_sessions=2)
-    await env.setup()
-    try:
+    async with set_up(env_for(url, tiny_path, folder.path, items, max_concurrent_sessions=2)) as env:
         assert [s.sessions for s in env.servers] == [1, 1]
-    finally:
-        await env.close()
-        await close_env(env)
     assert openenv_servers() == []
 
 
@@ -166,14 +169,8 @@ async def test_a_teacher_plays_the_environment_for_the_supervised_stage(scripted
     settings = SftSettings(
         sources=["teacher"], teacher=TeacherSettings(base_url=f"{url}/v1", model="t", samples_per_item=2), items=1
     )
-    try:
-        await student.setup()
-        await teacher.setup()
+    async with set_up(student), set_up(teacher):
         made = await teacher_examples(student, teacher, settings, lambda _: None)
-    finally:
-        for env in (student, teacher):
-            await env.close()
-            await close_env(env)
     kept = [m for m in made if isinstance(m, Example)]
     assert len(kept) == 1 and kept[0].tool_calls == 2
     assert [m.reason for m in made if isinstance(m, Refused)] == ["not among the best 1 of its item"]

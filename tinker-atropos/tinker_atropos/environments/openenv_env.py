@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,19 +144,22 @@ class OpenEnvEnv(HermesAgentBaseEnv):
     async def setup(self) -> None:
         cfg = self.cfg
         sessions = cfg.max_concurrent_sessions
-        if cfg.openenv_url:
-            self.servers = [
-                await served.given_server(cfg.openenv_url, cfg.openenv_url, sessions, cfg.server_start_timeout_s)
-            ]
-        elif cfg.openenv_folder:
-            folder = read_openenv_folder(Path(cfg.openenv_folder))
-            python = cfg.openenv_python or str(OPENENV.python(os.environ))
-            self.servers = await served.start_servers(
-                python, folder, sessions, self._log_dir(), cfg.server_start_timeout_s
-            )
-        else:
-            raise ValueError("openenv runs one environment: select openenv:<name> (rl_list_environments lists them)")
+        self.servers: list[served.Server] = []
         try:
+            if cfg.openenv_url:
+                self.servers = [
+                    await served.given_server(cfg.openenv_url, cfg.openenv_url, sessions, cfg.server_start_timeout_s)
+                ]
+            elif cfg.openenv_folder:
+                folder = read_openenv_folder(Path(cfg.openenv_folder))
+                python = cfg.openenv_python or str(OPENENV.python(os.environ))
+                self.servers = await served.start_servers(
+                    python, folder, sessions, self._log_dir(), cfg.server_start_timeout_s
+                )
+            else:
+                raise ValueError(
+                    "openenv runs one environment: select openenv:<name> (rl_list_environments lists them)"
+                )
             self.slots = served.Slots(self.servers)
             base = self.servers[0].url
             items = await self._items(base)
@@ -163,15 +167,18 @@ class OpenEnvEnv(HermesAgentBaseEnv):
             self.iter = 0
             self.offered = await self._discover_tools(base, items[0])
         except BaseException:
-            await served.stop_all(self.servers)
+            await self.close()
             raise
 
     def _log_dir(self) -> Path:
+        """The run's logs folder; outside a run (a test, a script) a temporary one, removed by close():
+        a server's failure carries its log's tail, so nothing is lost with the folder."""
         if self.config.data_dir_to_save_evals:
             logs = RunFiles(Path(self.config.data_dir_to_save_evals)).logs_dir
             logs.mkdir(parents=True, exist_ok=True)
             return logs
-        return Path(tempfile.mkdtemp(prefix="openenv-logs-"))
+        self.temp_logs = Path(tempfile.mkdtemp(prefix="openenv-logs-"))
+        return self.temp_logs
 
     async def _items(self, base: str) -> list[EpisodeItem]:
         if self.cfg.items_file:
@@ -279,6 +286,9 @@ class OpenEnvEnv(HermesAgentBaseEnv):
 
     async def close(self) -> None:
         await served.stop_all(getattr(self, "servers", []))
+        temp_logs: Path | None = getattr(self, "temp_logs", None)
+        if temp_logs is not None:
+            shutil.rmtree(temp_logs, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -114,13 +114,16 @@ async def start_servers(
     """Servers of `folder` with `sessions` sessions in all (one server unless the environment
     cannot share one between sessions)."""
     first = await _start_one(python, folder, sessions, log_dir, timeout_s)
-    servers = [first]
-    try:
-        more = max(0, sessions - first.sessions)
-        servers += await asyncio.gather(*(_start_one(python, folder, 1, log_dir, timeout_s) for _ in range(more)))
-    except BaseException:
+    more = max(0, sessions - first.sessions)
+    # every start ends before anything is decided: one that fails leaves none of the others running
+    started = await asyncio.gather(
+        *(_start_one(python, folder, 1, log_dir, timeout_s) for _ in range(more)), return_exceptions=True
+    )
+    servers = [first, *(s for s in started if isinstance(s, Server))]
+    failed = [s for s in started if isinstance(s, BaseException)]
+    if failed:
         await stop_all(servers)
-        raise
+        raise failed[0]
     return servers
 
 
