@@ -57,6 +57,7 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.models.paths",
     "tinker_atropos.openenv",
     "tinker_atropos.openenv.folder",
+    "tinker_atropos.owner",
     "tinker_atropos.models.smollm2_wheel",
     "tinker_atropos.reply_cap",
     "tinker_atropos.request_timeouts",

@@ -3,12 +3,13 @@ section and the run has not done it yet (a resumed run's stage is done: it start
 
 Its process (`python -m tinker_atropos.sft.stage`) holds the environment and the training backend;
 the server only starts it, waits for it, and reads its files. Stopped with the run (SIGTERM: it ends
-its step, then saves what it trained). `then: stop` ends the run after it, completed.
+its step, then saves what it trained), and with the server (it watches the server's pid, named in
+`TINKER_ATROPOS_OWNER`: forked from the warm template, its parent is the template, not the server).
+`then: stop` ends the run after it, completed.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 from rl_mcp.logs import last_error_line, tail_lines
 from rl_mcp.processes import StageError, supervised, wait_exit
 from rl_mcp.runs.vocab import Stage
+from tinker_atropos.owner import OWNER_VAR, owner_token
 from tinker_atropos.run_files import (
     SFT_STAGE,
     ExitCode,
@@ -57,11 +59,14 @@ def sft_pending(config: Mapping[str, Any], files: RunFiles) -> bool:
 
 
 def sft_command(python: str, config_path: str, env_file: Path) -> list[str]:
-    """The stage's command, under `setpriv --pdeathsig TERM` where util-linux has it: a server killed
-    outright (no exit code of its own runs) still ends the stage, which saves what it trained."""
-    stage = [python, "-m", "tinker_atropos.sft.stage", "--config", config_path, "--env-file", str(env_file)]
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM", "--", *stage] if setpriv else stage
+    """The stage's command: a module of the product's interpreter, forked from the warm template."""
+    return [python, "-m", "tinker_atropos.sft.stage", "--config", config_path, "--env-file", str(env_file)]
+
+
+def sft_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` naming this server as the stage's owner: a server killed outright (no exit code of its
+    own runs) still ends the stage, which saves what it trained."""
+    return {**env, OWNER_VAR: owner_token()}
 
 
 async def run_sft_stage(argv: list[str], files: RunFiles, env: Mapping[str, str], timeout_s: float) -> None:

@@ -25,6 +25,7 @@ from rl_mcp.processes import Child, StageError, health_ok
 from rl_mcp.runs.sft_stage import (
     run_sft_stage,
     sft_command,
+    sft_env,
     sft_pending,
     sft_section,
     with_teacher_key,
@@ -135,10 +136,14 @@ def preparations(
     """What comes before run-api, in order: the model's build when it is missing (stage `model`),
     then the self-hosted engine when the profile trains on one (stage `engine`), then the supervised
     stage when the environment's config asks for one not done yet (stage `sft`). The warm template its
-    children fork from is started first, where none is up (rl_mcp/warm_start/), and waited for last:
-    run-api, the trainer and the environment forked from it spend ~0.2 CPU s each, where started cold
+    children fork from is started first, where none is up (rl_mcp/warm_start/), and waited for before
+    the supervised stage and run-api: each process forked from it spends ~0.2 CPU s, where started cold
     beside it each spends ~4 importing what it imports anyway (a run straight after a server's start)."""
     warm_start.prepare(settings.python, settings.environ)
+
+    def warm_template() -> Awaitable[bool]:
+        return warm_start.wait_ready(settings.python, settings.environ, warm_start.READY_WAIT_S)
+
     steps: list[tuple[Stage, Callable[[], Awaitable[object]]]] = []
     if models_to_build(_config_of(rec)):
         steps.append((Stage.MODEL, lambda: build_run_models(settings, rec, timeouts.model_s)))
@@ -149,8 +154,9 @@ def preparations(
         argv = sft_command(python, rec.config_path, runnable_file(env_file))
         # it trains: the trainer's secrets, and its teacher's key where it names one; no others
         env = with_teacher_key(child_env(settings, rec, ProcessName.TRAINER), _config_of(rec), settings.environ)
-        steps.append((Stage.SFT, lambda: run_sft_stage(argv, rec.files, env, timeouts.sft_s)))
-    steps.append((Stage.API, lambda: warm_start.wait_ready(settings.python, settings.environ, warm_start.READY_WAIT_S)))
+        steps.append((Stage.SFT, warm_template))  # the stage's process forks from it too
+        steps.append((Stage.SFT, lambda: run_sft_stage(argv, rec.files, sft_env(env), timeouts.sft_s)))
+    steps.append((Stage.API, warm_template))
     return steps
 
 

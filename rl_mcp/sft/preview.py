@@ -16,7 +16,7 @@ from typing import Any
 from rl_mcp.errors import UserError
 from rl_mcp.model_build import ModelBuildError, build_models
 from rl_mcp.processes import supervised, wait_exit
-from rl_mcp.runs.sft_stage import sft_command, stage_error
+from rl_mcp.runs.sft_stage import sft_command, sft_env, stage_error
 from rl_mcp.session.run_config import write_run_config
 from tinker_atropos.run_files import SFT_STAGE, ExitCode, RunFiles, read_json_object
 
@@ -54,7 +54,7 @@ async def preview_set(req: PreviewRequest, env: Mapping[str, str], report: Repor
         raise SftPreviewError(str(exc)) from exc
     argv = [*sft_command(req.python, str(config), req.env_file), "--preview"]
     started = time.monotonic()
-    async with supervised("sft preview", argv, log_path=log, env=env, stop_grace_s=5.0) as child:
+    async with supervised("sft preview", argv, log_path=log, env=sft_env(env), stop_grace_s=5.0) as child:
         code = None
         while code is None and time.monotonic() < deadline:
             code = await wait_exit(child, min(deadline, time.monotonic() + REPORT_EVERY_S))

@@ -34,6 +34,7 @@ from tinker_atropos.agent.base_env import HermesAgentBaseEnv
 from tinker_atropos.backends.base import TrainingBackend
 from tinker_atropos.config import ConfigError, RunConfig, load_run_config
 from tinker_atropos.inference_server.serve import PortBindError
+from tinker_atropos.owner import end_with_owner
 from tinker_atropos.run_files import (
     ExitCode,
     RunFiles,
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env-class", default=None, help="the environment class, where the file has several")
     parser.add_argument("--preview", action="store_true", help="build the supervised set and stop")
     args = parser.parse_args(argv)
+    end_with_owner()  # the server that started it: as `setpriv --pdeathsig TERM` would
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpcore", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

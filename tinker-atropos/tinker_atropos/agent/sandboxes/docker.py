@@ -31,10 +31,9 @@ from tinker_atropos.agent.sandboxes.procs import (
     Limits,
     child_preexec,
     exec_bytes,
-    owner_alive,
-    process_start_ticks,
     run_bounded,
 )
+from tinker_atropos.owner import owner_alive, process_start_ticks
 
 logger = logging.getLogger(__name__)
 

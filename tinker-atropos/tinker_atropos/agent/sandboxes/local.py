@@ -32,10 +32,9 @@ from tinker_atropos.agent.sandboxes.procs import (
     child_preexec,
     kill_group,
     kill_marked,
-    owner_alive,
-    process_start_ticks,
     run_bounded,
 )
+from tinker_atropos.owner import owner_alive, process_start_ticks
 
 logger = logging.getLogger(__name__)
 # A running command's directory is measured against max_disk_bytes every DISK_POLL_S, or 20

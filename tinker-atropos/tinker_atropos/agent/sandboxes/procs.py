@@ -245,24 +245,3 @@ def kill_marked(marker: str, passes: int = 5) -> int:
         if not found:
             break
     return killed
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of `pid` in clock ticks since boot (tells a live owner from a reused pid)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def owner_alive(pid: int, start_ticks: int) -> bool:
-    if sys.platform.startswith("linux"):
-        return process_start_ticks(pid) == start_ticks
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
