@@ -60,3 +60,17 @@ def test_a_stage_whose_loss_fell_while_accuracy_did_not_rise_memorized() -> None
     assert "sft_memorized" not in by_code(diagnose(facts([], learned, env=env, sft_steps=fell)))
     barely = losses(4.0, 3.5)
     assert "sft_memorized" not in by_code(diagnose(facts([], evals, env=env, sft_steps=barely)))
+
+
+def test_a_stage_that_solved_the_held_out_items_leaves_rl_no_signal_and_says_stop_there() -> None:
+    env = {**ENV, "sft": SECTION}
+    solved = stage_evals((0.0625, 0.0), (1.0, 1.0))
+    two_steps = rows(2, groups=2)  # 4 groups reached the trainer...
+    finding = by_code(diagnose(facts(two_steps, solved, env=env, groups_scored=209)))["sft_left_no_signal"]
+    assert finding.severity == "warning" and finding.next_step.tool == "rl_stop_training"
+    assert "205 of the 209 groups" in finding.evidence[1].summary and "rl_export_model" in finding.next_step.why
+    # ...of 209 scored: the rest all-equal. Where most groups reach it, or the stage left items unsolved: silent
+    assert "sft_left_no_signal" not in by_code(diagnose(facts(two_steps, solved, env=env, groups_scored=6)))
+    assert "sft_left_no_signal" not in by_code(diagnose(facts(rows(8, groups=2), solved, env=env, groups_scored=20)))
+    halfway = stage_evals((0.0625, 0.0), (0.5, 1.0))
+    assert "sft_left_no_signal" not in by_code(diagnose(facts(two_steps, halfway, env=env, groups_scored=209)))

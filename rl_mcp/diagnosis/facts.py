@@ -30,6 +30,7 @@ class RunFacts:
     discards: Discards | None = None  # the groups its environment discarded (env_health.json)
     requests: Requests | None = None  # its environment's model requests (env_health.json)
     sft_steps: list[dict[str, Any]] = field(default_factory=list)  # its supervised stage's steps
+    groups_scored: int | None = None  # the groups its environment scored in all (env_health.json)
 
 
 def window(points: Points) -> int:

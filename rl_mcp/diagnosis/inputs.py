@@ -65,4 +65,5 @@ def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> 
         discards=health.discards if health else None,
         requests=health.requests if health else None,
         sft_steps=read_jsonl(rec.files.sft_steps),
+        groups_scored=health.groups if health else None,
     )

@@ -20,7 +20,7 @@ from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.diagnosis.next_steps import edit, lower_learning_rate
 from rl_mcp.diagnosis.openenv_rules import episodes_never_done
 from rl_mcp.diagnosis.request_rules import requests_time_out
-from rl_mcp.diagnosis.sft_rules import sft_memorized, sft_taught_no_tool_calls
+from rl_mcp.diagnosis.sft_rules import sft_left_no_signal, sft_memorized, sft_taught_no_tool_calls
 from rl_mcp.diagnosis.update_rules import loss_unstable, off_policy_drift
 from rl_mcp.runs.metrics import Points, series
 
@@ -333,6 +333,7 @@ def throughput_drop(facts: RunFacts) -> Finding | None:
 RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
     sft_taught_no_tool_calls,
     sft_memorized,
+    sft_left_no_signal,
     no_tool_calls,
     episodes_never_done,
     no_reward_signal,

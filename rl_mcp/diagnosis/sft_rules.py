@@ -7,7 +7,7 @@ from typing import Any
 
 from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.facts import RunFacts
-from rl_mcp.diagnosis.findings import Evidence, Finding
+from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.diagnosis.next_steps import edit
 
 
@@ -78,5 +78,41 @@ def sft_memorized(facts: RunFacts) -> Finding | None:
                 "sft_loss", [1, len(losses)], [losses[0], losses[-1]], f"loss {losses[0]:.3g} -> {losses[-1]:.3g}"
             ),
             Evidence("eval_accuracy", steps, accuracy, f"held-out accuracy {before} before -> {after} after"),
+        ],
+    )
+
+
+def sft_left_no_signal(facts: RunFacts) -> Finding | None:
+    """The stage already answers the held-out items, so RL's groups score alike: atroposlib drops
+    nearly every one, and each step waits for a rare group whose replies differ."""
+    ends = stage_evals(facts)
+    after = ends[1].get("eval_accuracy") if ends else None
+    scored = facts.groups_scored or 0
+    trained = sum(int(m.get("groups") or 0) for m in facts.metrics)
+    if ends is None or not isinstance(after, (int, float)) or after < t.SFT_SOLVED_ACCURACY:
+        return None
+    if scored < t.SFT_SOLVED_MIN_GROUPS or (scored - trained) / scored < t.SFT_SOLVED_DROPPED_SHARE:
+        return None
+    steps, accuracy = _points(list(ends), "eval_accuracy")
+    return Finding(
+        "sft_left_no_signal",
+        "warning",
+        "The supervised stage already answers the held-out items: RL's groups all score the same",
+        NextStep(
+            "rl_stop_training",
+            {"run_id": facts.run_id},
+            "the stage's adapter is the result: stop and export it (rl_export_model). For RL to add more, "
+            "give it items the stage does not yet solve, or replies that differ (a higher temperature, a "
+            "larger group_size) in a new run",
+        ),
+        [
+            Evidence("eval_accuracy", steps, accuracy, f"held-out accuracy {accuracy[0]} before -> {after} after"),
+            Evidence(
+                "groups",
+                [len(facts.metrics)],
+                [trained],
+                f"{scored - trained} of the {scored} groups its environment scored were dropped as all-equal; "
+                f"{trained} reached the trainer in {len(facts.metrics)} steps",
+            ),
         ],
     )
