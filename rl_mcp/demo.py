@@ -70,9 +70,26 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
     parser.add_argument("--skip-inference-test", action="store_true", help="leave out rl_test_inference (saves ~20 s)")
     parser.add_argument("--environment", default=ENVIRONMENT, help=f"environment to train (default {ENVIRONMENT})")
     parser.add_argument("--profile", default=PROFILE, help=f"operator profile of the demo's server (default {PROFILE})")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="one more rl_edit_config edit, after the demo's own (VALUE read as JSON, else as text): "
+        "--set batch_size=16",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    sets: dict[str, Any] = {}
+    for item in args.set:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--set {item!r}: expected FIELD=VALUE, e.g. --set batch_size=16")
+        try:
+            sets[name] = json.loads(raw)
+        except ValueError:
+            sets[name] = raw
     home = args.home.expanduser().resolve()
     plot = (args.plot or home / "reward_curve.png").expanduser().resolve()
     return DemoOptions(
@@ -83,7 +100,7 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
         test_inference=not args.skip_inference_test,
         environment=args.environment,
         profile=args.profile,
-        edits=dict(DEMO_EDITS) if args.environment == ENVIRONMENT else {},
+        edits={**(DEMO_EDITS if args.environment == ENVIRONMENT else {}), **sets},
     )
 
 

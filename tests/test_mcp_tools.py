@@ -17,7 +17,7 @@ from mcp_tool_servers import SERVERS_VENV, git_repo
 from test_runs_mcp import call, environ, serving, wait_status
 from tiny_profiles import on_tiny_chat
 
-from tinker_atropos.models.paths import SMOLLM2, TINY_CHAT
+from tinker_atropos.models.paths import TINY_CHAT
 
 pytestmark = [pytest.mark.anyio]
 # tiny-chat spends a token per character: room for the tool prompt and two short turns
@@ -151,13 +151,11 @@ async def test_servers_are_listed_with_their_tools_and_the_agent_writes_tasks(rl
     assert leftover_servers() == []
 
 
-# The smollm2 profile (its locked max_token_trainer_length of 4096). time runs it on tiny-chat
-# (tests/tiny_profiles.py), whose token per character puts the tool prompt past the local profile's
-# 1024; git on SmolLM2 itself: its seven tools' schemas run to thousands of characters, which at a
-# token each crowd tiny-chat's 4096 positions.
-MODELS = {"time": TINY_CHAT, "git": SMOLLM2}
-# git trains one step on SmolLM2 (25 s a step); time two, the second on the first's weights
-STEPS = {"time": 2, "git": 1}
+# The smollm2 profile (its locked max_token_trainer_length of 4096) on tiny-chat (tests/tiny_profiles.py),
+# whose token per character puts a tool prompt past the local profile's 1024. git's seven read-only
+# tools' schemas run to thousands of characters, which crowd those 4096 positions: its run offers the
+# one tool its task needs (`tools`), as a user narrows a large server to the tools a task is about.
+STEPS = {"time": 2, "git": 1}  # time's second step on the first's weights
 TRAIN_EDITS = {
     "max_turn_tokens": 48,
     "max_agent_turns": 2,
@@ -198,21 +196,21 @@ async def test_a_tool_server_environment_trains(rl_home: Path, server: str) -> N
     from tinker_atropos.models import ensure_model
     from tinker_atropos.run_files import RunFiles
 
-    model = MODELS[server]
-    profile = "smollm2" if model == SMOLLM2 else str(on_tiny_chat("smollm2", rl_home.parent))
+    profile = str(on_tiny_chat("smollm2", rl_home.parent))
     async with serving(env_of(rl_home, RL_MCP_PROFILE=profile)) as (_, mcp_server), Client(mcp_server) as client:
         tasks = demonstrated(server, rl_home.parent / "repo") * 4
         await call(client, "rl_write_mcp_tasks", server=server, tasks=tasks, eval_fraction=0.0)
         await call(client, "rl_select_environment", name=f"mcp:{server}")
-        # git's seven read-only tools' schemas take more than 1024 SmolLM2 tokens: refused with the length that fits
+        # git's seven read-only tools' schemas take more than 1024 tokens: refused with the length that fits
         if server == "git":
             await call(client, "rl_edit_config", field="max_token_length", value=1024)
             refused = (await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=300))["results"][0]
             assert refused["status"] == "failed" and "raise max_token_length to at least" in refused["error"]
-        # git's prompt on SmolLM2, time's on tiny-chat: each within the profile's 4096 with room for two turns
+        # each prompt within the profile's 4096 with room for two turns: git's with the one tool its task calls
         edits = {**TRAIN_EDITS, "demonstrations_per_group": 1, "eval_before_training": False}
-        edits["max_token_length"] = 2048 if server == "git" else 4096
-        edits["total_steps"] = STEPS[server]
+        edits |= {"max_token_length": 4096, "total_steps": STEPS[server]}
+        if server == "git":
+            edits["tools"] = ["git_branch"]
         for field, value in edits.items():
             await call(client, "rl_edit_config", field=field, value=value)
         tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=600)
@@ -227,7 +225,7 @@ async def test_a_tool_server_environment_trains(rl_home: Path, server: str) -> N
     verdicts = [json.loads(x) for x in files.verdicts.read_text().splitlines()]
     assert verdicts and all(v["reward"] == "check" and len(v["reasons"]) == len(v["scores"]) == 2 for v in verdicts)
     # the demonstrated rollout's tool result reached the model as context, never as trained tokens
-    tok = AutoTokenizer.from_pretrained(str(ensure_model(model)))
+    tok = AutoTokenizer.from_pretrained(str(ensure_model(TINY_CHAT)))
     group = json.loads(files.first_batch.read_text())["groups"][0]
     i = next(k for k, m in enumerate(group["messages"]) if any(x["role"] == "tool" for x in m))
     tokens, masks = group["tokens"][i], group["masks"][i]
