@@ -19,7 +19,7 @@ from model_tools import handle_function_call  # type: ignore[import-not-found]
 from tools import approval  # type: ignore[import-not-found]
 from tools.mcp_tool import discover_mcp_tools  # type: ignore[import-not-found]
 
-STEPS = 3
+STEPS = 2
 seen: dict[str, Any] = {}
 
 
@@ -49,7 +49,7 @@ def main() -> None:
     config = ok("mcp__rl__rl_select_environment", {"name": "letter_repeat"})["config"]
     seen["profile"] = config["profile"]["name"]
     assert seen["profile"] == "smollm2", config["profile"]  # the keyless default
-    for field, value in {"total_steps": STEPS, "group_size": 4, "batch_size": 8}.items():
+    for field, value in {"total_steps": STEPS, "group_size": 4, "batch_size": 8, "eval_size": 4}.items():
         ok("mcp__rl__rl_edit_config", {"field": field, "value": value})
 
     started = ok("mcp__rl__rl_start_training", {})

@@ -96,7 +96,7 @@ def test_hermes_trains_a_local_run_and_is_asked_before_a_paid_one(tmp_path: Path
     report = json.loads(lines[-1])
     assert report.get("ok"), json.dumps(report, indent=1) + out.stderr[-3000:]
     seen = report["seen"]
-    assert seen["status"]["status"] == "completed" and seen["results"]["steps_completed"] == 3
+    assert seen["status"]["status"] == "completed" and seen["results"]["steps_completed"] == 2
     # The unset ${TINKER_API_KEY} was treated as unset: the keyless default profile, one warning on stderr.
     assert seen["profile"] == "smollm2"
     stderr = (home / "logs" / "mcp-stderr.log").read_text(errors="replace")
