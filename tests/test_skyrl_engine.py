@@ -12,6 +12,7 @@ stopped with the server.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
@@ -97,6 +98,61 @@ def engine_greedy(url: str, state: str, prompts: list[str]) -> list[list[int]]:
         return [list(f.result().sequences[0].tokens) for f in futures]
     finally:
         unload_model(url, training.model_id, 30.0)
+
+
+def late_request_keeps_the_trained_weights(url: str) -> tuple[float, float]:
+    """Two sampler checkpoints of one model, the second after an update, each through a SlotOrder as
+    the trainer makes them; then a late request through the first one's sampler, and the state saved
+    after it: (how far that state's logprobs are from the second checkpoint's, from the first's)."""
+    import numpy as np
+    import tinker
+    from tinker import types
+
+    from tinker_atropos.backends.slot_order import SlotOrder
+    from tinker_atropos.backends.tinker_backend import TinkerSampler
+    from tinker_atropos.backends.tinker_compat import (
+        allow_missing_sequence_ids,
+        load_state_into_new_model,
+        unload_model,
+    )
+
+    allow_missing_sequence_ids()
+    service = tinker.ServiceClient(base_url=url, api_key="tml-self-hosted")
+    models = [service.create_lora_training_client(base_model=MODEL, rank=16, seed=0).result() for _ in range(2)]
+    training, fresh = models
+    ids = chat_prompts(["What is 12 + 7?"])[0]
+    probe = types.ModelInput.from_ints(ids)
+    datum = types.Datum(
+        model_input=probe,
+        loss_fn_inputs={"target_tokens": np.array(ids[1:] + ids[:1]), "weights": np.ones(len(ids), dtype=np.float32)},
+    )
+    order = SlotOrder()
+
+    async def checkpoint(name: str) -> TinkerSampler:
+        training.forward_backward([datum], "cross_entropy").result()
+        training.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+        client = training.create_sampling_client(training.save_weights_for_sampler(name).result().path)
+        order.register(client)
+        await order.load()
+        return TinkerSampler(client, order=order)
+
+    async def logprobs(sampler: TinkerSampler) -> np.ndarray:
+        return np.array((await sampler.compute_logprobs_async(probe))[1:], dtype=np.float64)
+
+    async def story() -> tuple[float, float]:
+        first = await checkpoint("late-1")
+        w1 = await logprobs(first)
+        w2 = await logprobs(await checkpoint("late-2"))
+        await logprobs(first)  # late: the environment's request made through the older sampler
+        load_state_into_new_model(fresh, training.save_state("after-late").result().path, optimizer=False)
+        ws = await logprobs(TinkerSampler(fresh.save_weights_and_get_sampling_client("late-check")))
+        return float(np.abs(ws - w2).max()), float(np.abs(ws - w1).max())
+
+    try:
+        return asyncio.run(story())
+    finally:
+        for model in models:
+            unload_model(url, model.model_id, 30.0)
 
 
 def transformers_shortfall(adapter: Path, prompts: list[str], replies: list[list[int]]) -> list[list[float]]:
@@ -244,6 +300,10 @@ async def test_the_trained_weights_answer_inference_and_export_as_the_engine_sam
     assert engine is not None
     async with engine.hold() as url:
         engine_replies = await anyio.to_thread.run_sync(engine_greedy, url, b_results["final_state"], GREEDY_PROMPTS)
+        # a late request through an older checkpoint's sampler leaves the model's trained weights in place
+        # (SkyRL loads a sampled checkpoint into the slot its model trains: tinker_atropos/backends/slot_order.py)
+        to_newest, to_older = await anyio.to_thread.run_sync(late_request_keeps_the_trained_weights, url)
+    assert to_newest < 1e-4 < 0.1 < to_older, (to_newest, to_older)
     shortfall = transformers_shortfall(Path(exported["adapter"]["folder"]), GREEDY_PROMPTS, engine_replies)
     assert max(max(r) for r in shortfall) < TIE_NATS, shortfall  # each token the adapter's greedy one, or a tie
     assert sum(v == 0.0 for r in shortfall for v in r) >= 0.9 * sum(map(len, shortfall)), shortfall

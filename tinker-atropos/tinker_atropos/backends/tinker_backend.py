@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,6 +28,7 @@ from ..config import TinkerConfig
 from ..models.paths import offline_model_named
 from .base import BackendUnavailable
 from .checkpoints import CheckpointStore
+from .slot_order import SlotOrder
 from .tinker_compat import (
     allow_missing_sequence_ids,
     engine_api_key,
@@ -200,19 +202,31 @@ def create_tinker_sampler(t: TinkerConfig, adapter: str | None = None) -> Tinker
 
 
 class TinkerSampler:
-    """SamplingBackend over a tinker.SamplingClient; `eos_ids` make `stop=None` mean EOS on any engine."""
+    """SamplingBackend over a tinker.SamplingClient; `eos_ids` make `stop=None` mean EOS on any engine.
+    With `order` (a training client's samplers on a self-hosted engine) requests go out through it."""
 
-    def __init__(self, client: Any, eos_ids: list[int] | None = None) -> None:
+    def __init__(self, client: Any, eos_ids: list[int] | None = None, order: SlotOrder | None = None) -> None:
         self.client = client
         self.eos_ids = eos_ids
+        self.order = order
+
+    @asynccontextmanager
+    async def _client(self) -> AsyncIterator[Any]:
+        if self.order is None:
+            yield self.client
+        else:
+            async with self.order.turn() as client:
+                yield client
 
     async def sample_async(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
     ) -> types.SampleResponse:
-        return await self.client.sample(prompt, num_samples, stop_at_eos(sampling_params, self.eos_ids))
+        async with self._client() as client:
+            return await client.sample(prompt, num_samples, stop_at_eos(sampling_params, self.eos_ids))
 
     async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
-        values = await self.client.compute_logprobs(prompt)  # every position: Tinker has no such option
+        async with self._client() as client:
+            values = await client.compute_logprobs(prompt)  # every position: Tinker has no such option
         return one_per_position(values, prompt.length)
 
 
@@ -225,6 +239,8 @@ class TinkerTrainingClient:
         self.base_model = t.base_model
         self.checkpoints = CheckpointStore(t.run_dir, t.run_name)
         self._engine = (engine_url(t), engine_api_key(os.environ)) if t.self_hosted else None
+        # SkyRL's samples run on the slot this model trains: its checkpoints are sampled in order
+        self._order = SlotOrder() if t.self_hosted else None
         self._tokenizer: Any = None
 
     def get_tokenizer(self):
@@ -283,4 +299,9 @@ class TinkerTrainingClient:
             await self.service.create_rest_client().delete_checkpoint_from_tinker_path_async(path)
 
     async def create_sampling_client_async(self, path: str) -> TinkerSampler:
-        return TinkerSampler(await self.training.create_sampling_client(path), offline_eos_ids(self.base_model))
+        client = await self.training.create_sampling_client(path)
+        if self._order is None:
+            return TinkerSampler(client, offline_eos_ids(self.base_model))
+        self._order.register(client)
+        await self._order.load()  # before the next step can change what the engine's slot holds
+        return TinkerSampler(client, offline_eos_ids(self.base_model), self._order)
