@@ -148,8 +148,14 @@ async def test_calculator_group_from_smollm2_has_unequal_scores(smollm2_url) -> 
         demonstrations_per_group=0,  # the model's own replies only
     )
     await env.setup()
-    group = await _rollout_group(env, env.train_items[0])
-    assert len(set(group["scores"])) > 1, group["scores"]
+    # four untrained samples can all earn the same shaped score (seen once in a CI-like run: 0.0341
+    # each): the reward separates replies where a group's replies differ, so up to three groups
+    groups = []
+    for item in env.train_items[:3]:
+        groups.append(group := await _rollout_group(env, item))
+        if len(set(group["scores"])) > 1:
+            break
+    assert len(set(group["scores"])) > 1, [g["scores"] for g in groups]
     assert all(0.0 <= s <= 1.0 for s in group["scores"])
     for tokens, masks, lps in zip(group["tokens"], group["masks"], group["inference_logprobs"]):
         sampled = [lp for lp, m in zip(lps, masks) if m != -100]
