@@ -35,15 +35,16 @@ class SlotOrder:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._clients: dict[int, Any] = {}
+        self._newest = 0  # the newest checkpoint's number (later ones are newer)
+        self._client: Any = None  # its client: an older one is only reached through it
         self._in_flight: dict[int, int] = {}
 
     def register(self, client: Any) -> None:
         """A newly created checkpoint's client: from now on every request goes to it."""
         with self._lock:
-            number = max(self._clients, default=0) + 1
-            self._clients = {number: client}  # an older client is only reached through the newest
-            self._in_flight[number] = 0
+            self._newest += 1
+            self._client = client
+            self._in_flight[self._newest] = 0
 
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[Any]:
@@ -51,10 +52,10 @@ class SlotOrder:
         requests go to it too), once no request of an older checkpoint is in flight."""
         while True:
             with self._lock:
-                newest = max(self._clients)
+                newest = self._newest
                 if not any(n for k, n in self._in_flight.items() if k < newest):
                     self._in_flight[newest] += 1
-                    client = self._clients[newest]
+                    client = self._client
                     break
             await asyncio.sleep(DRAIN_POLL_S)
         try:
@@ -62,7 +63,7 @@ class SlotOrder:
         finally:
             with self._lock:
                 self._in_flight[newest] -= 1
-                if self._in_flight[newest] == 0 and newest != max(self._clients):
+                if self._in_flight[newest] == 0 and newest != self._newest:
                     del self._in_flight[newest]
 
     async def load(self) -> None:
