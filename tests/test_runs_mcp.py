@@ -40,6 +40,7 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3
+STALL_ENVS = Path(__file__).parent / "byo_envs" / "stalls"
 SMALL = {"total_steps": STEPS, "group_size": 4, "batch_size": 8}
 
 CRASHING_ENV = '''
@@ -404,15 +405,18 @@ class ServerProcess:
 
 
 async def test_server_killed_and_restarted_readopts_the_run(tmp_path: Path) -> None:
-    env = environ(tmp_path / "home")
+    # slow_ties' groups each wait 2 s (no CPU): the run outlives the second server's start on a busy
+    # machine (letter_repeat's 5 steps of 0.2 s could end before it, and nothing was left to re-adopt)
+    env = environ(tmp_path / "home", RL_MCP_ENV_DIRS=str(STALL_ENVS))
     first = ServerProcess(env, tmp_path / "server1.log")
     second: ServerProcess | None = None
     before: dict[str, int] = {}
     try:
         await first.ready()
         async with Client(first.url) as client:
-            await configure(client, "letter_repeat")
-            await call(client, "rl_edit_config", field="total_steps", value=STEPS + 2)
+            await configure(client, "slow_ties")
+            for field, value in {"total_steps": STEPS + 2, "tied_groups": 0, "group_delay_s": 2.0}.items():
+                await call(client, "rl_edit_config", field=field, value=value)
             run = await call(client, "rl_start_training", wait=True)
             assert run["status"] == "running", run
             before = {
