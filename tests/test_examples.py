@@ -131,14 +131,14 @@ def test_progress_line() -> None:
     assert "step 0/?" in progress_line({"status": "starting", "stage": "api"}, 0.0)
 
 
-SMALL_DEMO = ["--set", "batch_size=16", "--set", "eval_size=8"]
+SMALL_DEMO = ["--set", "batch_size=8", "--set", "eval_size=4"]
 
 
 @pytest.mark.slow
 def test_demo_runs_the_whole_workflow(tmp_path: Path) -> None:
     home, plot = tmp_path / "demo-home", tmp_path / "curve.png"
     out = subprocess.run(
-        # 2 steps of 2 groups, 8 held-out sums before and after: the whole workflow, a fraction of its compute
+        # 2 steps of a group, 4 held-out sums before and after: the whole workflow, a fraction of its compute
         [str(RL_MCP), "demo", "--home", str(home), "--steps", "2", "--plot", str(plot), *SMALL_DEMO],
         cwd=tmp_path,
         capture_output=True,
@@ -153,7 +153,7 @@ def test_demo_runs_the_whole_workflow(tmp_path: Path) -> None:
     weights = re.search(r"^\s*weights\s+(\S+)", out.stdout, re.M)
     assert weights and Path(weights.group(1)).is_dir(), out.stdout
     assert "step 2/2" in out.stderr  # the progress bar reached the end
-    assert "batch_size = 16" in out.stdout and "eval_size = 8" in out.stdout
+    assert "batch_size = 8" in out.stdout and "eval_size = 4" in out.stdout
     # SmolLM2 on the held-out sums, before the first step and after the last (the demo's story)
     held_out = re.search(r"^\s*held-out\s+eval accuracy \d\.\d+ \(step 0\) -> \d\.\d+ \(step 2\)", out.stdout, re.M)
     assert held_out, out.stdout
