@@ -49,6 +49,7 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.agent",
     "tinker_atropos.agent.trajectory",
     "tinker_atropos.export",
+    "tinker_atropos.export.hub",
     "tinker_atropos.export.model_facts",
     "tinker_atropos.mcp_tools",
     "tinker_atropos.mcp_tools.servers_file",

@@ -103,17 +103,19 @@ async def test_a_smollm2_run_exports_as_adapter_merged_and_gguf(rl_home: Path) -
         missing = await _error(client, "rl_export_model", run_id=run_id, format="adapter", checkpoint=7)
         assert "no checkpoint at step 7" in missing and "1, 2" in missing
 
-        # the Hub: no token -> says which variable; a token but no Hub -> fast, and the token never shown
-        assert "HF_TOKEN" in await _error(
-            client, "rl_export_model", run_id=run_id, format="adapter", hub_repo="me/model"
-        )
+        # the Hub: no token -> says which variable, before any conversion (the adapter folder is untouched)
+        adapter_files = {p.name: p.stat().st_mtime_ns for p in adapter.iterdir()}
+        no_token = await _error(client, "rl_export_model", run_id=run_id, format="adapter", hub_repo="me/model")
+        assert "HF_TOKEN" in no_token and "Nothing was exported" in no_token, no_token
+        assert {p.name: p.stat().st_mtime_ns for p in adapter.iterdir()} == adapter_files
+    # a token but no Hub -> within seconds, and the token never shown
     secret = "hf_rlmcpsecret0000000000000000"
     hub_env = {**env, "HF_TOKEN": secret, "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", "HF_HUB_OFFLINE": "0"}
     async with serving(hub_env) as (_, server), Client(server) as client:
         started = time.monotonic()
         error = await _error(client, "rl_export_model", run_id=run_id, format="adapter", hub_repo="me/model")
         assert "could not be reached" in error and "me/model" in error and secret not in error
-        assert time.monotonic() - started < 120
+        assert "nothing was exported" in error and time.monotonic() - started < 30
 
     # the command line: the same export beside the registry, the answer as JSON on stdout
     out = rl_home / "cli-export"

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from rl_mcp.export.card import write_card
+from rl_mcp.export.hub_check import check_hub
 from rl_mcp.export.plan import ExportError, ExportPlan, verify_prompts
 from rl_mcp.inference.progress import ProgressFn
 from rl_mcp.logs import last_error_line, tail_lines
@@ -48,6 +49,8 @@ async def run_export(
     progress: ProgressFn | None = None,
 ) -> ExportOutcome:
     """Convert, check, describe (and push); an ExportError with the child's reason otherwise."""
+    if hub_repo:
+        await check_hub(hub_repo, environ)
     if plan.out.exists():
         shutil.rmtree(plan.out)  # a second export of the same checkpoint and format replaces the first
     # the child's prompts, progress, result and log: beside the run's exports, never in the folder a user ships

@@ -11,15 +11,15 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import psutil
 import pytest
 from agent_helpers import close_env, make_env
+from loopback_http import loopback_http
 from mcp_tool_servers import SERVERS_VENV, git_repo
 
 from tinker_atropos.environments.mcp_tools_env import McpToolsEnv
@@ -252,11 +252,8 @@ class _Judge(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def judge_url() -> Iterator[str]:
-    httpd = HTTPServer(("127.0.0.1", 0), _Judge)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_port}/v1"
-    httpd.shutdown()
+    with loopback_http(_Judge) as url:
+        yield f"{url}/v1"
 
 
 async def test_judge_scores_a_group_relative_and_fails_by_name(

@@ -4,6 +4,7 @@ which is never echoed. Offline or unreachable, the error says so within HUB_TIME
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 HUB_TIMEOUT_S = 20.0
@@ -13,15 +14,21 @@ class HubError(RuntimeError):
     pass
 
 
+def hub_refusal(environ: Mapping[str, str]) -> str | None:
+    """Why no push can start under `environ` (no token, offline), or None. The server asks it before
+    an export is converted, the push child again before it uploads."""
+    if not environ.get("HF_TOKEN", "").strip():
+        return "hub_repo needs HF_TOKEN (a write token from huggingface.co/settings/tokens) in the server's environment"
+    if environ.get("HF_HUB_OFFLINE", "").strip() not in ("", "0"):
+        return "HF_HUB_OFFLINE is set: the Hub cannot be reached; unset it to push"
+    return None
+
+
 def push_folder(folder: Path, repo: str) -> str:
     """Upload `folder` to model repo `repo` (created private if missing); its URL."""
-    token = os.environ.get("HF_TOKEN", "").strip()
-    if not token:
-        raise HubError(
-            "hub_repo needs HF_TOKEN (a write token from huggingface.co/settings/tokens) in the server's environment"
-        )
-    if os.environ.get("HF_HUB_OFFLINE", "").strip() not in ("", "0"):
-        raise HubError("HF_HUB_OFFLINE is set: the Hub cannot be reached; unset it to push")
+    if refusal := hub_refusal(os.environ):
+        raise HubError(refusal)
+    token = os.environ["HF_TOKEN"].strip()
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(int(HUB_TIMEOUT_S)))
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(int(HUB_TIMEOUT_S)))
     from huggingface_hub import HfApi

@@ -1,0 +1,21 @@
+"""A real HTTP server on loopback for a test's stand-in of a remote service (a judge, the Hub)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@contextmanager
+def loopback_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on 127.0.0.1 in a thread: its base URL, stopped on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
