@@ -63,6 +63,13 @@ def contents(venv: Path) -> list[str]:
     return sorted(p.name for site in site_dirs(venv) for p in site.iterdir() if p.name != "__pycache__")
 
 
+def assert_unchanged(venv: Path, before: list[str]) -> None:
+    """`venv` as it was, but for the packages another test of the suite installs there meanwhile and
+    removes (test_verifiers_runs' installed_package, as a user adds a published environment)."""
+    changed = set(contents(venv)) ^ set(before)
+    assert all(name.startswith(OTHER_TESTS_PACKAGES) for name in changed), sorted(changed)
+
+
 def skip_without(generation: Generation | None) -> None:
     if generation is not None and not generation.python({}).exists():
         pytest.skip(f"run `{generation.make_command}` first (make test does)")
@@ -157,7 +164,8 @@ async def test_a_folder_is_installed_on_first_use_then_scored_and_trained(
             assert any(m.startswith("installing environment") for m in progress), progress
             assert any("Successfully installed" in m for m in progress), progress
         venv = rl_home / "env-venvs" / env_name
-        assert any(p.startswith(dependency) for p in contents(venv)) and contents(parent) == before
+        assert any(p.startswith(dependency) for p in contents(venv))
+        assert_unchanged(parent, before)
         run = await call(client, "rl_start_training")
         status = await wait_for(client, run["run_id"], ended, 420)
     assert status["status"] == "completed" and status["step"] == 2, status
@@ -199,10 +207,7 @@ async def test_a_conflicting_pin_is_refused_at_once_naming_it_and_the_venv_is_un
             assert "idna==3.6 (by vf-conflict-pin)" in message and f"pinned in {parent}" in message, message
             assert f"{parent} is unchanged" in message and "pyproject.toml" in message, message
         assert (await call(client, "rl_list_runs"))["runs"] == []
-    # the venv as it was, but for packages another test of the suite installs there meanwhile and removes
-    # (test_verifiers_runs' installed_package: as a user adds a published environment)
-    changed = set(contents(parent)) ^ set(before)
-    assert all(name.startswith(OTHER_TESTS_PACKAGES) for name in changed), sorted(changed)
+    assert_unchanged(parent, before)
     assert installed(rl_home) == [] and not list((rl_home / "env-venvs").glob("vf_conflict_pin*"))
 
 
