@@ -125,7 +125,7 @@ async def test_a_long_reply_shows_progress_and_its_cap(monkeypatch: pytest.Monke
     than a waiting report's period: on a fast machine the replies alone came before the first one."""
     settings = settings_with(monkeypatch)
     async with open_app(settings) as app, Client(build_server(app)) as client:
-        edits = {"max_token_length": 100_000, "max_reply_tokens": 1500, "score_delay_s": WAITING_REPORT_S + 1.5}
+        edits = {"max_token_length": 100_000, "max_reply_tokens": 1000, "score_delay_s": WAITING_REPORT_S + 1.5}
         await select(client, "long_replies", **edits)
         config = await call(client, "rl_get_current_config")
         progress: list = []
@@ -176,8 +176,9 @@ async def until_done(client: Client, run_id: str, seen: dict[str, dict[str, Any]
 async def test_requests_that_outlive_a_binding_timeout_get_a_derived_one_and_the_run_trains(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A profile whose requests time out after 1 s, and replies of 1500 tokens (the tiny model's greedy
-    replies never stop), a group of 4 at a time: every first try times out. With the timeout fixed,
+    """A profile whose requests time out after 1 s, and replies of 1000 tokens (the tiny model's greedy
+    replies never stop; 4.4 ms a decode step at 4 rows here, so 4 s, and over 1 s on a machine three
+    times as fast), a group of 4 at a time: every first try times out. With the timeout fixed,
     every retry did too and the run made no step; derived from the server's measured decode step,
     the retries fit and it trains."""
     profile = yaml.safe_load((PROFILES_DIR / "local.yaml").read_text())
@@ -187,7 +188,7 @@ async def test_requests_that_outlive_a_binding_timeout_get_a_derived_one_and_the
     settings = settings_with(monkeypatch, profile=str(tmp_path / "slow.yaml"))
     seen: dict[str, dict[str, Any]] = {}
     async with open_app(settings) as app, Client(build_server(app)) as client:
-        edits = {"max_token_length": 100_000, "max_reply_tokens": 1500, "group_size": 4, "max_batches_offpolicy": 1}
+        edits = {"max_token_length": 100_000, "max_reply_tokens": 1000, "group_size": 4, "max_batches_offpolicy": 1}
         await select(client, "long_replies", **{**RUN, "batch_size": 4, **edits})
         started = await call(client, "rl_start_training")
         status = await until_done(client, run_id := started["run_id"], seen)
@@ -201,7 +202,7 @@ async def test_requests_that_outlive_a_binding_timeout_get_a_derived_one_and_the
     basis = requests["client_timeout_basis"]
     assert requests["client_timeout_s"] > 1 and requests["answered"] >= 2, requests
     assert "ms a decode step at the 4 rows the run schedules (" in basis, basis  # group 4, one at a time
-    assert "capped at 1500 by the server" in basis, basis
+    assert "capped at 1000 by the server" in basis, basis
     assert "at least the environment's 1 s" in basis, basis
     finding = {f["code"]: f for f in results["findings"]}["requests_time_out"]
     assert finding["severity"] == "info" and "outlived their timeout" in finding["title"], finding
