@@ -25,6 +25,7 @@ from rl_mcp.app import open_app
 from rl_mcp.inference.progress import WAITING_REPORT_S
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import PROFILES_DIR, Settings
+from tinker_atropos.models import ensure_model
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ENV_DIR = Path(__file__).resolve().parent / "byo_envs" / "stalls"
@@ -124,8 +125,10 @@ async def test_a_long_reply_shows_progress_and_its_cap(monkeypatch: pytest.Monke
     server generated while it waits, then flags the cut replies with the field. Scoring takes longer
     than a waiting report's period: on a fast machine the replies alone came before the first one."""
     settings = settings_with(monkeypatch)
+    # the cap is stated from the model's folder (its context): built here, not by whichever test came first
+    await anyio.to_thread.run_sync(ensure_model, "tiny-chat")
     async with open_app(settings) as app, Client(build_server(app)) as client:
-        edits = {"max_token_length": 100_000, "max_reply_tokens": 1000, "score_delay_s": WAITING_REPORT_S + 1.5}
+        edits = {"max_token_length": 100_000, "max_reply_tokens": 1500, "score_delay_s": WAITING_REPORT_S + 1.5}
         await select(client, "long_replies", **edits)
         config = await call(client, "rl_get_current_config")
         progress: list = []

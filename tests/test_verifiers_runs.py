@@ -172,9 +172,9 @@ async def test_an_environment_is_scored_and_trained_from_its_own_code(
         assert env["verifiers_file"] == str(VERIFIERS_DIR / f"{env_name}.py")
         assert env["verifiers_format"] == generation.format
         assert env["verifiers_args"] == edits, env  # only the edited arguments: the rest are the file's
-        tokenizer = AutoTokenizer.from_pretrained(env["tokenizer_name"])
         status = await wait_for(client, run["run_id"], ended, 420)
     assert status["status"] == "completed" and status["step"] == 2, status
+    tokenizer = AutoTokenizer.from_pretrained(env["tokenizer_name"])  # the run's model stage built it
     files = RunFiles(Path(run["run_dir"]))
     first: dict[str, Any] = json.loads(files.first_batch.read_text())
     replies = [
