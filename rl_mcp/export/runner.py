@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,10 +48,20 @@ async def run_export(
     python: str = sys.executable,
     hub_repo: str | None = None,
     progress: ProgressFn | None = None,
+    engine_hold: AbstractAsyncContextManager[object] | None = None,
 ) -> ExportOutcome:
-    """Convert, check, describe (and push); an ExportError with the child's reason otherwise."""
+    """Convert, check, describe (and push); an ExportError with the child's reason otherwise. The Hub
+    is checked first, before `engine_hold` (a self-hosted engine kept up, started if it idled) is
+    entered: a push that cannot happen starts nothing."""
     if hub_repo:
         await check_hub(hub_repo, environ)
+    async with engine_hold or nullcontext():
+        return await _export(plan, environ, python, hub_repo, progress)
+
+
+async def _export(
+    plan: ExportPlan, environ: Mapping[str, str], python: str, hub_repo: str | None, progress: ProgressFn | None
+) -> ExportOutcome:
     if plan.out.exists():
         shutil.rmtree(plan.out)  # a second export of the same checkpoint and format replaces the first
     # the child's prompts, progress, result and log: beside the run's exports, never in the folder a user ships

@@ -57,12 +57,12 @@ def register_export_tool(server: MCPServer, app: AppContext) -> None:
     ) -> ExportResult:
         plan = plan_export(app.runs.get(run_id), checkpoint, format, dtype, Path(output_dir) if output_dir else None)
         engine = plan.tinker_base_url if plan.self_hosted else None
-        async with app.engine_hold(engine, lambda message: ctx.report_progress(0, None, message)):
-            outcome = await run_export(
-                plan,
-                environ=app.settings.environ,
-                python=app.settings.python,
-                hub_repo=hub_repo,
-                progress=ctx.report_progress,
-            )
+        outcome = await run_export(
+            plan,
+            environ=app.settings.environ,
+            python=app.settings.python,
+            hub_repo=hub_repo,
+            progress=ctx.report_progress,
+            engine_hold=app.engine_hold(engine, lambda message: ctx.report_progress(0, None, message)),
+        )
         return export_answer(outcome)
