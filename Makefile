@@ -1,5 +1,8 @@
 # `make demo` and `make test` do all set-up on a fresh machine.
 PYTHON ?= python3
+# Each Python process caches the bytecode it compiles (tests, examples, users' environment folders):
+# a machine that turns that off (PYTHONDONTWRITEBYTECODE) recompiles them in every child a test starts
+unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed

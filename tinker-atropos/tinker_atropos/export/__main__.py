@@ -40,12 +40,6 @@ class Progress:
 
 
 def run_export(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
-    from tinker_atropos.backends.local.engine import load_base_model
-    from tinker_atropos.backends.local.training import create_sampler
-    from tinker_atropos.export import verify
-    from tinker_atropos.export.adapter import write_adapter
-    from tinker_atropos.export.model_facts import base_facts
-
     dtype = args.dtype or DEFAULT_DTYPE[args.format]
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="rl-mcp-export-") as tmp:
@@ -71,6 +65,13 @@ def run_export(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
                 args.tinker_base_url,
                 lambda f: progress("downloading", 0.3 * f),
             )
+        # transformers and peft only now: an export whose weights cannot be had fails without them
+        from tinker_atropos.backends.local.engine import load_base_model
+        from tinker_atropos.backends.local.training import create_sampler
+        from tinker_atropos.export import verify
+        from tinker_atropos.export.adapter import write_adapter
+        from tinker_atropos.export.model_facts import base_facts
+
         progress("loading the base model", 0.3)
         base = load_base_model(args.base_model, "cpu")
         if args.engine_checkpoint:
