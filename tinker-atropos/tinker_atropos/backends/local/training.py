@@ -22,6 +22,7 @@ from tinker_atropos.run_files import CheckpointKind
 
 from ..checkpoints import CheckpointStore
 from .engine import BaseModel
+from .lora_merge import ADAPTER_FILE, merge_plain_lora
 from .losses import LOSS_INPUTS, elementwise_loss
 from .microbatches import first_trained, plan
 from .precision import compute_dtype, emulation_warning, float32_head, for_sampling, mixed
@@ -32,7 +33,6 @@ from .target_logprobs import fused_parts, target_logprobs
 logger = logging.getLogger(__name__)
 
 LORA_ALPHA = 32
-ADAPTER_FILE = "adapter_model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 
 
@@ -258,7 +258,7 @@ def create_sampler(
     """A sampler on a private copy of the base model, with the adapter at `adapter` merged in (in
     float32), computing as `compute` says (the trainer's `local_compute`)."""
     model = base.copy_model()
-    if adapter is not None:
+    if adapter is not None and not merge_plain_lora(model, Path(adapter)):
         model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     model.eval()
     dtype = compute_dtype(compute, base.device)
