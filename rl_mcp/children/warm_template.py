@@ -23,8 +23,13 @@ import traceback
 from tinker_atropos import warm_fork
 
 # What every heavy child imports before its work (a failed import is skipped: the child imports it
-# itself, and fails there as it would have).
-PRELOAD = ("torch", "transformers", "peft", "atroposlib.envs.base", "openai", "wandb", "fastapi", "uvicorn")
+# itself, and fails there as it would have). The product's own modules last: a trainer spent 0.33 CPU s
+# importing launch's, an environment 0.24 s its base's, each time; here they cost 0.21 s once.
+PRELOAD = (
+    "torch", "transformers", "peft", "atroposlib.envs.base", "openai", "wandb", "fastapi", "uvicorn",
+    "tinker", "tinker_atropos.launch", "tinker_atropos.backends.local", "tinker_atropos.environments.common",
+    "tinker_atropos.inference_server",
+)  # fmt: skip
 IDLE_S = 600.0
 
 
