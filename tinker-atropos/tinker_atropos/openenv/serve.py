@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+WEB_INTERFACE_MODULE = "openenv.core.env_server.web_interface"
+WEB_INTERFACE_ON = ("true", "1", "yes")  # ENABLE_WEB_INTERFACE's values that turn it on, as OpenEnv reads them
+
 
 def _supports_concurrency(env: Any) -> bool:
     factory = env.func if isinstance(env, functools.partial) else env
@@ -64,6 +67,10 @@ def main() -> None:
     folder = Path(a.folder).resolve()
     os.chdir(folder)
     sys.path.insert(0, str(folder))
+    if os.environ.get("ENABLE_WEB_INTERFACE", "false").lower() not in WEB_INTERFACE_ON:
+        # OpenEnv's web UI for people (gradio: 3.5 of the package's 4.9 CPU s of imports); a server
+        # for training never shows it, and the package imports it only if it can (None: it cannot)
+        sys.modules.setdefault(WEB_INTERFACE_MODULE, None)  # type: ignore[arg-type]
     import uvicorn
     from openenv.core import env_server
     from openenv.core.env_server import http_server
