@@ -13,6 +13,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from peft import LoraConfig, PeftModel, get_peft_model
+from test_local_backend import _nudge
 
 from tinker_atropos.backends.local import LocalTrainingClient, create_sampler, load_base_model
 from tinker_atropos.backends.local.engine import BaseModel
@@ -46,9 +47,7 @@ def _saved(base: BaseModel, config: LoraConfig, folder: Path) -> Path:
 
 def test_a_trained_adapter_merges_to_pefts_weights_bit_for_bit(base: BaseModel, tmp_path: Path) -> None:
     trainer = LocalTrainingClient(base, rank=8, run_dir=tmp_path, run_name="t", seed=0)
-    with torch.no_grad():
-        for p in trainer.params:
-            p.add_(torch.randn_like(p) * 0.05)
+    _nudge(trainer)  # B off zero, as after training
     adapter = Path(trainer.save_weights_for_sampler("step-1"))
     expected = _peft_merged(base, adapter)
     untouched = _weights(base.model)
