@@ -43,7 +43,7 @@ LAYERS = [
         ("rl_mcp.cli", "rl_mcp.demo", "rl_mcp.doctor", "rl_mcp.export_cli", "rl_mcp.compare_cli", "rl_mcp.__main__"),
     ),
 ]
-# What the server process may import of the trainer's package: stdlib-only modules.
+# What the server process may import of the trainer's package: light modules (stdlib, yaml, httpx).
 SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos",
     "tinker_atropos.agent",
@@ -51,6 +51,7 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.export",
     "tinker_atropos.export.hub",
     "tinker_atropos.export.model_facts",
+    "tinker_atropos.http_tls",
     "tinker_atropos.mcp_tools",
     "tinker_atropos.mcp_tools.servers_file",
     "tinker_atropos.mcp_tools.tasks",

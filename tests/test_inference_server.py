@@ -26,6 +26,7 @@ from numerics import logprob_tol
 from tinker import types
 
 from tinker_atropos.backends.local import create_sampler, load_base_model
+from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.inference_server import (
     PortBindError,
     SamplerHolder,
@@ -470,7 +471,7 @@ def wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float) 
     while True:
         assert proc.poll() is None, log.read_text()
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/health", timeout=2, verify=shared_tls()).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

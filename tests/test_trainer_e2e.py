@@ -26,6 +26,8 @@ import httpx
 import pytest
 from test_trainer_metrics import DOC_FIELDS
 
+from tinker_atropos.http_tls import shared_tls
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +106,7 @@ def wait_until(predicate, timeout: float, what: str, procs: list[Proc] = ()) -> 
 
 def http_status(url: str) -> int | None:
     try:
-        return httpx.get(url, timeout=2).status_code
+        return httpx.get(url, timeout=2, verify=shared_tls()).status_code  # a context per call: 30 ms CPU
     except httpx.HTTPError:
         return None
 

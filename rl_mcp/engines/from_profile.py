@@ -14,6 +14,7 @@ from rl_mcp.engines.service import EngineService
 from rl_mcp.engines.skyrl import DEFAULT_BACKEND_CONFIG, SkyrlSpec, default_venv
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.settings import Settings, SettingsError
+from tinker_atropos.http_tls import shared_tls
 
 START_TIMEOUT_S = 900.0
 IDLE_STOP_S = 600.0
@@ -96,7 +97,7 @@ def backend_config(settings: Settings) -> dict[str, Any]:
 def probe(url: str, timeout_s: float = 5.0) -> str | None:
     """None when a Tinker-API server answers at `url`, else what went wrong (for doctor)."""
     try:
-        resp = httpx.get(f"{url.rstrip('/')}/api/v1/healthz", timeout=timeout_s, trust_env=False)
+        resp = httpx.get(f"{url.rstrip('/')}/api/v1/healthz", timeout=timeout_s, trust_env=False, verify=shared_tls())
     except httpx.HTTPError as exc:
         return f"not reachable ({type(exc).__name__}: {exc})"
     return None if resp.status_code == 200 else f"answered {resp.status_code} to /api/v1/healthz"

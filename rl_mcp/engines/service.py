@@ -26,6 +26,7 @@ from rl_mcp.engines.skyrl import CRASH_MARKER, READY_MARKER, EngineSetupError, S
 from rl_mcp.logs import tail_lines
 from rl_mcp.processes import Child, StageError
 from rl_mcp.settings import Settings, without_secrets
+from tinker_atropos.http_tls import shared_tls
 
 log = logging.getLogger(__name__)
 Report = Callable[[str], Awaitable[None]]
@@ -150,7 +151,7 @@ class EngineService:
         env = self.spec.env(without_secrets(self.settings.environ))
         marker = _LogMarker(self.log_path, READY_MARKER)
         self._crash = _LogMarker(self.log_path, CRASH_MARKER)
-        async with httpx.AsyncClient(timeout=5.0) as http:
+        async with httpx.AsyncClient(timeout=5.0, verify=shared_tls()) as http:
 
             async def ready() -> bool:
                 return marker.seen() and await processes.health_ok(http, f"{self.url}/api/v1/healthz")

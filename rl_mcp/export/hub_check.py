@@ -10,6 +10,7 @@ import httpx
 
 from rl_mcp.export.plan import ExportError
 from tinker_atropos.export.hub import hub_refusal
+from tinker_atropos.http_tls import shared_tls
 
 HUB_CHECK_TIMEOUT_S = 10.0
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -22,7 +23,7 @@ async def check_hub(repo: str, environ: Mapping[str, str]) -> None:
     endpoint = (environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     token = environ["HF_TOKEN"].strip()
     try:
-        async with httpx.AsyncClient(timeout=HUB_CHECK_TIMEOUT_S) as client:
+        async with httpx.AsyncClient(timeout=HUB_CHECK_TIMEOUT_S, verify=shared_tls()) as client:
             resp = await client.get(f"{endpoint}/api/whoami-v2", headers={"Authorization": f"Bearer {token}"})
     except httpx.HTTPError as exc:
         raise ExportError(

@@ -25,6 +25,7 @@ import httpx
 from rl_mcp.environments.missing_module import ModuleHome
 from rl_mcp.errors import UserError
 from rl_mcp.settings import EnvLimits, without_secrets
+from tinker_atropos.http_tls import shared_tls
 
 OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
 OPENROUTER_KEY_ENV = "OPENROUTER_API_KEY"
@@ -230,7 +231,7 @@ async def probe_reachable(base_url: str, timeout_s: float = 10.0) -> str | None:
 
     Only a failed connection counts: a slow or erroring server is left to the test to judge."""
     try:
-        async with httpx.AsyncClient(timeout=timeout_s) as client:
+        async with httpx.AsyncClient(timeout=timeout_s, verify=shared_tls()) as client:
             await client.get(f"{base_url}/models")
     except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
         return f"cannot connect to {base_url} ({exc or type(exc).__name__}): check the URL and that the server is up"

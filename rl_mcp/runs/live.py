@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
-import yaml
 
 from rl_mcp.environments.missing_module import MODULE_TAIL_LINES, ModuleHome, explained
 from rl_mcp.logs import tail_lines
 from rl_mcp.processes import Child
+from rl_mcp.runs.config_file import read_run_config
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName
 
@@ -111,7 +111,7 @@ class Live:
 
 def read_run_identity(config_path: Path, fallback: str) -> tuple[str, int]:
     """run_name and total_steps as the trainer will read them from the written config."""
-    data: dict[str, Any] = yaml.safe_load(config_path.read_text()) or {}
+    data = read_run_config(config_path)
     tinker = data.get("tinker") or {}
     env = data.get("env") or {}
     run_name = str(tinker.get("run_name") or env.get("wandb_name") or fallback)

@@ -15,7 +15,6 @@ from pathlib import Path
 from types import TracebackType
 
 import anyio
-import httpx
 from anyio.abc import TaskGroup
 
 from rl_mcp import processes, tmpdirs
@@ -62,7 +61,7 @@ class RunManager:
         self.ports = PortReservations(self.store.ports_in_use)
         self._live: dict[str, Live] = {}
         self._tg: TaskGroup | None = None
-        self._http = httpx.AsyncClient(timeout=2.0, trust_env=False)  # loopback probes: no proxy
+        self._http = stages.probe_client()
         self._closed: anyio.Event | None = None  # set once shutdown is done
 
     # ------------------------------------------------------------------ lifetime

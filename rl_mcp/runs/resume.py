@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.live import Lineage, RunPlan
 from rl_mcp.runs.preflight import RunError
 from rl_mcp.runs.store import RunRecord
@@ -119,8 +120,8 @@ def identity_of(tinker: dict[str, Any]) -> ModelIdentity:
 
 def parent_config(parent: RunRecord) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(Path(parent.config_path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        data = read_run_config(parent.config_path)
+    except RUN_CONFIG_ERRORS as exc:
         raise ResumeRefused(f"run {parent.run_id}: its config {parent.config_path} cannot be read ({exc})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("tinker"), dict) or not isinstance(data.get("env"), dict):
         raise ResumeRefused(f"run {parent.run_id}: its config {parent.config_path} is not a run config")
@@ -170,7 +171,7 @@ def fork_plan(
 
     def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:
         path = session_plan.write_config(run_dir, api_port, inference_port, run_name)
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = read_run_config(path)
         total = _total(total_steps, int(data["tinker"]["total_steps"]), state, parent)
         data["tinker"]["wandb_run_id"] = None  # a fork is a new W&B run
         return _write_started(data, parent, state, run_dir, api_port, inference_port, run_name, total)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from rl_mcp import warm_start
 from rl_mcp.engines.service import EngineService
@@ -22,6 +21,7 @@ from rl_mcp.environments.verifiers_format import runnable_file
 from rl_mcp.logs import tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models, models_to_build
 from rl_mcp.processes import Child, StageError, health_ok
+from rl_mcp.runs.config_file import read_run_config
 from rl_mcp.runs.sft_stage import (
     run_sft_stage,
     sft_command,
@@ -35,6 +35,7 @@ from rl_mcp.runs.store import RunRecord
 from rl_mcp.runs.vocab import Stage
 from rl_mcp.settings import Settings, without_secrets
 from rl_mcp.tmpdirs import run_tmpdir
+from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.run_files import ENV_HEALTH_VAR, MODEL_BUILD, ProcessName
 
 Ready = Callable[[], Awaitable[bool]]
@@ -184,7 +185,12 @@ async def build_run_models(settings: Settings, rec: RunRecord, timeout_s: float)
 
 
 def _config_of(rec: RunRecord) -> dict[str, Any]:
-    return yaml.safe_load(Path(rec.config_path).read_text()) or {}
+    return read_run_config(rec.config_path)
+
+
+def probe_client() -> httpx.AsyncClient:
+    """The client of the readiness probes: loopback only, so no proxy."""
+    return httpx.AsyncClient(timeout=2.0, trust_env=False, verify=shared_tls())
 
 
 def _env_registered(http: httpx.AsyncClient, api_url: str, api_log: Path) -> Ready:

@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 
+from tinker_atropos.http_tls import shared_tls
+
 logger = logging.getLogger(__name__)
 
 
@@ -44,7 +46,9 @@ class RunApiClient:
         give_up_after_s: float = 120.0,
     ) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0), trust_env=False)  # loopback: no proxy
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(30.0, connect=5.0), trust_env=False, verify=shared_tls()
+        )  # loopback: no proxy
         self._poll_min_s = poll_min_s
         self._poll_max_s = poll_max_s
         self._wait_log_every_s = wait_log_every_s

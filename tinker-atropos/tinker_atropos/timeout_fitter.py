@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import yaml
 
+from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.reply_cap import ReplyCap
 from tinker_atropos.request_timeouts import SECTION, Decoding, Fit, Policy, fit, workload
 
@@ -91,7 +92,7 @@ class TimeoutFitter:
         self._read_at = now
         url = str(server.config.base_url).rstrip("/").removesuffix("/v1") + "/health"
         try:
-            async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
+            async with httpx.AsyncClient(timeout=5.0, trust_env=False, verify=shared_tls()) as client:
                 health = (await client.get(url)).json()
             decoding = health.get("decoding") or {}
         except (httpx.HTTPError, ValueError, AttributeError) as exc:

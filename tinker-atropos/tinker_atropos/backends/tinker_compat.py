@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 from tinker import types
 
+from tinker_atropos.http_tls import shared_tls
+
 from .base import BackendUnavailable
 
 logger = logging.getLogger(__name__)
@@ -133,7 +135,7 @@ def unload_model(base_url: str, model_id: str, timeout: float, api_key: str | No
     url = f"{base_url.rstrip('/')}/api/v1/unload_model"
     headers = {"X-API-Key": api_key} if api_key else {}
     try:
-        response = httpx.post(url, json={"model_id": model_id}, headers=headers, timeout=timeout)
+        response = httpx.post(url, json={"model_id": model_id}, headers=headers, timeout=timeout, verify=shared_tls())
         response.raise_for_status()
     except Exception as exc:  # best effort: refused, unreachable, a malformed URL alike
         logger.warning(

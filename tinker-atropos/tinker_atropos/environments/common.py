@@ -21,6 +21,7 @@ from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from pydantic import Field
 
 from tinker_atropos.environments.run_env import RunEnv
+from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.inference_server.holder import FINAL_LABEL
 from tinker_atropos.models.paths import SMOLLM2, TINY_CHAT, model_ref
 from tinker_atropos.run_files import RunFiles, append_jsonl
@@ -243,7 +244,7 @@ class ChatTaskEnv(RunEnv):
         url = self.server.servers[0].config.base_url.removesuffix("/").removesuffix("/v1") + "/health"
         deadline = time.monotonic() + timeout_s
         reached = time.monotonic()  # when the trainer's server last answered
-        async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
+        async with httpx.AsyncClient(timeout=5.0, trust_env=False, verify=shared_tls()) as client:
             while time.monotonic() < deadline and time.monotonic() - reached < FINAL_UNREACHABLE_S:
                 try:
                     if (await client.get(url)).json().get("sampler") == FINAL_LABEL:

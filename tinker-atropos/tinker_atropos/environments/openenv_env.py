@@ -29,6 +29,7 @@ from tinker_atropos.agent.base_env import HermesAgentBaseEnv, HermesAgentEnvConf
 from tinker_atropos.agent.loop import AgentResult, tool_error
 from tinker_atropos.agent.tools import ToolContext, ToolResult
 from tinker_atropos.environments.common import served_tools_config
+from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.mcp_tools.tasks import split_tasks
 from tinker_atropos.mcp_tools.tool_policy import ToolInfo
 from tinker_atropos.openenv import EPISODE_DONE
@@ -205,7 +206,7 @@ class OpenEnvEnv(HermesAgentBaseEnv):
                 for t in listed.observation["tools"]
             ]
         self.mcp = False
-        async with httpx.AsyncClient(timeout=self.cfg.step_timeout_s, trust_env=False) as client:
+        async with httpx.AsyncClient(timeout=self.cfg.step_timeout_s, trust_env=False, verify=shared_tls()) as client:
             answer = await client.get(f"{base}/schema")
         schema = answer.json().get("action") if answer.status_code == 200 else None
         if not isinstance(schema, dict):

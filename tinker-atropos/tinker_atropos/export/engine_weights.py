@@ -27,6 +27,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.models.paths import model_ref
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
@@ -115,6 +116,7 @@ def _download(
                 timeout=httpx.Timeout(READ_TIMEOUT_S, connect=connect),
                 follow_redirects=True,
                 trust_env=host not in ("127.0.0.1", "localhost", "::1"),  # loopback: never a proxy
+                verify=shared_tls(),
             ) as http,
             http.stream("GET", url, headers=headers) as resp,
         ):

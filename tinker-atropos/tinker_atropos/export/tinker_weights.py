@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 
 from tinker_atropos.backends.tinker_backend import _bounded, check_api_key, connect_timeout
+from tinker_atropos.http_tls import shared_tls
 
 EXPORT_TTL_S = 3600  # Tinker deletes the temporary export after this, if we could not
 
@@ -38,7 +39,9 @@ def download_tinker_weights(
     try:
         urls = rest.get_external_weights_urls(export).result().urls
         dest.mkdir(parents=True, exist_ok=True)
-        with httpx.Client(timeout=httpx.Timeout(60.0, connect=timeout), follow_redirects=True) as http:
+        with httpx.Client(
+            timeout=httpx.Timeout(60.0, connect=timeout), follow_redirects=True, verify=shared_tls()
+        ) as http:
             for n, (name, url) in enumerate(sorted(urls.items()), start=1):
                 target = dest / name
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import httpx
 
 from tinker_atropos.agent.trajectory import format_trajectory
+from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.mcp_tools.checks import Verdict
 from tinker_atropos.mcp_tools.tasks import Task
 
@@ -99,7 +100,7 @@ async def judge_group(
         "max_tokens": 120 + 60 * len(transcripts),
     }
     try:
-        async with httpx.AsyncClient(timeout=cfg.judge_timeout_s) as client:
+        async with httpx.AsyncClient(timeout=cfg.judge_timeout_s, verify=shared_tls()) as client:
             reply = await client.post(f"{base_url}/chat/completions", json=body, headers=headers)
     except httpx.HTTPError as exc:
         raise JudgeError(

@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 
+from tinker_atropos.http_tls import shared_tls
+
 ITEM_FIELDS = {"id", "reset", "prompt", "split"}
 SPLITS = ("train", "eval")
 
@@ -69,7 +71,7 @@ def read_items(path: Path) -> list[EpisodeItem]:
 async def served_items(base_url: str, timeout_s: float) -> list[EpisodeItem] | None:
     """The environment's own tasks, each split's (a split of type `train` trains, the others are held
     out), a task object passed to reset() as its keyword arguments; None where none are served."""
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, trust_env=False) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, trust_env=False, verify=shared_tls()) as client:
         names = await client.get("/list_environments")
         if names.status_code != 200 or not names.json():
             return None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.openenv.folder import OpenEnvFolder
 from tinker_atropos.openenv.wire import OpenEnvError
 
@@ -67,7 +68,7 @@ def _free_port() -> int:
 
 async def _wait_healthy(server: Server, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=2.0, trust_env=False) as client:
+    async with httpx.AsyncClient(timeout=2.0, trust_env=False, verify=shared_tls()) as client:
         while True:
             gone = server.died()
             if gone is not None:

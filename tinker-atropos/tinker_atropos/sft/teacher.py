@@ -22,6 +22,7 @@ import httpx
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv
 from tinker_atropos.agent.loop import AgentResult
 from tinker_atropos.config import RunConfig
+from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.sft.conversations import ConversationRefused, transcript_conversation
 from tinker_atropos.sft.examples import Example, Refused, from_conversation
 from tinker_atropos.sft.settings import SftSettings, TeacherSettings
@@ -81,7 +82,7 @@ def _key(teacher: TeacherSettings) -> str:
 async def probe(base_url: str, key: str) -> None:
     """GET {base_url}/models: TeacherUnavailable, naming the endpoint and never the key, unless it answers."""
     try:
-        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=False) as client:
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=False, verify=shared_tls()) as client:
             reply = await client.get(f"{base_url.rstrip('/')}/models", headers={"Authorization": f"Bearer {key}"})
     except httpx.HTTPError as exc:
         raise TeacherUnavailable(f"the teacher at {base_url} is unreachable: {type(exc).__name__}: {exc}") from exc
