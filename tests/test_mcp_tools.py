@@ -37,11 +37,15 @@ TIME_TASKS = [
 ]
 
 
+MARK = "RL_MCP_TEST_ROOT"
+
+
 def tool_servers(root: Path) -> Path:
     repo = git_repo(root, "First commit")
+    mine = {MARK: str(root)}  # the servers of this test, among those other workers' tests start
     servers = {
-        "time": {"command": str(SERVERS_VENV / "mcp-server-time"), "args": ["--local-timezone", "UTC"]},
-        "git": {"command": str(SERVERS_VENV / "mcp-server-git"), "args": ["--repository", str(repo)]},
+        "time": {"command": str(SERVERS_VENV / "mcp-server-time"), "args": ["--local-timezone", "UTC"], "env": mine},
+        "git": {"command": str(SERVERS_VENV / "mcp-server-git"), "args": ["--repository", str(repo)], "env": mine},
         "missing": {"command": str(root / "no-such-server")},
     }
     path = root / "claude_desktop_config.json"  # a client's own config file, named by the variable
@@ -53,12 +57,16 @@ def env_of(rl_home: Path, **extra: str) -> dict[str, str]:
     return environ(rl_home, RL_MCP_TOOL_SERVERS=str(tool_servers(rl_home.parent)), **extra)
 
 
-def leftover_servers() -> list[str]:
+def leftover_servers(root: Path) -> list[str]:
+    """The tool servers `tool_servers(root)` configured that still run (a run's outlive its server)."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         line = " ".join(p.info["cmdline"] or [])
-        if str(SERVERS_VENV) in line and p.status() != psutil.STATUS_ZOMBIE:
-            out.append(line)
+        try:
+            if str(SERVERS_VENV) in line and p.status() != psutil.STATUS_ZOMBIE and p.environ().get(MARK) == str(root):
+                out.append(line)
+        except psutil.Error:  # gone meanwhile
+            continue
     return out
 
 
@@ -148,7 +156,7 @@ async def test_servers_are_listed_with_their_tools_and_the_agent_writes_tasks(rl
         await call(client, "rl_edit_config", field="reward", value="judge")
         judged = (await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=300))["results"][0]
         assert judged["status"] == "failed" and "judge_" in judged["error"], (judged["status"], judged["error"])
-    assert leftover_servers() == []
+    assert leftover_servers(rl_home.parent) == []
 
 
 # The smollm2 profile (its locked max_token_trainer_length of 4096) on tiny-chat (tests/tiny_profiles.py),
@@ -234,4 +242,4 @@ async def test_a_tool_server_environment_trains(rl_home: Path, server: str) -> N
     context = tok.decode([t for t, m in zip(tokens, masks) if m == -100])
     assert "<tool_call>" in trained and "<tool_response>" not in trained and result[:40] not in trained
     assert result[:40] in context
-    assert leftover_servers() == []
+    assert leftover_servers(rl_home.parent) == []
