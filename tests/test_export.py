@@ -17,6 +17,8 @@ import pytest
 from mcp import Client
 from test_runs_mcp import call, environ, serving, wait_status
 
+from tinker_atropos.models.gguf_loading import QuickGGUFReader
+
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 RUN_EDITS = {"total_steps": 2, "group_size": 4, "batch_size": 8, "eval_size": 4, "steps_per_eval": 1000}
@@ -86,6 +88,9 @@ async def test_a_smollm2_run_exports_as_adapter_merged_and_gguf(rl_home: Path) -
         assert exports["merged"]["check"]["matches"] == exports["merged"]["check"]["prompts"]
         gguf = [Path(f["path"]) for f in exports["gguf"]["files"] if f["path"].endswith(".gguf")]
         assert len(gguf) == 1 and gguf[0].name.endswith("-q8_0.gguf")
+        types = {t.name: t.tensor_type.name for t in QuickGGUFReader(gguf[0]).tensors}  # f16's in test_export_gguf
+        assert types["blk.0.attn_q.weight"] == types["token_embd.weight"] == "Q8_0"
+        assert types["output_norm.weight"] == "F32"
         modelfile = (gguf[0].parent / "Modelfile").read_text()
         assert f"FROM ./{gguf[0].name}" in modelfile and "<|im_end|>" in modelfile
         assert "ollama create" in exports["gguf"]["load_command"]
