@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
+import warm_children
 import yaml
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
@@ -425,8 +426,8 @@ def _export(tmp_path: Path, url: str, fmt: str) -> dict[str, Any]:
     argv += ["--engine-checkpoint", f"tinker://{MODEL_ID}/{CHECKPOINT}", "--tinker-base-url", url]
     argv += ["--out", str(tmp_path / fmt), "--name", "t", "--prompts", str(prompts)]
     argv += ["--progress", str(tmp_path / "p.jsonl"), "--result", str(result)]
-    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, timeout=300)
-    assert result.exists(), done.stderr.decode()[-3000:]
+    done = warm_children.run(argv, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert result.exists(), done.stderr[-3000:]
     return json.loads(result.read_text())
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import warm_children
 from test_trainer_metrics import DOC_FIELDS
 
 from tinker_atropos.http_tls import shared_tls
@@ -429,14 +430,8 @@ def test_wandb_offline_files_land_in_the_run_dir(stopped_run):
 
 
 def _launch(config: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [PY, LAUNCH, "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=child_env(**env),
-        timeout=timeout,
-        cwd=ROOT,
-    )
+    """The trainer forked warm, as a run's is (tests/warm_children.py)."""
+    return warm_children.run([PY, LAUNCH, "--config", str(config)], env=child_env(**env), timeout=timeout, cwd=ROOT)
 
 
 def test_exit_2_names_the_missing_key(tmp_path, tiny_model):

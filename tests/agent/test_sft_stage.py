@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import warm_children
 import yaml
 
 from tinker_atropos.run_files import RunFiles, read_jsonl
@@ -73,7 +74,7 @@ def stage(
 ) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "tinker_atropos.sft.stage", "--config", str(config), "--env-file", str(env_file)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run([*argv, *flags], capture_output=True, text=True, timeout=600, env=env, check=False)
+    return warm_children.run([*argv, *flags], env=env, timeout=600)  # forked warm, as the server runs it
 
 
 def test_the_stage_trains_between_two_evaluations_and_leaves_its_state(tiny_path, tmp_path) -> None:
