@@ -442,7 +442,7 @@ def test_the_export_child_exports_an_engine_checkpoint(served: FakeEngine, tmp_p
     assert "k_proj" in config["target_modules"] and "down_proj" in config["target_modules"]
 
 
-def _serve(tmp_path: Path, url: str, port: int) -> tuple[subprocess.Popen, Path]:
+def _serve(tmp_path: Path, url: str, port: int) -> tuple[warm_children.Forked | subprocess.Popen[bytes], Path]:
     config = {
         "env": {"tokenizer_name": str(ensure_model(MODEL))},
         "openai": [{"model_name": "trained", "base_url": f"http://127.0.0.1:{port}/v1", "server_type": "sglang"}],
@@ -458,7 +458,8 @@ def _serve(tmp_path: Path, url: str, port: int) -> tuple[subprocess.Popen, Path]
     argv = [sys.executable, "-m", "tinker_atropos.inference_server", "--config", str(path)]
     argv += ["--adapter", f"tinker://{MODEL_ID}/{CHECKPOINT}"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen(argv, cwd=ROOT, stderr=log.open("wb"), start_new_session=True, env=env)
+    with log.open("wb") as err, open(os.devnull, "wb") as out:  # forked warm, as an inference test's is
+        proc = warm_children.start(argv, env=env, stdout=out.fileno(), stderr=err.fileno(), cwd=ROOT)
     return proc, log
 
 

@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 import torch
+import warm_children
 import yaml
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from atroposlib.envs.server_handling.server_manager import ServerManager
@@ -454,18 +455,19 @@ def standalone_config(tmp_path: Path, port: int, api: int, model: str = MODEL) -
     return path
 
 
-def standalone(config: Path, log: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tinker_atropos.inference_server", "--config", str(config), *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=log.open("wb"),
-        start_new_session=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+def standalone(config: Path, log: Path, *extra: str) -> warm_children.Forked | subprocess.Popen[bytes]:
+    """The server forked warm, as the server's inference test forks it; its stdout in `log`.stdout."""
+    with log.open("wb") as err, log.with_suffix(".stdout").open("wb") as out:
+        return warm_children.start(
+            [sys.executable, "-m", "tinker_atropos.inference_server", "--config", str(config), *extra],
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            stdout=out.fileno(),
+            stderr=err.fileno(),
+            cwd=ROOT,
+        )
 
 
-def wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float) -> None:
+def wait_healthy(proc: warm_children.Forked | subprocess.Popen[bytes], url: str, log: Path, timeout_s: float) -> None:
     """Until `url`/health answers 200; the server's log on its exit or at the deadline."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -493,7 +495,7 @@ def test_standalone_serves_the_base_model_and_exits_cleanly_on_sigterm(tmp_path:
         assert reply.status_code == 200 and reply.json()["model"] == MODEL
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
-        assert proc.stdout.read() == b""  # logs go to stderr only
+        assert log.with_suffix(".stdout").read_bytes() == b""  # logs go to stderr only
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
