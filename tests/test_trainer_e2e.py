@@ -33,7 +33,6 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-RUN_API = str(Path(sys.executable).parent / "run-api")
 LAUNCH = str(ROOT / "tinker-atropos" / "launch_training.py")
 LETTER_REPEAT = ROOT / "tinker-atropos" / "tinker_atropos" / "environments" / "letter_repeat.py"
 E2E_STEPS = 30
@@ -57,28 +56,29 @@ def child_env(**extra: str) -> dict[str, str]:
 
 @dataclass
 class Proc:
-    """A child process in its own session, logging to a file; killed (group) on cleanup, with the
-    TMPDIR of its own that a kill would otherwise leave in /tmp (wandb's, from atroposlib's import)."""
+    """A child process in its own session (forked warm, as a run's are: tests/warm_children.py),
+    logging to a file; killed (group) on cleanup, with the TMPDIR of its own that a kill would
+    otherwise leave in /tmp (wandb's, from atroposlib's import)."""
 
-    popen: subprocess.Popen
+    popen: warm_children.Forked | subprocess.Popen[bytes]
     log: Path
     tmpdir: Path
 
     @classmethod
-    def start(cls, argv: list[str], log: Path, env: dict[str, str], **kw) -> Proc:
+    def start(cls, argv: list[str], log: Path, env: dict[str, str], stdout: Path | None = None) -> Proc:
+        """Its stderr, and its stdout unless `stdout` names a file of its own, in `log`."""
         log.parent.mkdir(parents=True, exist_ok=True)
-        out = log.open("w")
         tmpdir = Path(tempfile.mkdtemp(prefix="rl-mcp-test-"))
-        popen = subprocess.Popen(
-            argv,
-            stderr=out,
-            stdout=kw.pop("stdout", out),
-            env={**env, "TMPDIR": str(tmpdir)},
-            start_new_session=True,
-            cwd=kw.pop("cwd", ROOT),
-            **kw,
-        )
+        with log.open("w") as err, (stdout or log).open("a") as out:
+            popen = warm_children.start(
+                argv, env={**env, "TMPDIR": str(tmpdir)}, stdout=out.fileno(), stderr=err.fileno(), cwd=ROOT
+            )
         return cls(popen, log, tmpdir)
+
+    def finish(self, timeout: float, stdout: Path) -> tuple[int, str]:
+        """Its exit code and what it printed, once it exits (subprocess.TimeoutExpired past `timeout`)."""
+        code = self.popen.wait(timeout)
+        return code, stdout.read_text()
 
     def kill(self) -> None:
         if self.popen.poll() is None:
@@ -114,14 +114,8 @@ def http_status(url: str) -> int | None:
 
 @pytest.fixture(scope="module")
 def tiny_model() -> str:
-    out = subprocess.run(
-        [PY, "-m", "tinker_atropos.models", "ensure", "tiny-chat"],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=300,
-        check=True,
-    )
+    out = warm_children.run([PY, "-m", "tinker_atropos.models", "ensure", "tiny-chat"], env=child_env(), timeout=300)
+    assert out.returncode == 0, out.stderr
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -183,7 +177,7 @@ def edit_config(path: Path, edit) -> None:
 
 
 def start_run_api(port: int, log: Path) -> Proc:
-    api = Proc.start([RUN_API, "--host", "127.0.0.1", "--port", str(port)], log, child_env())
+    api = Proc.start([PY, "-m", "atroposlib.cli.run_api", "--host", "127.0.0.1", "--port", str(port)], log, child_env())
     wait_until(lambda: http_status(f"http://127.0.0.1:{port}/status") == 200, 60, "run-api", [api])
     return api
 
@@ -222,12 +216,9 @@ def learning_run(tmp_path_factory, tiny_model) -> Finished:
     procs: list[Proc] = []
     try:
         procs.append(start_run_api(api_port, run_dir / "logs" / "api.log"))
+        printed = run_dir / "logs" / "trainer.stdout"
         trainer = Proc.start(
-            [PY, LAUNCH, "--config", str(config)],
-            run_dir / "logs" / "trainer.log",
-            child_env(),
-            stdout=subprocess.PIPE,
-            text=True,
+            [PY, LAUNCH, "--config", str(config)], run_dir / "logs" / "trainer.log", child_env(), printed
         )
         procs.append(trainer)
         wait_until(lambda: http_status(f"http://127.0.0.1:{inf_port}/health") == 200, 120, "trainer /health", [trainer])
@@ -240,10 +231,10 @@ def learning_run(tmp_path_factory, tiny_model) -> Finished:
         )
         started = time.monotonic()
         try:
-            stdout, _ = trainer.popen.communicate(timeout=480)
+            code, stdout = trainer.finish(480, printed)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"trainer did not finish:\n{trainer.tail()}\nENV:\n{procs[-1].tail()}") from None
-        return Finished(trainer.popen.returncode, time.monotonic() - started, stdout, trainer.tail(20000), run_dir)
+        return Finished(code, time.monotonic() - started, stdout, trainer.tail(20000), run_dir)
     finally:
         for p in reversed(procs):
             p.kill()
@@ -348,13 +339,9 @@ def stopped_run(tmp_path_factory, tiny_model):
     procs: list[Proc] = []
     health_before_api = None
     try:
-        trainer = Proc.start(
-            [PY, LAUNCH, "--config", str(config)],
-            run_dir / "logs" / "trainer.log",
-            child_env(WANDB_MODE="offline"),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        printed = run_dir / "logs" / "trainer.stdout"
+        log = run_dir / "logs" / "trainer.log"
+        trainer = Proc.start([PY, LAUNCH, "--config", str(config)], log, child_env(WANDB_MODE="offline"), printed)
         procs.append(trainer)
         health = f"http://127.0.0.1:{inf_port}/health"
         # the server binds after the model loads; until run-api exists it must not be ready
@@ -392,10 +379,8 @@ def stopped_run(tmp_path_factory, tiny_model):
         wait_until(lambda: metrics.exists() and metrics.read_text().strip(), 60, "step 1", [trainer])
         trainer.popen.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        stdout, _ = trainer.popen.communicate(timeout=60)
-        return health_before_api, Finished(
-            trainer.popen.returncode, time.monotonic() - sent, stdout, trainer.tail(20000), run_dir
-        )
+        code, stdout = trainer.finish(60, printed)
+        return health_before_api, Finished(code, time.monotonic() - sent, stdout, trainer.tail(20000), run_dir)
     finally:
         for p in reversed(procs):
             p.kill()
