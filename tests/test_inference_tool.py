@@ -11,7 +11,6 @@ import json
 import math
 import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ import anyio
 import httpx
 import psutil
 import pytest
+import warm_children
 import yaml
 from mcp import Client
 
@@ -267,17 +267,10 @@ def inference_server(tmp_path_factory: pytest.TempPathFactory):
     """The local backend's standalone inference server as a real process: an OpenAI-compatible
     endpoint to test the base_url path against."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    folder = (
-        subprocess.run(
-            [sys.executable, "-m", "tinker_atropos.models", "ensure", "tiny-chat"],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
+    ensure = [sys.executable, "-m", "tinker_atropos.models", "ensure", "tiny-chat"]
+    built = warm_children.run(ensure, env=env, timeout=300)
+    assert built.returncode == 0, built.stderr
+    folder = built.stdout.strip().splitlines()[-1]
     work = tmp_path_factory.mktemp("inference-server")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -286,9 +279,9 @@ def inference_server(tmp_path_factory: pytest.TempPathFactory):
     cfg["env"]["tokenizer_name"] = cfg["openai"][0]["tokenizer_name"] = folder
     cfg["tinker"].update(inference_port=port, run_dir=str(work))
     (work / "config.yaml").write_text(yaml.safe_dump(cfg))
-    log = open(work / "server.log", "wb")
     argv = [sys.executable, "-m", "tinker_atropos.inference_server", "--config", str(work / "config.yaml")]
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(work / "server.log", "wb") as log:  # forked warm, as the server's inference test forks it
+        proc = warm_children.start(argv, env=env, stdout=log.fileno(), stderr=log.fileno())
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -304,7 +297,6 @@ def inference_server(tmp_path_factory: pytest.TempPathFactory):
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(20)
-        log.close()
 
 
 @pytest.mark.anyio
