@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -63,22 +64,24 @@ class Proc:
     popen: warm_children.Forked | subprocess.Popen[bytes]
     log: Path
     tmpdir: Path
+    stdout: Path | None = None
 
     @classmethod
     def start(cls, argv: list[str], log: Path, env: dict[str, str], stdout: Path | None = None) -> Proc:
         """Its stderr, and its stdout unless `stdout` names a file of its own, in `log`."""
         log.parent.mkdir(parents=True, exist_ok=True)
         tmpdir = Path(tempfile.mkdtemp(prefix="rl-mcp-test-"))
-        with log.open("w") as err, (stdout or log).open("a") as out:
+        with log.open("w") as err, (stdout.open("w") if stdout else contextlib.nullcontext(err)) as out:
             popen = warm_children.start(
                 argv, env={**env, "TMPDIR": str(tmpdir)}, stdout=out.fileno(), stderr=err.fileno(), cwd=ROOT
             )
-        return cls(popen, log, tmpdir)
+        return cls(popen, log, tmpdir, stdout)
 
-    def finish(self, timeout: float, stdout: Path) -> tuple[int, str]:
-        """Its exit code and what it printed, once it exits (subprocess.TimeoutExpired past `timeout`)."""
-        code = self.popen.wait(timeout)
-        return code, stdout.read_text()
+    def finish(self, timeout: float) -> tuple[int, str]:
+        """Its exit code and what it printed to its own stdout file, once it exits
+        (subprocess.TimeoutExpired past `timeout`)."""
+        assert self.stdout is not None, "started without a stdout file of its own"
+        return self.popen.wait(timeout), self.stdout.read_text()
 
     def kill(self) -> None:
         if self.popen.poll() is None:
@@ -231,7 +234,7 @@ def learning_run(tmp_path_factory, tiny_model) -> Finished:
         )
         started = time.monotonic()
         try:
-            code, stdout = trainer.finish(480, printed)
+            code, stdout = trainer.finish(480)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"trainer did not finish:\n{trainer.tail()}\nENV:\n{procs[-1].tail()}") from None
         return Finished(code, time.monotonic() - started, stdout, trainer.tail(20000), run_dir)
@@ -379,7 +382,7 @@ def stopped_run(tmp_path_factory, tiny_model):
         wait_until(lambda: metrics.exists() and metrics.read_text().strip(), 60, "step 1", [trainer])
         trainer.popen.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        code, stdout = trainer.finish(60, printed)
+        code, stdout = trainer.finish(60)
         return health_before_api, Finished(code, time.monotonic() - sent, stdout, trainer.tail(20000), run_dir)
     finally:
         for p in reversed(procs):
