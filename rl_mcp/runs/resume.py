@@ -123,7 +123,7 @@ def parent_config(parent: RunRecord) -> dict[str, Any]:
         data = read_run_config(parent.config_path)
     except RUN_CONFIG_ERRORS as exc:
         raise ResumeRefused(f"run {parent.run_id}: its config {parent.config_path} cannot be read ({exc})") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("tinker"), dict) or not isinstance(data.get("env"), dict):
+    if not isinstance(data.get("tinker"), dict) or not isinstance(data.get("env"), dict):  # {}: no mapping at all
         raise ResumeRefused(f"run {parent.run_id}: its config {parent.config_path} is not a run config")
     return data
 
