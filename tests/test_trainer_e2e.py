@@ -71,7 +71,9 @@ class Proc:
         """Its stderr, and its stdout unless `stdout` names a file of its own, in `log`."""
         log.parent.mkdir(parents=True, exist_ok=True)
         tmpdir = Path(tempfile.mkdtemp(prefix="rl-mcp-test-"))
-        with log.open("w") as err, (stdout.open("w") if stdout else contextlib.nullcontext(err)) as out:
+        with contextlib.ExitStack() as files:
+            err = files.enter_context(log.open("w"))
+            out = files.enter_context(stdout.open("w")) if stdout else err
             popen = warm_children.start(
                 argv, env={**env, "TMPDIR": str(tmpdir)}, stdout=out.fileno(), stderr=err.fileno(), cwd=ROOT
             )
