@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import anyio
-import httpx
 import psutil
 import pytest
 import warm_children
 import yaml
 from mcp import Client
+from test_inference_server import wait_healthy
 
 from rl_mcp.inference.scores import read_groups, summarize
 from rl_mcp.inference.target import (
@@ -283,16 +283,7 @@ def inference_server(tmp_path_factory: pytest.TempPathFactory):
     with open(work / "server.log", "wb") as log:  # forked warm, as the server's inference test forks it
         proc = warm_children.start(argv, env=env, stdout=log.fileno(), stderr=log.fileno())
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (work / "server.log").read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "inference server not ready"
-            time.sleep(0.2)
+        wait_healthy(proc, f"http://127.0.0.1:{port}", work / "server.log", 120)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         os.killpg(proc.pid, 15)
