@@ -32,6 +32,7 @@ import psutil
 from rl_mcp import warm_start
 from rl_mcp.errors import UserError
 from rl_mcp.tmpdirs import child_tmpdir, remove_tree
+from tinker_atropos.http_tls import shared_tls
 
 _CREATE_TIME_TOLERANCE_S = 0.05
 # how long a SIGKILLed tree may take to go before `stop` warns that it could not stop it
@@ -312,6 +313,11 @@ async def stop_supervised(grace_s: float = 5.0) -> None:
             tg.start_soon(anyio.to_thread.run_sync, warm_start.stop_templates)
     for _, tmp in list(_open_blocks.values()):
         remove_tree(tmp)
+
+
+def probe_client() -> httpx.AsyncClient:
+    """The client of readiness probes: loopback only, so no proxy."""
+    return httpx.AsyncClient(timeout=2.0, trust_env=False, verify=shared_tls())
 
 
 async def health_ok(client: httpx.AsyncClient, url: str) -> bool:

@@ -28,13 +28,12 @@ from rl_mcp.inference.scores import ScoreSummary, read_groups, summarize
 from rl_mcp.inference.target import InferenceRequest, Target, child_env, model_slug, process_config
 from rl_mcp.logs import last_error_line, marked_lines, tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models
-from rl_mcp.processes import StageError, health_ok, supervised
+from rl_mcp.processes import StageError, health_ok, probe_client, supervised
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.env_health import EnvHealth, discarding, raising, read_health
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.runs.reply_length import Limit, at_cap
 from rl_mcp.session.run_config import write_run_config
-from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.run_files import ENV_HEALTH_VAR, WARNING_MARK, InferenceTestFiles
 
 _PROGRESS = re.compile(r"Successfully processed group (\d+)/(\d+)")
@@ -149,7 +148,7 @@ async def _test_local_model(
             return
         argv = [python, "-m", "tinker_atropos.inference_server", "--config", str(files.config)]
         argv += ["--adapter", weights.adapter] if weights.adapter else []
-        async with httpx.AsyncClient(timeout=2.0, trust_env=False, verify=shared_tls()) as http:  # loopback: no proxy
+        async with probe_client() as http:
             health_url = f"http://127.0.0.1:{port}/health"
 
             async def live_tokens() -> int | None:

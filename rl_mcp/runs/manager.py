@@ -61,7 +61,7 @@ class RunManager:
         self.ports = PortReservations(self.store.ports_in_use)
         self._live: dict[str, Live] = {}
         self._tg: TaskGroup | None = None
-        self._http = stages.probe_client()
+        self._http = processes.probe_client()
         self._closed: anyio.Event | None = None  # set once shutdown is done
 
     # ------------------------------------------------------------------ lifetime

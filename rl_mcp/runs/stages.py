@@ -35,7 +35,6 @@ from rl_mcp.runs.store import RunRecord
 from rl_mcp.runs.vocab import Stage
 from rl_mcp.settings import Settings, without_secrets
 from rl_mcp.tmpdirs import run_tmpdir
-from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.run_files import ENV_HEALTH_VAR, MODEL_BUILD, ProcessName
 
 Ready = Callable[[], Awaitable[bool]]
@@ -186,11 +185,6 @@ async def build_run_models(settings: Settings, rec: RunRecord, timeout_s: float)
 
 def _config_of(rec: RunRecord) -> dict[str, Any]:
     return read_run_config(rec.config_path)
-
-
-def probe_client() -> httpx.AsyncClient:
-    """The client of the readiness probes: loopback only, so no proxy."""
-    return httpx.AsyncClient(timeout=2.0, trust_env=False, verify=shared_tls())
 
 
 def _env_registered(http: httpx.AsyncClient, api_url: str, api_log: Path) -> Ready:
