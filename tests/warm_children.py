@@ -58,8 +58,8 @@ def start(
     argv: list[str], *, env: Mapping[str, str], stdout: int, stderr: int, cwd: Path | None = None
 ) -> Forked | subprocess.Popen[bytes]:
     warm_start.prepare(sys.executable, env)
-    deadline = time.monotonic() + warm_start.READY_WAIT_S
-    while not warm_start.ready(sys.executable, env) and time.monotonic() < deadline:
+    deadline = time.monotonic() + warm_start.READY_WAIT_S  # as warm_start.wait_ready waits, for sync callers
+    while warm_start.importing(sys.executable, env) and time.monotonic() < deadline:
         time.sleep(0.05)
     child = warm_start.fork(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr)
     if child is not None:

@@ -3,6 +3,15 @@
 `fork` is what `processes.spawn` tries first; None means start the child the ordinary way.
 """
 
-from rl_mcp.warm_start.templates import READY_WAIT_S, WarmChild, fork, prepare, ready, stop_templates, wait_ready
+from rl_mcp.warm_start.templates import (
+    READY_WAIT_S,
+    WarmChild,
+    fork,
+    importing,
+    prepare,
+    ready,
+    stop_templates,
+    wait_ready,
+)
 
-__all__ = ["READY_WAIT_S", "WarmChild", "fork", "prepare", "ready", "stop_templates", "wait_ready"]
+__all__ = ["READY_WAIT_S", "WarmChild", "fork", "importing", "prepare", "ready", "stop_templates", "wait_ready"]

@@ -211,6 +211,12 @@ def ready(python: str, env: Mapping[str, str]) -> bool:
     return _state(python, env) == "ready"
 
 
+def importing(python: str, env: Mapping[str, str]) -> bool:
+    """True while that template is still importing: False where none is starting (another
+    interpreter, warm starts off, a template that died) or once it answers."""
+    return _state(python, env) == "importing"
+
+
 def _state(python: str, env: Mapping[str, str]) -> str:
     key = _key_for_children_of(python, env)
     with _lock:
@@ -224,7 +230,7 @@ async def wait_ready(python: str, env: Mapping[str, str], timeout_s: float) -> b
     """Wait up to `timeout_s` for the template that will fork `python`'s children under `env` to
     finish its imports; False at once where none is starting (another interpreter, warm starts off)."""
     with anyio.move_on_after(timeout_s):
-        while (state := _state(python, env)) == "importing":
+        while importing(python, env):
             await anyio.sleep(0.05)
-        return state == "ready"
+        return ready(python, env)
     return False
