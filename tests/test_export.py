@@ -88,7 +88,7 @@ async def test_a_smollm2_run_exports_as_adapter_merged_and_gguf(rl_home: Path) -
         assert exports["merged"]["check"]["matches"] == exports["merged"]["check"]["prompts"]
         gguf = [Path(f["path"]) for f in exports["gguf"]["files"] if f["path"].endswith(".gguf")]
         assert len(gguf) == 1 and gguf[0].name.endswith("-q8_0.gguf")
-        types = {t.name: t.tensor_type.name for t in QuickGGUFReader(gguf[0]).tensors}  # f16's in test_export_gguf
+        types = {t.name: t.tensor_type.name for t in QuickGGUFReader(gguf[0]).tensors}  # the file the export wrote
         assert types["blk.0.attn_q.weight"] == types["token_embd.weight"] == "Q8_0"
         assert types["output_norm.weight"] == "F32"
         modelfile = (gguf[0].parent / "Modelfile").read_text()

@@ -1,7 +1,6 @@
-"""GGUF export: SmolLM2 written as an f16 GGUF file, loaded back by transformers' own GGUF loader
-(through `gguf_loading`, as the export loads it, whose reader reads what gguf-py's does), must
-generate what the original generates; other architectures are refused up front. q8_0 is written,
-loaded back and checked by a real export in tests/test_export.py."""
+"""GGUF export: SmolLM2 written as f16 and q8_0 GGUF files, loaded back by transformers' own GGUF
+loader (through `gguf_loading`, as the export loads it, whose reader reads what gguf-py's does), must
+generate what the original generates; other architectures are refused up front."""
 
 from __future__ import annotations
 
@@ -26,6 +25,7 @@ PROMPTS = (
     "What is 12 plus 7?",
 )
 SAMPLE = "Hello world! Numbers 12345, code `x = f(y)` and émojis 🙂 <|im_end|>"
+REQUIRED = {"f16": len(PROMPTS), "q8_0": len(PROMPTS) - 1}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,8 @@ def _replies(model, tokenizer) -> list[list[int]]:
     return out[:, inputs["input_ids"].shape[1] :].tolist()
 
 
-def test_smollm2_gguf_loads_back_and_generates_the_same(smollm2, tmp_path: Path) -> None:
+@pytest.mark.parametrize("dtype", ["f16", "q8_0"])
+def test_smollm2_gguf_loads_back_and_generates_the_same(smollm2, dtype: str, tmp_path: Path) -> None:
     import gguf
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -73,21 +74,22 @@ def test_smollm2_gguf_loads_back_and_generates_the_same(smollm2, tmp_path: Path)
     fractions: list[float] = []
     out = tmp_path / "out"  # tmp_path also holds the conftest's RL_MCP_HOME
     out.mkdir()
-    path = write_gguf(model, tokenizer, out / "smol-f16.gguf", "f16", name="smol", progress=fractions.append)
-    assert path == out / "smol-f16.gguf" and path.is_file()
+    path = write_gguf(model, tokenizer, out / f"smol-{dtype}.gguf", dtype, name="smol", progress=fractions.append)
+    assert path == out / f"smol-{dtype}.gguf" and path.is_file()
     assert [p.name for p in out.iterdir()] == [path.name]  # no partial file left behind
     assert fractions[-1] == 1.0 and fractions == sorted(fractions)
-    print(f"f16: {path.stat().st_size / 2**20:.1f} MiB")
+    print(f"{dtype}: {path.stat().st_size / 2**20:.1f} MiB")
 
     reader = QuickGGUFReader(path)
     assert reader.fields["general.architecture"].contents() == "llama"
     assert reader.fields["general.name"].contents() == "smol"
-    assert reader.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_F16
+    file_type = {"f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[dtype]
+    assert reader.fields["general.file_type"].contents() == file_type
     assert reader.fields["tokenizer.ggml.model"].contents() == "gpt2"
     types = {t.name: t.tensor_type.name for t in reader.tensors}
     assert "output.weight" not in types  # SmolLM2 ties its output head to the embeddings
     assert types["output_norm.weight"] == types["blk.0.attn_norm.weight"] == "F32"
-    assert types["blk.0.attn_q.weight"] == types["token_embd.weight"] == "F16"
+    assert types["blk.0.attn_q.weight"] == types["token_embd.weight"] == dtype.upper()
 
     with quick_gguf_loading():
         loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
@@ -98,8 +100,8 @@ def test_smollm2_gguf_loads_back_and_generates_the_same(smollm2, tmp_path: Path)
 
     got = _replies(loaded, loaded_tokenizer)
     matches = sum(a == b for a, b in zip(got, expected, strict=True))
-    print(f"f16: {matches}/{len(PROMPTS)} greedy replies match the original")
-    assert matches == len(PROMPTS), [loaded_tokenizer.decode(r) for r in got]
+    print(f"{dtype}: {matches}/{len(PROMPTS)} greedy replies match the original")
+    assert matches >= REQUIRED[dtype], [loaded_tokenizer.decode(r) for r in got]
 
 
 @pytest.mark.kernels
