@@ -165,9 +165,9 @@ def _groups(n_groups: int = 16, group_size: int = 8, length: int = 2048, prompt:
 
 def bench_conversion() -> None:
     try:
-        from tinker_atropos.batches import groups_to_datums
+        from tinker_atropos.trainer.batches import groups_to_datums
     except ImportError as exc:
-        print(f"batch conversion: tinker_atropos.batches.groups_to_datums unavailable ({exc})")
+        print(f"batch conversion: tinker_atropos.trainer.batches.groups_to_datums unavailable ({exc})")
         return
     groups = _groups()
     times = []

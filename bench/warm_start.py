@@ -1,7 +1,7 @@
 """A child forked from a warm template against the same child started cold, side by side.
 
 Each kind of heavy child is stood in for by a script that imports what that child imports before
-its first line of work (the trainer: `tinker_atropos.launch` and the local backend; an environment
+its first line of work (the trainer: `tinker_atropos.trainer.launch` and the local backend; an environment
 process: atroposlib's BaseEnv and the product's env_process helpers; the inference server), then
 exits. Both ways go through `rl_mcp.processes.spawn`, as runs and rl_test_inference start them;
 cold is `RL_MCP_WARM_START=0`. Printed: wall seconds from spawn to exit, and the CPU seconds the child
@@ -23,8 +23,8 @@ from pathlib import Path
 from rl_mcp import processes, warm_start
 
 KINDS = {
-    "trainer": "import tinker_atropos.launch, tinker_atropos.backends.local",
-    "environment": "import atroposlib.envs.base; from tinker_atropos import atropos_compat, env_health, env_logging",
+    "trainer": "import tinker_atropos.trainer.launch, tinker_atropos.backends.local",
+    "environment": "import atroposlib.envs.base; from tinker_atropos.env_process import atropos_compat, health, logs",
     "inference server": "import tinker_atropos.inference_server",
 }
 REPORT = "import resource; r = resource.getrusage(resource.RUSAGE_SELF); print(r.ru_utime + r.ru_stime)"

@@ -159,12 +159,18 @@ def test_dependencies_run_one_way(graph: dict[str, set[str]]) -> None:
     assert upward == []
 
 
+def is_tool_family(folder: Path) -> bool:
+    """A folder of mcp_api that describes tools of its own; a folder without descriptions.py is a
+    shared room (findings, env_health), which the families may import."""
+    return (folder / "descriptions.py").is_file()
+
+
 def tool_family(module: str) -> str | None:
     """The tool family (a folder of mcp_api) a module belongs to; None outside one."""
     parts = module.split(".")
     if len(parts) < 3 or ".".join(parts[:2]) != MCP_API:
         return None
-    return parts[2] if (PACKAGES["rl_mcp"] / "mcp_api" / parts[2]).is_dir() else None
+    return parts[2] if is_tool_family(PACKAGES["rl_mcp"] / "mcp_api" / parts[2]) else None
 
 
 def test_tool_families_import_only_shared_modules(graph: dict[str, set[str]]) -> None:
@@ -183,6 +189,18 @@ def test_tool_families_import_only_shared_modules(graph: dict[str, set[str]]) ->
             elif here is None and there is not None and module != MCP_SERVER:
                 crossing.append(f"{module} (shared) imports {target} (family {there})")
     assert crossing == []
+
+
+def test_no_module_at_mcp_apis_top_is_named_by_a_family_suffix() -> None:
+    """`findings/answers.py`, not `finding_answers.py`: what several families share is a folder with
+    a family's file names, and mcp_api's top keeps only single modules (server.py, errors.py, ...)."""
+    top = PACKAGES["rl_mcp"] / "mcp_api"
+    family_files = {
+        p.stem for folder in top.iterdir() if folder.is_dir() and is_tool_family(folder) for p in folder.glob("*.py")
+    } - {"__init__"}
+    assert family_files >= {"tools", "answers", "views", "descriptions"}
+    suffixed = sorted(p.name for p in top.glob("*.py") if any(p.stem.endswith("_" + f) for f in family_files))
+    assert suffixed == [], "move each into a folder of mcp_api with a family's file names"
 
 
 def test_only_the_mcp_layer_and_the_cli_speak_mcp() -> None:

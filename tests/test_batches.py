@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tinker_atropos.batches import for_loss, groups_to_datums, with_sampler_logprobs
+from tinker_atropos.trainer.batches import for_loss, groups_to_datums, with_sampler_logprobs
 
 P = -100  # prompt mask
 

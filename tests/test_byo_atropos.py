@@ -143,7 +143,7 @@ async def test_an_upstream_shaped_environment_runs_unchanged(
 
 def test_tokenize_for_trainer_matches_a_hand_made_expectation() -> None:
     """The fix alone: atroposlib's own function, after `apply()`, gives ids and masks built by hand."""
-    from tinker_atropos import atropos_compat
+    from tinker_atropos.env_process import atropos_compat
 
     atropos_compat.apply()
     from atroposlib.utils.tokenize_for_trainer import tokenize_for_trainer
@@ -178,7 +178,7 @@ def test_tokenize_for_trainer_matches_a_hand_made_expectation() -> None:
 @pytest.mark.parametrize("declared", ["single APIServerConfig", "ServerBaseline"])
 def test_the_yaml_server_is_the_one_an_environment_uses(declared: str) -> None:
     """Without the fix atroposlib sends such an environment's requests to localhost:9004-9007."""
-    from tinker_atropos import atropos_compat
+    from tinker_atropos.env_process import atropos_compat
 
     atropos_compat.apply()
     import logging

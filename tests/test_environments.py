@@ -234,7 +234,7 @@ def test_atroposlib_has_the_one_start_pause_run_env_skips() -> None:
 
     import atroposlib.envs.base as atropos_base
 
-    from tinker_atropos.atropos_compat import ATROPOS_START_PAUSE_S
+    from tinker_atropos.env_process.atropos_compat import ATROPOS_START_PAUSE_S
 
     pause = f"asyncio.sleep({ATROPOS_START_PAUSE_S})"
     assert inspect.getsource(atropos_base).count(pause) == 1
@@ -246,7 +246,7 @@ def _upstream_echo_word(url: str, eval_dir: Path, **overrides):
     applies, pointed at the tiny model's server."""
     import importlib.util
 
-    from tinker_atropos import atropos_compat
+    from tinker_atropos.env_process import atropos_compat
     from tinker_atropos.environments.common import local_server_defaults
 
     atropos_compat.apply()
@@ -284,9 +284,9 @@ async def test_environment_joins_its_run_and_rolls_out_without_atroposlibs_start
     from atroposlib.envs.base import BaseEnv
     from test_trainer_e2e import free_port, start_run_api
 
-    from tinker_atropos.atropos_compat import ATROPOS_START_PAUSE_S
+    from tinker_atropos.env_process.atropos_compat import ATROPOS_START_PAUSE_S
     from tinker_atropos.environments.letter_repeat import LetterRepeatEnv
-    from tinker_atropos.run_api_client import Registration, RunApiClient
+    from tinker_atropos.trainer.run_api_client import Registration, RunApiClient
 
     port = free_port()
     api_url = f"http://127.0.0.1:{port}"

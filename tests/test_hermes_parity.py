@@ -26,7 +26,7 @@ from rl_mcp.runs.store import RunRecord, RunStore
 from rl_mcp.session.run_config import render_run_config
 from rl_mcp.settings import Settings, load_profile
 from rl_mcp.statelock import StateDirLocked
-from tinker_atropos.metrics import MetricsSink, StepMetrics, seed_wandb_names
+from tinker_atropos.trainer.metrics import MetricsSink, StepMetrics, seed_wandb_names
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ["auto", "legacy"]  # the 2026 generation, and the 2025 one (initialize handshake)

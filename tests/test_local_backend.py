@@ -18,7 +18,7 @@ from tinker import types
 
 from tinker_atropos.backends.factory import BackendUnavailable, create_base_sampler, create_training_backend
 from tinker_atropos.backends.local import LocalTrainingClient, create_sampler, load_base_model
-from tinker_atropos.config import parse_run_config
+from tinker_atropos.trainer.config import parse_run_config
 
 pytestmark = pytest.mark.kernels
 

@@ -14,8 +14,8 @@ import pytest
 from rl_mcp.runs.env_health import Requests, discarding, read_health, stalled
 from rl_mcp.runs.reply_length import at_cap, config_note, limit, timeouts_line
 from rl_mcp.settings import EnvLimits
-from tinker_atropos.env_health import HealthRecorder
-from tinker_atropos.env_requests import answered
+from tinker_atropos.env_process.health import HealthRecorder
+from tinker_atropos.env_process.model_requests import answered
 from tinker_atropos.reply_cap import ReplyCap, context_tokens
 
 LIMITS = EnvLimits(error_timeout_s=120, discard_timeout_s=120, discard_groups=20)

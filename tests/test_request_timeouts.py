@@ -12,9 +12,9 @@ from rl_mcp.diagnosis.facts import RunFacts
 from rl_mcp.diagnosis.request_rules import requests_time_out
 from rl_mcp.diagnosis.rules import diagnose
 from rl_mcp.runs.env_health import Requests
+from tinker_atropos.env_process.timeout_fitter import policy_of
 from tinker_atropos.reply_cap import ReplyCap
 from tinker_atropos.request_timeouts import Decoding, Policy, Workload, fit, workload
-from tinker_atropos.timeout_fitter import policy_of
 
 POLICY = Policy(margin=2.0, prefill_s=10.0, ceiling_s=1800.0)
 

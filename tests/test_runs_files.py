@@ -146,9 +146,11 @@ def test_wandb_lookup_is_optional_and_bounded(monkeypatch) -> None:  # type: ign
 def test_wandb_url_from_the_trainer_log(tmp_path: Path) -> None:
     log = tmp_path / "trainer.log"
     assert wandb_url_from_log(log) is None
-    log.write_text("2026 INFO tinker_atropos.metrics: W&B offline: /runs/x/wandb\n")
+    log.write_text("2026 INFO tinker_atropos.trainer.metrics: W&B offline: /runs/x/wandb\n")
     assert wandb_url_from_log(log) is None
-    log.write_text("x\n2026 INFO tinker_atropos.metrics: W&B online: https://wandb.ai/me/rl-mcp/runs/abc12\nmore\n")
+    log.write_text(
+        "x\n2026 INFO tinker_atropos.trainer.metrics: W&B online: https://wandb.ai/me/rl-mcp/runs/abc12\nmore\n"
+    )
     assert wandb_url_from_log(log) == "https://wandb.ai/me/rl-mcp/runs/abc12"
 
 

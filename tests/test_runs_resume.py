@@ -16,7 +16,6 @@ import yaml
 from rl_mcp.runs.live import RunPlan
 from rl_mcp.runs.resume import ModelIdentity, ResumeRefused, choose_state, fork_plan, resume_plan
 from rl_mcp.runs.store import RunRecord, RunStore
-from tinker_atropos.config import ConfigError, parse_run_config
 from tinker_atropos.run_files import (
     RunFiles,
     TrainingState,
@@ -24,7 +23,8 @@ from tinker_atropos.run_files import (
     read_training_states,
     write_training_states,
 )
-from tinker_atropos.training_state import StateKeeper
+from tinker_atropos.trainer.config import ConfigError, parse_run_config
+from tinker_atropos.trainer.training_state import StateKeeper
 
 
 def _config(run_dir: Path, **tinker: Any) -> dict[str, Any]:

@@ -279,8 +279,8 @@ async def test_resources(mcp_app, probe_envs, mode):
 
 async def test_run_config_follows_the_contract(mcp_app, probe_envs, tmp_path, monkeypatch):
     """The YAML loads with the trainer's own parser and carries profile + edits + per-run wiring."""
-    from tinker_atropos.config import load_run_config
     from tinker_atropos.models.paths import model_dir
+    from tinker_atropos.trainer.config import load_run_config
 
     monkeypatch.setenv("TINKER_API_KEY", "tml-sentinel-never-written")
     async with mcp_app() as (app, server), Client(server) as client:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tinker_atropos.backends.factory import BackendUnavailable, create_base_sampler, create_training_backend
-from tinker_atropos.config import parse_run_config
+from tinker_atropos.trainer.config import parse_run_config
 
 MISSING = (
     "TINKER_API_KEY is not set: export TINKER_API_KEY=tml-... (a key from the Tinker console) in "
@@ -73,7 +73,7 @@ def test_unreachable_service_fails_fast_and_the_process_exits(tmp_path: Path) ->
     script = textwrap.dedent(f"""
         import sys
         from tinker_atropos.backends.factory import BackendUnavailable, create_training_backend
-        from tinker_atropos.config import parse_run_config
+        from tinker_atropos.trainer.config import parse_run_config
         cfg = parse_run_config({{"tinker": {{"backend": "tinker", "base_model": "Qwen/Qwen3-8B",
             "total_steps": 1, "api_url": "http://127.0.0.1:1", "inference_port": 2,
             "run_dir": {str(tmp_path)!r}, "tinker_base_url": {url!r}}}}})

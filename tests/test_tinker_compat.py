@@ -33,8 +33,8 @@ from tinker_atropos.backends.tinker_compat import (
     stop_at_eos,
     unload_model,
 )
-from tinker_atropos.config import parse_run_config
 from tinker_atropos.models import model_dir
+from tinker_atropos.trainer.config import parse_run_config
 
 CLOUD_KEY = "tml-the-users-real-cloud-key"
 

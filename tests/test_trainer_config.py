@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tinker_atropos.config import ConfigError, RunConfig, load_run_config
+from tinker_atropos.trainer.config import ConfigError, RunConfig, load_run_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "tinker-atropos" / "configs"
 

@@ -474,8 +474,8 @@ def test_exit_5_when_the_inference_port_is_taken(tmp_path, tiny_model):
 def test_run_api_client_round_trip(tmp_path):
     import asyncio
 
-    from tinker_atropos.batches import groups_to_datums
-    from tinker_atropos.run_api_client import Registration, RunApiClient, RunApiUnavailable
+    from tinker_atropos.trainer.batches import groups_to_datums
+    from tinker_atropos.trainer.run_api_client import Registration, RunApiClient, RunApiUnavailable
 
     port = free_port()
     api = start_run_api(port, tmp_path / "api.log")

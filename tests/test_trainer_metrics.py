@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from tinker import types
 
-from tinker_atropos.batches import groups_to_datums
-from tinker_atropos.metrics import MetricsSink, StepMetrics, wandb_mode
 from tinker_atropos.run_files import RunResult
-from tinker_atropos.trainer import logprob_drift
+from tinker_atropos.trainer.batches import groups_to_datums
+from tinker_atropos.trainer.loop import logprob_drift
+from tinker_atropos.trainer.metrics import MetricsSink, StepMetrics, wandb_mode
 
 DOC_FIELDS = [
     "step",

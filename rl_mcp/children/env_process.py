@@ -4,7 +4,7 @@
 
 Runs (stage env) and rl_test_inference start every environment through this, so a user's own
 Atropos file runs unchanged: atroposlib's two silent breakages are fixed first
-(`tinker_atropos.atropos_compat`), and its log gets timestamps and atroposlib's progress lines
+(`tinker_atropos.env_process.atropos_compat`), and its log gets timestamps and atroposlib's progress lines
 ("Successfully processed group k/n", which rl_test_inference reads) as soon as a group is scored,
 and where the server asks for it, its rollouts' health (scored and discarded groups, the latest
 exception, its model requests: timeouts, retries, replies cut at their cap).
@@ -22,18 +22,18 @@ from pathlib import Path
 def main(argv: list[str]) -> None:
     if not argv:
         raise SystemExit("usage: python -m rl_mcp.children.env_process <environment file> <command> [flags]")
-    from tinker_atropos import atropos_compat, env_health, env_logging
+    from tinker_atropos.env_process import atropos_compat, health, logs
+    from tinker_atropos.env_process.timeout_fitter import policy_of
     from tinker_atropos.run_files import ENV_HEALTH_VAR
-    from tinker_atropos.timeout_fitter import policy_of
 
     env_file = Path(argv[0]).resolve()
     sys.argv = [str(env_file), *argv[1:]]
     sys.path.insert(0, str(env_file.parent))  # what `python <file>` does: sibling imports work
-    env_logging.configure()
+    logs.configure()
     atropos_compat.apply()
     health_file = os.environ.get(ENV_HEALTH_VAR)
     if health_file:
-        env_health.install(Path(health_file), policy_of(argv))
+        health.install(Path(health_file), policy_of(argv))
     runpy.run_path(str(env_file), run_name="__main__")
 
 

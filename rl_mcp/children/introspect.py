@@ -90,7 +90,7 @@ def _child_main(argv: list[str]) -> int:
     fields, defs = _model_fields(type(env_config), env_config.model_dump(mode="json"), "env")
     training_error = None
     try:
-        from tinker_atropos.config import TinkerConfig
+        from tinker_atropos.trainer.config import TinkerConfig
 
         defaults = {
             name: info.get_default(call_default_factory=True)

@@ -27,7 +27,7 @@ from tinker_atropos import warm_fork
 # importing launch's, an environment 0.24 s its base's, each time; here they cost 0.21 s once.
 PRELOAD = (
     "torch", "transformers", "peft", "atroposlib.envs.base", "openai", "wandb", "fastapi", "uvicorn",
-    "tinker", "tinker_atropos.launch", "tinker_atropos.backends.local", "tinker_atropos.environments.common",
+    "tinker", "tinker_atropos.trainer.launch", "tinker_atropos.backends.local", "tinker_atropos.environments.common",
     "tinker_atropos.inference_server",
 )  # fmt: skip
 IDLE_S = 600.0

@@ -113,7 +113,7 @@ def _with_core_bounds(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _trainer_config_file() -> Path:
-    return PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "config.py"
+    return PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "trainer" / "config.py"
 
 
 def _cache_key(info: EnvironmentInfo | None) -> str:

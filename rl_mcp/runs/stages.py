@@ -95,7 +95,7 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
     trainer_argv = (
         [python, str(launcher), "--config", config]
         if launcher.is_file()
-        else [python, "-m", "tinker_atropos.launch", "--config", config]
+        else [python, "-m", "tinker_atropos.trainer.launch", "--config", config]
     )
     # atroposlib's `run-api` script as a module: forked from the warm template (fastapi, uvicorn and
     # atroposlib imported) where the script would start cold

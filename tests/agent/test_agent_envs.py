@@ -11,8 +11,8 @@ import pytest
 from agent_helpers import close_env, make_env
 
 from tinker_atropos.agent.trajectory import format_trajectory
-from tinker_atropos.batches import groups_to_datums
 from tinker_atropos.environments.terminal_files import TerminalFilesEnv
+from tinker_atropos.trainer.batches import groups_to_datums
 
 ROOT = Path(__file__).resolve().parents[2]
 

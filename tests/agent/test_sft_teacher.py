@@ -20,13 +20,13 @@ from tinker import types
 
 from tinker_atropos.agent.loop import PROMPT_MASK
 from tinker_atropos.agent.tool_calls import parse_tool_calls
-from tinker_atropos.config import load_run_config
 from tinker_atropos.environments.tool_calculator import ToolCalculatorEnv
 from tinker_atropos.run_files import RunFiles, read_jsonl
 from tinker_atropos.sft.examples import Example, from_demonstration
 from tinker_atropos.sft.settings import TeacherSettings
 from tinker_atropos.sft.steps import batches, sft_step
 from tinker_atropos.sft.teacher import TeacherUnavailable, teacher_server
+from tinker_atropos.trainer.config import load_run_config
 
 KEY = "sk-never-echoed-7f3a"
 

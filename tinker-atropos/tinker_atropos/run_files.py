@@ -146,7 +146,7 @@ class RunFiles:
 
     @property
     def env_health(self) -> Path:
-        """The environment's rollouts: groups scored, exceptions, the latest one (tinker_atropos.env_health)."""
+        """The environment's rollouts: groups scored, exceptions, the latest one (tinker_atropos.env_process.health)."""
         return self.run_dir / "env_health.json"
 
     @property

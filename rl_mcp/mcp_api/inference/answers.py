@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from rl_mcp.mcp_api.env_health_answers import DiscardedGroups, RepliesAtCap
+from rl_mcp.mcp_api.env_health.answers import DiscardedGroups, RepliesAtCap
 
 
 class InferenceSample(BaseModel):

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from rl_mcp.inference.run_weights import RunCheckpoint
 from rl_mcp.inference.runner import ModelOutcome
 from rl_mcp.inference.target import InferenceRequest, Target
-from rl_mcp.mcp_api.env_health_views import at_cap_view, discarded_view
+from rl_mcp.mcp_api.env_health.views import at_cap_view, discarded_view
 from rl_mcp.mcp_api.inference import descriptions
 from rl_mcp.mcp_api.inference.answers import InferenceSample, InferenceTestResult, ModelInferenceResult, RunComparison
 from tinker_atropos.run_files import InferenceTestFiles

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from rl_mcp.mcp_api.env_health_answers import EnvRequests
-from rl_mcp.mcp_api.finding_answers import Diagnosed
+from rl_mcp.mcp_api.env_health.answers import EnvRequests
+from rl_mcp.mcp_api.findings.answers import Diagnosed
 from rl_mcp.runs import vocab
 from tinker_atropos.run_files import ProcessName
 

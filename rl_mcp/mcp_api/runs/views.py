@@ -12,8 +12,8 @@ from rl_mcp.diagnosis import findings as diagnosis
 from rl_mcp.diagnosis.inputs import run_config_sections, run_facts
 from rl_mcp.diagnosis.rules import diagnose
 from rl_mcp.logs import tail_lines
-from rl_mcp.mcp_api.env_health_views import requests_view
-from rl_mcp.mcp_api.finding_views import findings_view
+from rl_mcp.mcp_api.env_health.views import requests_view
+from rl_mcp.mcp_api.findings.views import findings_view
 from rl_mcp.mcp_api.runs import descriptions
 from rl_mcp.mcp_api.runs.answers import (
     HistoryPoint,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from ..config import RunConfig
+from ..trainer.config import RunConfig
 from .base import BackendUnavailable, SamplingBackend, TrainingBackend
 
 logger = logging.getLogger(__name__)

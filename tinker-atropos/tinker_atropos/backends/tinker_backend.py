@@ -24,8 +24,8 @@ from tinker import types
 
 from tinker_atropos.run_files import CheckpointKind
 
-from ..config import TinkerConfig
 from ..models.paths import offline_model_named
+from ..trainer.config import TinkerConfig
 from .base import BackendUnavailable
 from .checkpoints import CheckpointStore
 from .slot_order import SlotOrder

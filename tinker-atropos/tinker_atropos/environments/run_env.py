@@ -1,6 +1,6 @@
 """The atroposlib BaseEnv every bundled environment builds on.
 
-It applies `tinker_atropos.atropos_compat` when built, so a bundled environment joins its run
+It applies `tinker_atropos.env_process.atropos_compat` when built, so a bundled environment joins its run
 without atroposlib's waits (a fast re-ask to register, no start pause) also where no launcher
 applied the fixes: a file run as `python letter_repeat.py serve`, or an instance a test builds.
 
@@ -9,7 +9,7 @@ It also evaluates every `steps_per_eval` steps, as the setting says: atroposlib 
 a poll that lands on a multiple of k or jumps past one (fast steps); here a step that crosses a
 multiple of k starts the evaluation atroposlib did not.
 
-Its log (logs/env.log) is configured by `tinker_atropos.env_logging`, as for every environment.
+Its log (logs/env.log) is configured by `tinker_atropos.env_process.logs`, as for every environment.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from atroposlib.envs.base import BaseEnv, EvalHandlingEnum
 
-from tinker_atropos import atropos_compat, env_logging
+from tinker_atropos.env_process import atropos_compat, logs
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class RunEnv(BaseEnv):
 
     @classmethod
     def cli(cls) -> None:
-        env_logging.configure()
+        logs.configure()
         super().cli()
 
     async def env_step_checks(self) -> None:

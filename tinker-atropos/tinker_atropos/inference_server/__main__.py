@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from tinker_atropos.backends.factory import BackendUnavailable, create_base_sampler
-    from tinker_atropos.config import ConfigError, load_run_config
     from tinker_atropos.inference_server import PortBindError, SamplerHolder, build_app
     from tinker_atropos.inference_server.serve import bind_socket, make_server
     from tinker_atropos.reply_cap import served_cap
+    from tinker_atropos.trainer.config import ConfigError, load_run_config
 
     try:
         cfg = load_run_config(args.config)

@@ -32,7 +32,6 @@ from typing import Any
 
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv
 from tinker_atropos.backends.base import TrainingBackend
-from tinker_atropos.config import ConfigError, RunConfig, load_run_config
 from tinker_atropos.inference_server.serve import PortBindError
 from tinker_atropos.owner import end_with_owner
 from tinker_atropos.run_files import (
@@ -50,8 +49,9 @@ from tinker_atropos.sft.settings import SftSettings
 from tinker_atropos.sft.steps import SftStep, batches, example_datum, sft_step
 from tinker_atropos.sft.supervised_set import NoExamples, build_set, read_examples, write_set
 from tinker_atropos.sft.teacher import TeacherUnavailable, teacher_server
-from tinker_atropos.trainer import adam_params
-from tinker_atropos.training_state import SFT_STATE_NAME, state_entry
+from tinker_atropos.trainer.config import ConfigError, RunConfig, load_run_config
+from tinker_atropos.trainer.loop import adam_params
+from tinker_atropos.trainer.training_state import SFT_STATE_NAME, state_entry
 
 logger = logging.getLogger("tinker_atropos.sft")
 

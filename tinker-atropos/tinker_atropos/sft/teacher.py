@@ -21,11 +21,11 @@ import httpx
 
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv
 from tinker_atropos.agent.loop import AgentResult
-from tinker_atropos.config import RunConfig
 from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.sft.conversations import ConversationRefused, transcript_conversation
 from tinker_atropos.sft.examples import Example, Refused, from_conversation
 from tinker_atropos.sft.settings import SftSettings, TeacherSettings
+from tinker_atropos.trainer.config import RunConfig
 
 PROBE_TIMEOUT_S = 10.0
 LOCAL_KEY = "local"  # the product's own server takes no key

@@ -28,18 +28,18 @@ from tinker import types
 
 from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
 from tinker_atropos.backends.tinker_compat import grad_norm_of, loss_sum_of
-from tinker_atropos.batches import (
+from tinker_atropos.inference_server.holder import FINAL_LABEL, SamplerHolder
+from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult, atomic_write_text
+from tinker_atropos.trainer.batches import (
     BatchConversion,
     for_loss,
     groups_to_datums,
     with_sampler_logprobs,
 )
-from tinker_atropos.config import ConfigError, RunConfig
-from tinker_atropos.inference_server.holder import FINAL_LABEL, SamplerHolder
-from tinker_atropos.metrics import MetricsSink, PhaseClock, StepMetrics
-from tinker_atropos.run_api_client import Registration, RunApiClient
-from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult, atomic_write_text
-from tinker_atropos.training_state import StateKeeper
+from tinker_atropos.trainer.config import ConfigError, RunConfig
+from tinker_atropos.trainer.metrics import MetricsSink, PhaseClock, StepMetrics
+from tinker_atropos.trainer.run_api_client import Registration, RunApiClient
+from tinker_atropos.trainer.training_state import StateKeeper
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Each request's timeout set from the server's latest measured decode step, in the environment
-process (`request_timeouts.py` says how; `env_requests.py` calls `before_request` for every try).
+process (`tinker_atropos.request_timeouts` says how; `model_requests.py` calls `before_request` for every try).
 
 The server's `/health` is read at most every HEALTH_EVERY_S; the last step it measured stays in use
 while a new sampler (after each training step) starts its clock empty.

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tinker_atropos.backends.base import TrainingBackend
-from tinker_atropos.config import ConfigError, RunConfig, load_run_config
 from tinker_atropos.run_files import FINAL_CHECKPOINT_MARK, ExitCode, Outcome, RunResult, finished_sft_state
-from tinker_atropos.trainer import REGISTER_TIMEOUT_S, registration_for, train
+from tinker_atropos.trainer.config import ConfigError, RunConfig, load_run_config
+from tinker_atropos.trainer.loop import REGISTER_TIMEOUT_S, registration_for, train
 
-logger = logging.getLogger("tinker_atropos.launch")
+logger = logging.getLogger("tinker_atropos.trainer.launch")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +92,7 @@ async def _serve_and_train(
         serve_in_thread,
     )
     from tinker_atropos.reply_cap import served_cap
-    from tinker_atropos.run_api_client import RunApiClient, RunApiUnavailable
+    from tinker_atropos.trainer.run_api_client import RunApiClient, RunApiUnavailable
 
     holder = SamplerHolder()
     cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)

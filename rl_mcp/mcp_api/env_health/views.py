@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rl_mcp.mcp_api.env_health_answers import DiscardedGroups, EnvRequests, RepliesAtCap
+from rl_mcp.mcp_api.env_health.answers import DiscardedGroups, EnvRequests, RepliesAtCap
 from rl_mcp.runs.env_health import Discards, Requests
 from rl_mcp.runs.reply_length import Limit, at_cap, timeouts_line
 

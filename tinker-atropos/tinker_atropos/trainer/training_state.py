@@ -14,8 +14,8 @@ import logging
 import time
 
 from tinker_atropos.backends.base import TrainingBackend
-from tinker_atropos.config import RunConfig, TinkerConfig
 from tinker_atropos.run_files import TrainingState, read_training_states, write_training_states
+from tinker_atropos.trainer.config import RunConfig, TinkerConfig
 
 logger = logging.getLogger(__name__)
 

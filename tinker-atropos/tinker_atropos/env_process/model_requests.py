@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tinker_atropos.timeout_fitter import TimeoutFitter
+from tinker_atropos.env_process.timeout_fitter import TimeoutFitter
 
 WRAPPED = ("_chat_completion_wrapper", "_completion_wrapper", "_tokens_and_logprobs_completion_wrapper")
 OPENAI_RETRY = "Retrying request"  # the openai client's INFO line before it sends a request again
@@ -44,7 +44,7 @@ class Answered:
 
 
 class RequestRecorder(Protocol):
-    """Where the counts go (env_health.HealthRecorder)."""
+    """Where the counts go (health.HealthRecorder)."""
 
     def client_timeout(
         self, seconds: float | None, basis: str | None = None, seconds_per_token: float | None = None

@@ -1,5 +1,5 @@
 """What an environment process reports about its rollouts: scored groups, discarded groups, the
-latest exception, and its model requests (`env_requests`).
+latest exception, and its model requests (`model_requests`).
 
 atroposlib catches an exception from `collect_trajectories`, logs one line without its type or
 where it was raised, and tries the next item, forever: a run whose every rollout raises sits at
@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinker_atropos import env_requests
-from tinker_atropos.env_requests import Answered, collecting_replies
+from tinker_atropos.env_process import model_requests
+from tinker_atropos.env_process.model_requests import Answered, collecting_replies
+from tinker_atropos.env_process.timeout_fitter import TimeoutFitter
 from tinker_atropos.request_timeouts import Policy
 from tinker_atropos.run_files import atomic_write_text
-from tinker_atropos.timeout_fitter import TimeoutFitter
 
 _LIBRARY_DIRS = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]})
 REPLY_CHARS = 400  # a discarded group's sample reply is cut here
@@ -118,7 +118,7 @@ class HealthRecorder:
         }
         self._write()
 
-    # -- model requests (env_requests) ----------------------------------------------------------
+    # -- model requests (model_requests) ----------------------------------------------------------
 
     def client_timeout(
         self, seconds: float | None, basis: str | None = None, seconds_per_token: float | None = None
@@ -216,7 +216,7 @@ def install(path: Path, timeouts: Policy | None = None) -> None:
 
     recorder = HealthRecorder(path)
     fitter = TimeoutFitter(timeouts) if timeouts is not None else None
-    env_requests.install(recorder, fitter)
+    model_requests.install(recorder, fitter)
     original_init = BaseEnv.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:

@@ -4,7 +4,7 @@ notices sent to a run's subscribers."""
 from __future__ import annotations
 
 from rl_mcp.diagnosis import findings as diagnosis
-from rl_mcp.mcp_api.finding_answers import Finding, FindingEvidence, FindingNextStep
+from rl_mcp.mcp_api.findings.answers import Finding, FindingEvidence, FindingNextStep
 
 
 def finding_view(f: diagnosis.Finding) -> Finding:
