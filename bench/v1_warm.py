@@ -13,11 +13,14 @@ after the fork), medians of `--runs`, and warm / cold. Needs `make verifiers-v1`
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 from pathlib import Path
 
+from tinker_atropos.venvs import V1
+
 ROOT = Path(__file__).resolve().parents[1]
-V1_PYTHON = ROOT / ".venv-verifiers-v1" / "bin" / "python"
+V1_PYTHON = V1.python(os.environ)
 CHILD_DIR = ROOT / "tinker-atropos" / "tinker_atropos" / "verifiers"
 PROGRAM = "import resource, verifiers.v1\nr = resource.getrusage(resource.RUSAGE_SELF)\nprint(r.ru_utime + r.ru_stime)"
 MEASURE = r"""

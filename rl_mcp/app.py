@@ -20,14 +20,16 @@ from rl_mcp.engines.service import EngineService
 from rl_mcp.environments.discovery import Catalog, Discovery, EnvironmentInfo
 from rl_mcp.environments.introspection import ConfigSchema, Introspector
 from rl_mcp.environments.packages.install import EnvPackages, Report, Runtime
-from rl_mcp.environments.verifiers_format import check_runnable
 from rl_mcp.errors import UserError
 from rl_mcp.runs.manager import RunManager
 from rl_mcp.runs.store import StoreError
+from rl_mcp.runtimes import ensure_runtime
+from rl_mcp.runtimes.maker import RuntimeUnavailable
 from rl_mcp.session.state import Session
 from rl_mcp.settings import Settings
 from rl_mcp.statelock import acquire as lock_state_dir
 from rl_mcp.tool_servers.listing import ToolServers
+from tinker_atropos.venvs import GENERATIONS
 
 logger = logging.getLogger("rl_mcp")
 
@@ -131,18 +133,29 @@ class AppContext:
 
     async def runnable_schema(self, report: Report | None = None) -> tuple[EnvironmentInfo, ConfigSchema]:
         """As `selected_schema`, for a run or an inference test: refused at once for an environment
-        that cannot run here (a verifiers one without its venv, a folder whose dependencies cannot be
-        met); an environment folder is installed first when it is not, or changed (`report`: progress)."""
+        that cannot run here (a folder whose dependencies cannot be met); the runtimes it runs in are
+        made and an environment folder is installed first when needed (`report`: progress)."""
         info = self.selected()
-        check_runnable(info.name, info.format, self.settings.environ)
         if info.openenv is not None and info.openenv.error:  # a Hub or Docker source, a folder without its app
             raise UserError(f"environment {info.name!r} cannot run: {info.openenv.error}")
         await self.runtime(info, report)
         return info, await self.introspector.schema(info)
 
     async def runtime(self, info: EnvironmentInfo, report: Report | None = None) -> Runtime:
-        """Where `info`'s environment process runs (its folder installed first when needed)."""
+        """Where `info`'s environment process runs: the training runtime and its format's made first
+        when they are not (minutes, once), its folder installed when needed."""
+        await self.training_runtime(report)
+        generation = GENERATIONS.get(info.format)
+        if generation is not None:
+            try:
+                await ensure_runtime(generation.runtime, self.settings.environ, report)
+            except RuntimeUnavailable as exc:
+                raise RuntimeUnavailable(f"environment {info.name!r} cannot run: {exc}") from exc
         return await self.packages.runtime(info.name, info.format, info.package, report)
+
+    async def training_runtime(self, report: Report | None = None) -> None:
+        """The training runtime, made first when it is not: every child of the product runs on it."""
+        await ensure_runtime("training", self.settings.environ, report)
 
 
 @asynccontextmanager

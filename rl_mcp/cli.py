@@ -46,7 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rl-mcp", description="MCP server for RL training on Atropos environments.")
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the MCP server (default)")
-    serve.add_argument("--transport", choices=("stdio", "sse", "http"), default="stdio")
+    serve.add_argument(
+        "--transport",
+        choices=("stdio", "sse", "http"),
+        default="stdio",
+        help="stdio (default; what clients launch), http (Streamable HTTP on /mcp: the way to serve over the "
+        "network), sse (HTTP+SSE on /sse: deprecated by MCP 2026-07-28, kept for old clients; use http)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="bind address for sse/http (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port for sse/http (0 picks a free one)")
     serve.add_argument(
@@ -70,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     from rl_mcp.compare_cli import add_parser as add_compare
 
     add_compare(sub)
+    from rl_mcp.setup_cli import add_parser as add_setup
+
+    add_setup(sub)
+    from rl_mcp.examples_cli import add_parser as add_examples
+
+    add_examples(sub)
     return parser
 
 
@@ -108,6 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rl_mcp.compare_cli import run as compare_run
 
         return compare_run(args)
+    if args.command == "setup":
+        from rl_mcp.setup_cli import run as setup_run
+
+        return setup_run(args)
+    if args.command == "examples":
+        from rl_mcp.examples_cli import run as examples_run
+
+        return examples_run(args)
     return serve(args)
 
 
@@ -227,13 +247,17 @@ async def _serve_http(
         allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in args.allowed_host],
     )
     if args.transport == "sse":
+        log.warning("--transport sse is deprecated (MCP 2026-07-28): clients should use --transport http (/mcp)")
         starlette_app = server.sse_app(transport_security=security, host=args.host)
         path = "/sse"
     else:
         starlette_app = server.streamable_http_app(transport_security=security, host=args.host)
         path = "/mcp"
+    # h11, not httptools (uvicorn's pick when installed): httptools keeps the trailing whitespace of a
+    # header value, so an `Mcp-Name: tool ` that HTTP says equals `tool` (RFC 9110 5.5) was refused as a
+    # mismatch with the body (MCP 2026-07-28 routing headers; the conformance suite's http-header-validation)
     config = uvicorn.Config(
-        starlette_app, log_config=None, log_level=args.log_level.lower(), lifespan="on", access_log=False
+        starlette_app, http="h11", log_config=None, log_level=args.log_level.lower(), lifespan="on", access_log=False
     )
     http_server = Uvicorn(config)
 

@@ -29,9 +29,10 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     from rl_mcp.engines.doctor_lines import engine_lines
     from rl_mcp.environments.discovery import Discovery
     from rl_mcp.environments.packages.install import VENVS_DIR, installed
+    from rl_mcp.runtimes.inventory import runtime_states
     from rl_mcp.settings import SECRET_ENV_VARS, Settings, SettingsError, unexpanded_placeholders
     from tinker_atropos.mcp_tools.servers_file import servers_path
-    from tinker_atropos.venvs import GENERATIONS
+    from tinker_atropos.venvs import GENERATIONS, runtimes_dir
 
     raw = dict(os.environ if environ is None else environ)
     placeholders = unexpanded_placeholders(raw)
@@ -78,15 +79,19 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     for env_dir in settings.env_dirs:
         names = sorted(e.name for e in catalog.environments.values() if e.env_dir == env_dir)
         lines.append(f"env dir       {env_dir}: {', '.join(names) or 'no environments'}")
+    lines.append(f"runtimes      {runtimes_dir(settings.environ)} (made on first use, or ahead by the command)")
+    for state in runtime_states(settings.environ):
+        size = f", {state.size_mb} MB" if state.size_mb is not None else ""
+        made = f"{state.path}{size}: {state.note}" if state.made else f"not made: {state.note}"
+        lines.append(f"  {state.name:<12} {made}; `{state.command}`")
     for generation in GENERATIONS.values():
-        absent = generation.missing_venv_message(settings.environ)
         envs = [
             e.name
             for e in catalog.environments.values()
             if e.module and e.package is None and e.format == generation.format
         ]
-        found = f"{generation.python(settings.environ)}: installed {', '.join(sorted(envs)) or 'none'}"
-        lines.append(f"{generation.format:<13} {absent or found}")
+        if generation.python(settings.environ).exists():
+            lines.append(f"{generation.format:<13} installed in its runtime: {', '.join(sorted(envs)) or 'none'}")
     for record in installed(settings.home):  # environment folders, each in its own layered venv
         lines.append(f"env folder    {record.environment} ({record.format}): {record.folder}")
         lines.append(f"              installed {', '.join(record.distributions) or 'nothing'}")

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from rl_mcp import interrupts
 from rl_mcp.errors import UserError
@@ -26,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from rl_mcp.export.plan import plan_export
     from rl_mcp.export.runner import run_export
     from rl_mcp.runs.store import RunStore
+    from rl_mcp.runtimes import ensure_runtime
     from rl_mcp.settings import Settings, SettingsError
 
     try:
@@ -41,11 +43,16 @@ def run(args: argparse.Namespace) -> int:
         async def progress(done: float, total: float, message: str) -> None:
             print(f"[{100 * done / total:5.1f}%] {message}", file=sys.stderr, flush=True)
 
-        outcome = interrupts.run(  # a signal stops the export child, then exits 128 + the signal
-            lambda: run_export(
+        async def export() -> Any:
+            async def note(message: str) -> None:
+                print(message, file=sys.stderr, flush=True)
+
+            await ensure_runtime("training", settings.environ, note)  # the export's child runs there
+            return await run_export(
                 plan, environ=settings.environ, python=settings.python, hub_repo=args.hub_repo, progress=progress
             )
-        )
+
+        outcome = interrupts.run(export)  # a signal stops the export child, then exits 128 + the signal
     except (UserError, SettingsError) as exc:
         print(f"rl-mcp export: {exc}", file=sys.stderr)
         return 1

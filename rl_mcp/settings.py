@@ -18,12 +18,17 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+import tinker_atropos
 from rl_mcp.errors import UserError
+from tinker_atropos.venvs import training_python
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-PROJECT_ROOT = PACKAGE_DIR.parent
 PROFILES_DIR = PACKAGE_DIR / "profiles"
-BUNDLED_ENV_DIR = PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "environments"
+# The trainer's package as installed beside this one (a wheel's site-packages, or a checkout): its
+# bundled environments and the files children run are found there, never through a checkout.
+TRAINER_PACKAGE_DIR = Path(tinker_atropos.__file__).resolve().parent
+BUNDLED_ENV_DIR = TRAINER_PACKAGE_DIR / "environments"
+TRAINER_ENTRY = ("-m", "tinker_atropos.trainer.launch")
 SECTIONS = ("env", "tinker")
 
 
@@ -259,8 +264,8 @@ class Settings:
     profile: Profile
     profile_reason: str = "named by the caller"  # why this profile: shown by doctor and rl://profile
     auth_token: str | None = None
-    python: str = sys.executable
-    project_root: Path = PROJECT_ROOT
+    python: str = sys.executable  # the children's: the training runtime (tinker_atropos.venvs.training_python)
+    trainer_entry: tuple[str, ...] = TRAINER_ENTRY  # after `python`: the trainer's entry point
     introspect_timeout_s: float = 60.0
     status_min_interval_s: float = 1800.0  # between two rl_check_status of one active run
     stop_runs_on_exit: bool = False
@@ -322,6 +327,7 @@ class Settings:
             env_dirs=env_dirs,
             profile=load_profile(chosen),
             profile_reason=reason,
+            python=training_python(env),
             auth_token=auth_token or env.get("RL_MCP_AUTH_TOKEN") or None,
             introspect_timeout_s=_seconds(env, "RL_MCP_INTROSPECT_TIMEOUT", 60.0),
             status_min_interval_s=_seconds(env, "RL_MCP_STATUS_MIN_INTERVAL", 1800.0),

@@ -10,10 +10,14 @@ supervised child's lives as long as the child; a run's as long as the run, linke
 folder (`RunFiles.tmp_link`) so that whichever process settles the run (this server, the exit
 stop, a later server) finds it. The folders are made in the system's temporary folder, not in the
 run folder: wandb-core's socket paths must fit in 108 bytes.
+
+A call's own folder (an inference test's, an SFT preview's, an export's staging) goes when the call
+is cancelled (`removed_if_cancelled`): no answer will ever name it, and what it holds is half done.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -22,10 +26,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from tinker_atropos.run_files import RunFiles
 
 CHILD_PREFIX = "rl-mcp-child-"
 RUN_PREFIX = "rl-mcp-run-"
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -60,6 +67,19 @@ def remove_run_tmpdir(files: RunFiles) -> None:
     if target.name.startswith(RUN_PREFIX):  # only ever what run_tmpdir made
         remove_tree(target)
     link.unlink(missing_ok=True)
+
+
+@contextmanager
+def removed_if_cancelled(path: Path) -> Iterator[Path]:
+    """`path` removed when the block is cancelled (a client cancelled the call, the server is
+    closing); kept when it ends otherwise. Its children are stopped by then: their blocks end first."""
+    try:
+        yield path
+    except anyio.get_cancelled_exc_class():
+        if path.exists():  # an inner block may have removed it already
+            remove_tree(path)
+            log.info("cancelled: removed %s", path)
+        raise
 
 
 def remove_tree(path: Path) -> None:

@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 # Variables that would make a test depend on the machine it runs on.
 _LEAKY_ENV = ("RL_MCP_PROFILE", "RL_MCP_ENV_DIRS", "RL_MCP_AUTH_TOKEN", "RL_MCP_INTROSPECT_TIMEOUT")
+# The runtimes `make setup` made (`rl-mcp setup`, in the checkout's .runtimes/), also where pytest runs
+# without make: the tests' servers and children find them here whatever their RL_MCP_HOME.
+os.environ.setdefault("RL_MCP_RUNTIMES", str(ROOT / ".runtimes"))
 
 # xdist's workers share the cores: torch in a worker, and in the children it starts that do not pick
 # their own count (an export, a model build), takes its share of them, not all. Its OpenMP threads

@@ -1,18 +1,21 @@
 """OpenEnv environments the tests build with OpenEnv's public API (`openenv init`, `Environment`,
-`MCPEnvironment`, `create_app`), served from `.venv-openenv` (`make openenv`)."""
+`MCPEnvironment`, `create_app`), served from the openenv runtime (`make openenv`: `rl-mcp setup openenv`)."""
 
 from __future__ import annotations
 
 import atexit
 import functools
 import json
+import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from tinker_atropos.venvs import OPENENV
+
 ROOT = Path(__file__).resolve().parents[1]
-OPENENV_VENV = ROOT / ".venv-openenv" / "bin"
+OPENENV_VENV = OPENENV.python(os.environ).parent
 
 REVERSE_MODELS = '''
 from openenv.core.env_server.types import Action, Observation

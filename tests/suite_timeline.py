@@ -23,13 +23,13 @@ import pytest
 # A descendant's kind, by the first of these found in its command line.
 KINDS = (
     ("skyrl engine", ("skyrl.tinker",)),
-    ("trainer", ("launch_training",)),
+    ("trainer", ("tinker_atropos.trainer.launch", "launch_training")),
     ("inference server", ("tinker_atropos.inference_server",)),
     ("run-api", ("run-api", "run_api")),
     ("verifiers child", ("classic_child", "v1_child")),
     ("sft stage", ("tinker_atropos.sft.stage",)),  # a run's supervised stage, or a preview
     ("openenv server", ("openenv/serve.py",)),  # an OpenEnv folder's app, in the OpenEnv venv
-    ("verifiers program", (".venv-verifiers",)),  # a harness program or tool server a rollout starts
+    ("verifiers program", ("runtimes/verifiers",)),  # a harness program or tool server a rollout starts
     ("mcp tool server", ("mcp-server-", "mcp_server_")),
     ("pytest", ("-m pytest", "bin/pytest")),  # a suite a test runs (an example's own tests)
     ("package install", (" pip ", "-m pip", "/uv ", "uv pip")),

@@ -34,13 +34,23 @@ LAYERS = [
             "rl_mcp.tool_servers",
             "rl_mcp.warm_start",
             "rl_mcp.sft",
+            "rl_mcp.runtimes",
         ),
     ),
     ("app wiring", ("rl_mcp.app",)),
     ("MCP adapters", ("rl_mcp.mcp_api",)),
     (
         "cli",
-        ("rl_mcp.cli", "rl_mcp.demo", "rl_mcp.doctor", "rl_mcp.export_cli", "rl_mcp.compare_cli", "rl_mcp.__main__"),
+        (
+            "rl_mcp.cli",
+            "rl_mcp.demo",
+            "rl_mcp.doctor",
+            "rl_mcp.export_cli",
+            "rl_mcp.compare_cli",
+            "rl_mcp.setup_cli",
+            "rl_mcp.examples_cli",
+            "rl_mcp.__main__",
+        ),
     ),
 ]
 # What the server process may import of the trainer's package: light modules (stdlib, yaml, httpx).

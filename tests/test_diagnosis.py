@@ -5,6 +5,7 @@ as an MCP logging notification to a real subscribed client during a real run."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from datetime import UTC, datetime
@@ -474,6 +475,11 @@ async def test_finding_sent_once_to_a_subscribed_client(tmp_path: Path) -> None:
             assert codes[0] == "no_reward_signal", codes
             results = await call("rl_get_results", run_id=run["run_id"])
             assert [f["code"] for f in results["findings"]] == codes
+            # the 2026 revision deprecates logging: a 2026-era client, with no notice stream, reads every
+            # finding and its next step in the answers and in the run's (subscribable) resource
+            assert client.protocol_version == "2026-07-28"
+            read = await client.read_resource(f"rl://runs/{run['run_id']}")
+            resource = json.loads(read.contents[0].text)  # type: ignore[union-attr]
             # the finding's next step, called as it stands, shows the cause: every reply scores 1.0
             next_step = status["findings"][0]["next_step"]
             test = await call(next_step["tool"], **next_step["arguments"])
@@ -497,6 +503,11 @@ async def test_finding_sent_once_to_a_subscribed_client(tmp_path: Path) -> None:
     assert notices[0].data["finding"]["code"] == "no_reward_signal"
     assert notices[0].data["finding"]["next_step"]["tool"] == "rl_test_inference"
     assert sent_codes(RunFiles(Path(run["run_dir"])).findings_sent) == {"no_reward_signal"}
+    noticed = notices[0].data["finding"]
+    for carried in (status["findings"], results["findings"], resource["findings"]):
+        same = next(f for f in carried if f["code"] == noticed["code"])
+        assert (same["severity"], same["next_step"]) == (noticed["severity"], noticed["next_step"])
+        assert [e["metric"] for e in same["evidence"]] == [e["metric"] for e in noticed["evidence"]]
 
 
 @pytest.mark.anyio

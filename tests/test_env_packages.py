@@ -9,6 +9,7 @@ that no venv of the product has (roman, humanize, inflection), or a pin that con
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from mcp import Client
 from test_byo_atropos import call
+from test_progress import call_with_progress
 from test_runs_resume_e2e import ended, refused, wait_for
 from test_verifiers_runs import PACKAGES as VERIFIERS_PACKAGES
 from test_verifiers_runs import SMALL, settings
@@ -55,7 +57,7 @@ ATROPOS_SMALL = {
 
 
 def venv_of(generation: Generation | None) -> Path:
-    return generation.python({}).parent.parent if generation else PRODUCT_VENV
+    return generation.python(os.environ).parent.parent if generation else PRODUCT_VENV
 
 
 def contents(venv: Path) -> list[str]:
@@ -71,8 +73,8 @@ def assert_unchanged(venv: Path, before: list[str]) -> None:
 
 
 def skip_without(generation: Generation | None) -> None:
-    if generation is not None and not generation.python({}).exists():
-        pytest.skip(f"run `{generation.make_command}` first (make test does)")
+    if generation is not None and not generation.python(os.environ).exists():
+        pytest.skip(f"run `rl-mcp setup {generation.runtime}` first (make test does)")
 
 
 # --- pure ---------------------------------------------------------------------------------------
@@ -134,35 +136,29 @@ async def test_a_folder_is_installed_on_first_use_then_scored_and_trained(
     shutil.copytree(PACKAGES_DIR / env_name, envs / env_name)
     monkeypatch.setenv("RL_MCP_ENV_DIRS", str(envs))
     parent, before = venv_of(generation), contents(venv_of(generation))
-    progress: list[str] = []
-
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
-
     on_tiny = str(on_tiny_chat(profile, tmp_path))
     async with open_app(settings(on_tiny, stop_runs_on_exit=True)) as app, Client(build_server(app)) as client:
-        selected = await client.call_tool("rl_select_environment", {"name": env_name}, progress_callback=on_progress)
-        assert not selected.is_error, selected.content[0].text  # type: ignore[union-attr]
         # an Atropos file is imported for its fields: its folder is installed at its selection, with progress
+        # (its pip lines, then the fields' loading, values rising throughout)
+        _, selecting = await call_with_progress(client, "rl_select_environment", name=env_name)
         assert len(installed(rl_home)) == (0 if generation else 1)
-        assert any(m.startswith("installing environment") for m in progress) == (generation is None), progress
-        progress.clear()
+        assert any(m.startswith("installing environment") for m in selecting.messages) == (generation is None)
         small = {**SMALL, "max_token_length": MAX_TOKEN_LENGTH[profile]} if generation else ATROPOS_SMALL
         for field, value in {**small, **edits}.items():
             await call(client, "rl_edit_config", field=field, value=value)
         started = time.monotonic()
         args = {"num_steps": 1, "group_size": 2, "timeout_s": 300}
-        result = await client.call_tool("rl_test_inference", args, progress_callback=on_progress)
-        assert not result.is_error, result.content[0].text  # type: ignore[union-attr]
-        (model,) = (result.structured_content or {})["results"]
+        answer, testing = await call_with_progress(client, "rl_test_inference", **args)
+        (model,) = answer["results"]
         assert model["status"] == "ok", (model["error"], model["log_tail"])
         print(f"{env_name}: installed and scored in {time.monotonic() - started:.1f} s")
         (record,) = installed(rl_home)
         assert record.environment == env_name and record.hash
         assert any(d.startswith(f"{dependency}==") for d in record.distributions), record
-        if generation is not None:  # installed by this call, its progress shown
-            assert any(m.startswith("installing environment") for m in progress), progress
-            assert any("Successfully installed" in m for m in progress), progress
+        if generation is not None:  # installed by this call, its progress shown before its scored groups
+            assert any(m.startswith("installing environment") for m in testing.messages), testing.seen
+            assert any("Successfully installed" in m for m in testing.messages), testing.seen
+            assert "scored" in testing.messages[-1], testing.seen
         venv = rl_home / "env-venvs" / env_name
         assert any(p.startswith(dependency) for p in contents(venv))
         assert_unchanged(parent, before)
@@ -221,7 +217,7 @@ async def test_a_module_installed_nowhere_is_named_with_the_venv_and_the_command
         # an Atropos file: imported (for its fields) in the product's venv
         message = await refused(client, "rl_select_environment", name="needs_nowhere")
         assert "module 'rl_mcp_test_nowhere_module' is not installed" in message, message
-        assert f"{PRODUCT_VENV} (the product's venv)" in message, message
+        assert f"{PRODUCT_VENV} (the training runtime)" in message, message
         assert f"{PRODUCT_VENV}/bin/pip install rl-mcp-test-nowhere-module" in message, message
         assert "No module named 'rl_mcp_test_nowhere_module'" in message  # the original, kept below
         # one that imports it only once it runs: the run's failure names it the same way
@@ -235,7 +231,7 @@ async def test_a_module_installed_nowhere_is_named_with_the_venv_and_the_command
         ), status["error"]
         assert f"{PRODUCT_VENV}/bin/pip install rl-mcp-test-nowhere-module" in status["error"], status["error"]
         assert "exited with code" in status["error"].split("The original error:")[1], status["error"]
-        if not CLASSIC.python({}).exists():
+        if not CLASSIC.python(os.environ).exists():
             return
         # a classic verifiers file: it loads in verifiers' venv, which lacks what the product's has
         await call(client, "rl_select_environment", name="vf_needs_reasoning_gym")

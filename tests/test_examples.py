@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 import yaml
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from uv import find_uv_bin
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -30,6 +32,7 @@ ALL_TOOLS = {
 def _resolve_placeholders(value: str, home: Path) -> str:
     return (
         value.replace("/ABSOLUTE/PATH/TO/rl-mcp/.venv/bin/rl-mcp", str(RL_MCP))
+        .replace("/ABSOLUTE/PATH/TO/YOUR/ENVIRONMENTS", str(EXAMPLES / "custom_env"))
         .replace("/ABSOLUTE/PATH/TO/rl-mcp", str(ROOT))
         .replace("/ABSOLUTE/PATH/TO/HOME", str(home))
         .replace("${userHome}", str(home))
@@ -48,16 +51,35 @@ async def _environment_names(command: str, args: list[str], env: dict[str, str])
         return {e["name"] for e in listing.structured_content["environments"]}
 
 
+# What a user's session hands a launched server beside the config's `env`: where uv finds a Python,
+# and this machine's certificate authorities (its registry traffic is inspected)
+MACHINE = {k: os.environ[k] for k in ("PATH", "SSL_CERT_FILE", "SSL_CERT_DIR") if k in os.environ}
+
+
+def _uvx_from_checkout(command: str, args: list[str]) -> tuple[str, list[str]]:
+    """`uvx rl-mcp ...` as the registry would launch it, from this checkout (uvx --from <folder>: it
+    builds and installs the package, nothing published)."""
+    assert (command, args[0]) == ("uvx", "rl-mcp"), (command, args)
+    return find_uv_bin(), ["tool", "run", "--from", str(ROOT), *args]
+
+
 @pytest.mark.anyio
-async def test_claude_desktop_config_starts_a_working_server(tmp_path: Path) -> None:
-    entry = json.loads((EXAMPLES / "claude_desktop_config.json").read_text())["mcpServers"]["rl-mcp"]
-    assert entry["command"].endswith("/.venv/bin/rl-mcp")
-    assert entry["args"][0] == "serve"
+@pytest.mark.parametrize("name", ["rl-mcp", "rl-mcp-checkout"])
+async def test_claude_desktop_config_starts_a_working_server(tmp_path: Path, name: str) -> None:
+    servers = json.loads((EXAMPLES / "claude_desktop_config.json").read_text())["mcpServers"]
+    assert list(servers) == ["rl-mcp", "rl-mcp-checkout"], "the uvx launch line first, the checkout's second"
+    entry = servers[name]
     assert not set(entry["env"]) & set(SECRET_NAMES), "secrets do not belong in the client config"
 
     env = {k: _resolve_placeholders(v, tmp_path) for k, v in entry["env"].items()}
     args = [_resolve_placeholders(a, tmp_path) for a in entry["args"]]
-    names = await _environment_names(_resolve_placeholders(entry["command"], tmp_path), args, env)
+    command = _resolve_placeholders(entry["command"], tmp_path)
+    if name == "rl-mcp":
+        command, args = _uvx_from_checkout(command, args)
+        env.update(MACHINE)
+    else:
+        assert entry["command"].endswith("/.venv/bin/rl-mcp") and entry["args"][0] == "serve"
+    names = await _environment_names(command, args, env)
     assert {"letter_repeat", "gsm8k_tinker", "word_shout"} <= names
     assert (tmp_path / ".rl-mcp" / "server.log").exists(), "--log-file from the config was honoured"
 
@@ -65,6 +87,8 @@ async def test_claude_desktop_config_starts_a_working_server(tmp_path: Path) -> 
 @pytest.mark.anyio
 async def test_hermes_config_starts_a_working_server(tmp_path: Path) -> None:
     servers = yaml.safe_load((EXAMPLES / "hermes" / "config.yaml").read_text())["mcp_servers"]
+    assert list(servers)[:2] == ["rl", "rl_checkout"], "the uvx launch line first, the checkout's second"
+    assert servers["rl_checkout"]["enabled"] is False and servers["rl_checkout"]["command"].endswith("/bin/rl-mcp")
     entry = servers["rl"]
     for name in SECRET_NAMES:  # keys only by reference, resolved by Hermes from ~/.hermes/.env
         assert entry["env"].get(name, f"${{{name}}}") == f"${{{name}}}"
@@ -74,7 +98,8 @@ async def test_hermes_config_starts_a_working_server(tmp_path: Path) -> None:
     # The key lines stay as Hermes passes them when the keys are unset: literal ${NAME} placeholders.
     env = {k: _resolve_placeholders(v, tmp_path) for k, v in entry["env"].items()}
     assert env["TINKER_API_KEY"] == "${TINKER_API_KEY}"
-    names = await _environment_names(_resolve_placeholders(entry["command"], tmp_path), entry["args"], env)
+    command, args = _uvx_from_checkout(entry["command"], entry["args"])
+    names = await _environment_names(command, args, {**env, **MACHINE})
     assert "word_shout" in names
     assert (tmp_path / ".rl-mcp").is_dir()
 
@@ -109,6 +134,21 @@ def test_custom_environment_tests_pass() -> None:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert re.search(r"\b\d+ passed\b", out.stdout)
+
+
+def test_server_json_describes_the_package_as_built() -> None:
+    """The MCP Registry's entry: this package and version (pyproject.toml's, the one place it is set),
+    launched by uvx over stdio; every key the server reads marked secret, none other."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    described = json.loads((ROOT / "server.json").read_text())
+    assert described["$schema"].endswith("/2025-12-11/server.schema.json")
+    (package,) = described["packages"]
+    assert (package["registryType"], package["identifier"], package["runtimeHint"]) == ("pypi", project["name"], "uvx")
+    assert described["version"] == package["version"] == project["version"]
+    assert package["transport"] == {"type": "stdio"}
+    secret = {v["name"] for v in package["environmentVariables"] if v["isSecret"]}
+    assert secret == {"TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "HF_TOKEN"}
+    assert f"mcp-name: {described['name']}" in (ROOT / "README.md").read_text()
 
 
 def test_walkthrough_names_only_real_tools() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from test_progress import call_with_progress
 from test_runs_mcp import call, environ, serving, wait_status
 
 from tinker_atropos.models.gguf_loading import QuickGGUFReader
@@ -63,7 +64,9 @@ async def test_a_smollm2_run_exports_as_adapter_merged_and_gguf(rl_home: Path) -
         exports: dict[str, dict[str, Any]] = {}
         for fmt, dtype in (("adapter", None), ("merged", None), ("gguf", "q8_0")):
             args = {"run_id": run_id, "format": fmt, **({"dtype": dtype} if dtype else {})}
-            exports[fmt] = answer = await call(client, "rl_export_model", **args)
+            answer, progress = await call_with_progress(client, "rl_export_model", **args)
+            exports[fmt] = answer
+            assert progress.seen[-1] == (1.0, 1.0, "done"), progress.seen  # its fractions, rising to the end
             check = answer["check"]
             assert check["prompts"] >= 1 and check["matches"] >= check["required"], answer
             assert answer["checkpoint_step"] == 2 and "best held-out eval" in answer["chosen_because"]

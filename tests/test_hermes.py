@@ -35,8 +35,8 @@ def hermes_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     home = tmp_path / "hermes-home"
     home.mkdir()
     example = yaml.safe_load((ROOT / "examples" / "hermes" / "config.yaml").read_text())
-    rl = example["mcp_servers"]["rl"]
-    rl["command"] = str(RL_MCP)
+    rl = example["mcp_servers"]["rl"]  # the uvx entry's settings, launched as the checkout's entry is
+    rl.update(command=str(RL_MCP), args=example["mcp_servers"]["rl_checkout"]["args"])
     env = dict(rl["env"])
     env["RL_MCP_HOME"] = str(tmp_path / "rl-home")
     env["RL_MCP_ENV_DIRS"] = str(ROOT / "examples" / "custom_env")

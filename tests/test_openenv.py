@@ -131,7 +131,7 @@ async def test_folders_are_listed_refused_with_what_to_do_or_trained_and_exporte
         run = await train(client, "openenv:word_reverse", items_file=str(words))
         assert "Reverse the word" in run["trajectory"]
         record = json.loads((rl_home / "env-venvs" / "openenv-word-reverse" / "rl-mcp-install.json").read_text())
-        assert record["format"] == "openenv" and record["parent_python"].endswith(".venv-openenv/bin/python")
+        assert record["format"] == "openenv" and record["parent_python"].endswith("/openenv/bin/python")
         exported = await call(client, "rl_export_model", run_id=run["run_id"], format="adapter")
         assert exported["check"]["matches"] >= exported["check"]["required"] >= 1, exported
     assert leftover_servers(rl_home.parent) == []

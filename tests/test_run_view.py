@@ -77,7 +77,7 @@ async def test_served_view_is_self_contained_and_bound(mcp_app: Callable[..., An
         content = (await client.read_resource(RUN_VIEW_URI)).contents[0]
         extensions = client.server_capabilities.extensions or {}
     assert "io.modelcontextprotocol/ui" in extensions
-    for bound in ("rl_check_status", "rl_compare_runs"):
+    for bound in ("rl_start_training", "rl_check_status", "rl_compare_runs"):
         assert tools[bound].meta == {"ui": {"resourceUri": RUN_VIEW_URI}}, bound
     assert tools["rl_stop_training"].meta is None  # only tools whose results the view renders are bound
     assert content.mime_type == "text/html;profile=mcp-app"
@@ -101,11 +101,12 @@ async def test_live_view_follows_a_run_and_stops_it(rl_mcp_process: Callable[...
         await call(client, "rl_select_environment", name="letter_repeat")
         for field, value in RUN.items():
             await call(client, "rl_edit_config", field=field, value=value)
-        runs = [(await call(client, "rl_start_training"))["run_id"]]
+        started = await client.call_tool("rl_start_training", {})  # the view opens on the start's answer
+        assert not started.is_error, started.content
+        runs = [(started.structured_content or {})["run_id"]]
         try:
-            first = await client.call_tool("rl_check_status", {"run_id": runs[0]})
             async with host_page(browser, client) as page:
-                await follow_and_stop(page, html, runs[0], wire(first), tmp_path)
+                await follow_and_stop(page, html, runs[0], wire(started), tmp_path)
             assert (await call(client, "rl_check_status", run_id=runs[0]))["status"] == "stopped"
 
             # a second, short run, then both side by side (rl_compare_runs renders in the same view)
@@ -169,7 +170,7 @@ async def load_view(page: Page, html: str, tool: str, args: dict[str, Any], resu
 
 
 async def follow_and_stop(page: Page, html: str, run_id: str, first: dict[str, Any], tmp_path: Path) -> None:
-    frame = await load_view(page, html, "rl_check_status", {"run_id": run_id}, first)
+    frame = await load_view(page, html, "rl_start_training", {}, first)
     await frame.wait_for_function("id => document.getElementById('title').textContent.startsWith(id)", arg=run_id)
 
     # the curves update while the run trains: the reward curve gains points between two reads

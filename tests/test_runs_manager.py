@@ -1,6 +1,6 @@
 """RunManager start stages and failure handling, with real run-api and small real launchers.
 
-The trainer here is a stand-in script at <project>/tinker-atropos/launch_training.py, so each
+The trainer here is a stand-in script (Settings.trainer_entry points at it), so each
 failure mode is exact and fast; the real trainer is exercised in test_runs_mcp.py.
 """
 
@@ -23,15 +23,14 @@ pytestmark = pytest.mark.anyio
 
 
 def manager_for(tmp_path: Path, launcher: str, **environ: str) -> tuple[RunManager, RunPlan]:
-    project = tmp_path / "project"
-    (project / "tinker-atropos").mkdir(parents=True)
-    (project / "tinker-atropos" / "launch_training.py").write_text(launcher)
+    launcher_file = tmp_path / "launch_training.py"
+    launcher_file.write_text(launcher)
     env_file = tmp_path / "env.py"
     env_file.write_text("import time; time.sleep(60)\n")
     env = {**os.environ, "RL_MCP_HOME": str(tmp_path / "home"), "RL_MCP_PROFILE": "local", **environ}
     if "TINKER_API_KEY" not in environ:
         env.pop("TINKER_API_KEY", None)
-    settings = dataclasses.replace(Settings.from_env(env), project_root=project)
+    settings = dataclasses.replace(Settings.from_env(env), trainer_entry=(str(launcher_file),))
 
     def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:
         path = run_dir / "config.yaml"

@@ -26,6 +26,7 @@ import psutil
 import pytest
 from mcp import Client
 from mcp_types import ResourceListChangedNotification, ResourceUpdatedNotification
+from test_progress import ProgressLog
 
 from rl_mcp.app import AppContext, open_app
 from rl_mcp.mcp_api.server import build_server
@@ -156,10 +157,7 @@ async def test_runs_end_to_end(tmp_path: Path) -> None:
     async with serving(env) as (app, server):
         async with Client(server) as client, Client(server, mode="legacy", message_handler=on_message) as legacy:
             await configure(client, "letter_repeat")
-            progress: list[tuple[float, float | None, str | None]] = []
-
-            async def on_progress(value: float, total: float | None, message: str | None) -> None:
-                progress.append((value, total, message))
+            progress = ProgressLog()
 
             # --- A starts (returns at once), B starts beside it --------------------------------
             started = time.monotonic()
@@ -186,13 +184,14 @@ async def test_runs_end_to_end(tmp_path: Path) -> None:
 
             async with anyio.create_task_group() as tg:
                 await tg.start(listen)
-                b_result = await client.call_tool("rl_start_training", {"wait": True}, progress_callback=on_progress)
+                b_result = await client.call_tool("rl_start_training", {"wait": True}, progress_callback=progress)
                 b = b_result.structured_content or {}
                 assert b["status"] == "running", b
                 assert b["run_id"] != a["run_id"] and b["run_dir"] != a["run_dir"]
                 assert not set(a["ports"].values()) & set(b["ports"].values())
-                messages = [m for _, _, m in progress]
-                assert progress[-1][0] == progress[-1][1] and any("trainer" in (m or "") for m in messages), progress
+                progress.assert_rising()
+                assert progress.seen[-1][0] == progress.seen[-1][1], progress.seen
+                assert any("trainer" in m for m in progress.messages), progress.seen
 
                 # --- B: kill -9 its trainer: failed within 2 s, with the trainer's log tail --------
                 b_status = await call(client, "rl_check_status", run_id=b["run_id"])

@@ -177,6 +177,16 @@ def test_unknown_profile_is_refused_with_the_choices():
     assert "unknown profile 'nope'" in proc.stderr and "'local'" in proc.stderr
 
 
+def test_help_marks_sse_deprecated_and_names_streamable_http():
+    """MCP 2026-07-28 deprecates HTTP+SSE: the help says so and points at Streamable HTTP."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rl_mcp", "serve", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "sse (HTTP+SSE on /sse: deprecated by MCP 2026-07-28" in text and "use http" in text
+
+
 def test_doctor_reports_without_leaking_keys(probe_envs):
     env = {**os.environ, "TINKER_API_KEY": "tml-doctor-sentinel", "WANDB_API_KEY": "wandb-doctor-sentinel"}
     proc = subprocess.run(

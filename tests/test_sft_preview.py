@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 from mcp import Client
+from test_progress import call_with_progress
 from test_runs_mcp import call, environ, serving
 from test_sft_runs import EDITS
+
+from rl_mcp.sft import preview as preview_module
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -46,7 +49,10 @@ def conversations_file(folder: Path) -> Path:
     return path
 
 
-async def test_the_preview_shows_each_source_its_refusals_and_an_example_with_its_mask(rl_home: Path) -> None:
+async def test_the_preview_shows_each_source_its_refusals_and_an_example_with_its_mask(
+    rl_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(preview_module, "REPORT_EVERY_S", 0.2)  # its waiting reports, within this short build
     async with serving(environ(rl_home)) as (_, server), Client(server) as client:
         await call(client, "rl_select_environment", name="tool_calculator")
         for field, value in EDITS.items():
@@ -55,7 +61,8 @@ async def test_the_preview_shows_each_source_its_refusals_and_an_example_with_it
         assert unset.is_error and "rl_edit_config(field='sft'" in str(unset.content)
         sft = {"sources": ["demonstrations", "file"], "file": str(conversations_file(rl_home)), "items": 3}
         await call(client, "rl_edit_config", field="sft", value={**sft, "batch_size": 2, "epochs": 2})
-        preview = await call(client, "rl_preview_sft")
+        preview, progress = await call_with_progress(client, "rl_preview_sft")
+    assert progress.messages and all(m.startswith("building the supervised set") for m in progress.messages)
     assert preview["counts"] == {"demonstrations": {"kept": 3, "refused": 0}, "file": {"kept": 1, "refused": 2}}
     reasons = {r["origin"]: r["reason"] for r in preview["refused"]}
     assert "terminal" in reasons["line 2"] and "calculator" in reasons["line 2"]  # the tool asked, the one offered

@@ -15,7 +15,7 @@ from mcp import Client
 
 from rl_mcp.app import open_app
 from rl_mcp.doctor import report
-from rl_mcp.engines.skyrl import MAKE_TARGET
+from rl_mcp.engines.skyrl import SETUP_COMMAND
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import Settings
 
@@ -55,16 +55,17 @@ def _environ(home: Path, **extra: str) -> dict[str, str]:
 async def test_a_missing_engine_venv_names_the_command_that_makes_it(tmp_path: Path) -> None:
     venv = tmp_path / "no-venv"
     error, seconds = await _start_error(_environ(tmp_path / "home", RL_MCP_SKYRL_VENV=str(venv)))
-    assert MAKE_TARGET in error and str(venv) in error, error
+    assert SETUP_COMMAND in error and str(venv) in error, error
     assert seconds < 10  # refused before anything starts (a pre-flight check, no process)
     lines, _ = report(_environ(tmp_path / "home", RL_MCP_SKYRL_VENV=str(venv)))
-    assert any(MAKE_TARGET in line for line in lines), lines
+    assert any(SETUP_COMMAND in line for line in lines), lines
 
 
 async def test_no_python312_says_where_it_looked(tmp_path: Path) -> None:
     bare_path = tmp_path / "bin"
     bare_path.mkdir()
     env = _environ(tmp_path / "home", RL_MCP_SKYRL_VENV=str(tmp_path / "no-venv"), PATH=str(bare_path))
+    env.pop("RL_MCP_PYTHON312", None)  # a machine with no Python 3.12 anywhere (make names the one it found)
     error, _ = await _start_error(env)
     assert "Python 3.12" in error and "python3.12" in error and "PYTHON312=" in error, error
 

@@ -27,10 +27,10 @@ from test_inference_server import standalone, standalone_config, wait_healthy
 from transformers import AutoConfig, AutoTokenizer
 
 from tinker_atropos.models import ensure_model
-from tinker_atropos.venvs import PROJECT_ROOT
+from tinker_atropos.venvs import V1
 
-V1_PYTHON = PROJECT_ROOT / ".venv-verifiers-v1" / "bin" / "python"
-CHILD = PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "verifiers" / "v1_child.py"
+V1_PYTHON = V1.python(os.environ)
+CHILD = V1.child_file
 VERIFIERS_DIR = Path(__file__).parent / "byo_envs" / "verifiers"
 MODEL = "smollm2-135m"  # tiny-chat spends a token per character: the tool prompt alone would be ~900
 # per environment: its config's fields, the model turns of each episode

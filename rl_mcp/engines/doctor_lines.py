@@ -13,7 +13,7 @@ def engine_lines(settings: Settings) -> list[str]:
     if url is not None:
         problem = probe(url)
         return [f"engine        attached at {url}: {problem or 'answers'}"]
-    venv = default_venv(settings.project_root, settings.environ)
+    venv = default_venv(settings.environ)
     try:
         check_venv(venv, settings.environ)
         venv_state = "ready"

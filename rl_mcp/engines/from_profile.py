@@ -34,7 +34,7 @@ def managed_engine(
 
     state_dir = settings.home / "engines" / "skyrl"
     spec = SkyrlSpec(
-        venv=default_venv(settings.project_root, settings.environ),
+        venv=default_venv(settings.environ),
         model_name=settings.profile.model,
         model_dir=Path(model_ref(settings.profile.model)),
         port=_stable_port(state_dir / "port", ports),

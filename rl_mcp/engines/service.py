@@ -22,9 +22,19 @@ import httpx
 
 from rl_mcp import processes
 from rl_mcp.engines.diagnosis import explain_exit
-from rl_mcp.engines.skyrl import CRASH_MARKER, READY_MARKER, EngineSetupError, SkyrlSpec, check_model, check_venv
+from rl_mcp.engines.skyrl import (
+    CRASH_MARKER,
+    READY_MARKER,
+    VENV_VAR,
+    EngineSetupError,
+    SkyrlSpec,
+    check_model,
+    check_venv,
+)
 from rl_mcp.logs import tail_lines
 from rl_mcp.processes import Child, StageError
+from rl_mcp.runtimes import ensure_runtime
+from rl_mcp.runtimes.maker import RuntimeUnavailable
 from rl_mcp.settings import Settings, without_secrets
 from tinker_atropos.http_tls import shared_tls
 
@@ -83,9 +93,11 @@ class EngineService:
             if self.running:
                 return self.url
             try:
+                if not self.settings.environ.get(VENV_VAR):  # the product's runtime: made on first use
+                    await ensure_runtime("skyrl-engine", self.settings.environ, report)
                 check_venv(self.spec.venv, self.settings.environ)
                 check_model(self.spec.model_name, self.spec.model_dir)
-            except EngineSetupError as exc:
+            except (EngineSetupError, RuntimeUnavailable) as exc:
                 raise StageError("engine", str(exc), None, ENGINE_PROCESS) from exc
             if report is not None:
                 await report(f"starting SkyRL's Tinker engine at {self.url} (log: {self.log_path})")

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rl_mcp.errors import UserError
+from rl_mcp.runtimes.pythons import find_python
+from tinker_atropos.venvs import runtimes_dir
 
 SKYRL_VERSION = "0.4.0"
-MAKE_TARGET = "make skyrl-engine"
+VENV_VAR = "RL_MCP_SKYRL_VENV"
+SETUP_COMMAND = "rl-mcp setup skyrl-engine"
 # The engine logs this once its model is loaded and it takes requests; /healthz answers earlier.
 READY_MARKER = "Starting background engine"
 # Its API server logs this when the engine process exits under it (then exits itself within 10 s).
@@ -105,42 +106,28 @@ class SkyrlSpec:
         }
 
 
-def default_venv(project_root: Path, environ: Mapping[str, str]) -> Path:
-    """$RL_MCP_SKYRL_VENV, else `.venv-skyrl` in the project (what `make skyrl-engine` makes)."""
-    raw = environ.get("RL_MCP_SKYRL_VENV")
-    return Path(raw).expanduser().resolve() if raw else project_root / ".venv-skyrl"
+def default_venv(environ: Mapping[str, str]) -> Path:
+    """$RL_MCP_SKYRL_VENV, else the product's `skyrl-engine` runtime (made on the engine's first start,
+    or ahead by `rl-mcp setup skyrl-engine`)."""
+    raw = environ.get(VENV_VAR)
+    return Path(raw).expanduser().resolve() if raw else runtimes_dir(environ) / "skyrl-engine"
 
 
 def check_venv(venv: Path, environ: Mapping[str, str]) -> None:
     """EngineSetupError naming the command that makes the venv, or where Python 3.12 was looked for."""
-    if (venv / "bin" / "uv").is_file() and (venv / ".installed").is_file():
+    if (venv / "bin" / "uv").is_file() and (venv / "bin" / "python").exists():
         return
-    if find_python312(environ) is None:
+    if find_python("3.12", environ) is None:
         raise EngineSetupError(
-            "SkyRL's Tinker engine needs Python 3.12, and none was found (looked for "
-            "`PYENV_VERSION=3.12.1 python3.12` and `python3.12` on PATH): install Python 3.12, then run "
-            f"`{MAKE_TARGET} PYTHON312=/path/to/python3.12` in {venv.parent}"
+            "SkyRL's Tinker engine needs Python 3.12, and none was found (looked for RL_MCP_PYTHON312, "
+            "pyenv's 3.12 and `python3.12` on PATH): install Python 3.12 (or uv, which fetches one), or set "
+            f"RL_MCP_PYTHON312=/path/to/python3.12, then run `{SETUP_COMMAND}`"
         )
+    named = f"{VENV_VAR} names {venv}, which" if environ.get(VENV_VAR) else f"its runtime {venv}"
     raise EngineSetupError(
-        f"SkyRL's Tinker engine venv {venv} is missing or incomplete: run `{MAKE_TARGET}` in {venv.parent} "
+        f"SkyRL's Tinker engine cannot start: {named} is missing or incomplete: run `{SETUP_COMMAND}` "
         "(a few minutes, once), or set RL_MCP_SKYRL_VENV to a venv with skyrl[tinker]==0.4.0, jax and uv"
     )
-
-
-def find_python312(environ: Mapping[str, str]) -> str | None:
-    """A Python 3.12 interpreter: pyenv's 3.12.1, else `python3.12` on PATH."""
-    for env in ({**environ, "PYENV_VERSION": "3.12.1"}, environ):
-        exe = shutil.which("python3.12", path=env.get("PATH"))
-        if exe is None:
-            continue
-        try:
-            argv = [exe, "-c", "import sys; print(sys.executable)"]
-            out = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    return None
 
 
 def check_model(model_name: str, model_dir: Path) -> None:

@@ -32,7 +32,8 @@ from rl_mcp.environments.reasoning_gym_format import SET_BY_TASK, task_fields
 from rl_mcp.environments.verifiers_format import FORMATS, HOST_CLASS, HOST_FILE, SET_BY_HOST, read_file
 from rl_mcp.errors import UserError
 from rl_mcp.processes import run_captured
-from rl_mcp.settings import PROJECT_ROOT, Settings, without_secrets
+from rl_mcp.runtimes import ensure_runtime
+from rl_mcp.settings import TRAINER_PACKAGE_DIR, Settings, without_secrets
 from rl_mcp.tmpdirs import child_tmpdir
 from tinker_atropos.mcp_tools.servers_file import servers_path
 from tinker_atropos.run_files import atomic_write_text
@@ -113,7 +114,7 @@ def _with_core_bounds(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _trainer_config_file() -> Path:
-    return PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "trainer" / "config.py"
+    return TRAINER_PACKAGE_DIR / "trainer" / "config.py"
 
 
 def _cache_key(info: EnvironmentInfo | None) -> str:
@@ -218,12 +219,13 @@ class Introspector:
     async def _run_child(self, info: EnvironmentInfo | None) -> dict[str, Any]:
         args = [str(info.file), info.class_name] if info else [PRODUCT_FIELDS]
         fmt, package = (info.format, info.package) if info else ("atropos", None)
+        await ensure_runtime("training", self.settings.environ)  # made already where a tool reports it
         runtime = await self.packages.runtime(info.name if info else "", fmt, package)
         warm_start.prepare(self.settings.python, self.settings.environ)  # for the run a selection leads to
         cmd = [runtime.python, "-m", "rl_mcp.children.introspect", *args]
         what = f"environment {info.name!r} ({info.file}, class {info.class_name})" if info else _PRODUCT_WHAT
         fix = "Fix the file and select it again" if info else "Check the server's venv (rl-mcp doctor)"
-        cwd = info.file.parent if info else self.settings.project_root
+        cwd = info.file.parent if info else self.settings.home
         # Reading a config needs no credentials: keys stay out of environment code run here.
         env = without_secrets(self.settings.environ)
         env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")

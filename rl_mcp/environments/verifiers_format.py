@@ -21,13 +21,11 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rl_mcp.errors import UserError
-from tinker_atropos.venvs import GENERATIONS, PROJECT_ROOT
+from rl_mcp.settings import TRAINER_PACKAGE_DIR
 
 VerifiersFormat = Literal["verifiers", "verifiers-v1"]
 CLASSIC: VerifiersFormat = "verifiers"
@@ -38,7 +36,7 @@ V1_CONFIG = "EnvConfig"
 V1_BASES = frozenset({V1_CONFIG, "Taskset", "Harness", "TasksetConfig", "HarnessConfig"})
 _V1_CONFIGS = frozenset({V1_CONFIG})
 # the environment process of a verifiers run: it drives the environment in its own venv
-HOST_FILE = PROJECT_ROOT / "tinker-atropos" / "tinker_atropos" / "verifiers" / "host_env.py"
+HOST_FILE = TRAINER_PACKAGE_DIR / "verifiers" / "host_env.py"
 HOST_CLASS = "VerifiersHostEnv"
 SET_BY_HOST = (
     "verifiers_file",
@@ -71,18 +69,6 @@ class VerifiersEnv:
     description: str
     config_class: str  # `load_environment` (classic: its parameters) or the v1 EnvConfig class
     fields: dict[str, dict[str, Any]]  # name -> {type, default, description, json_schema}
-
-
-class VerifiersVenvMissing(UserError):
-    """A classic verifiers environment asked to run where its venv has not been made."""
-
-
-def check_runnable(name: str, env_format: str, environ: Mapping[str, str]) -> None:
-    """VerifiersVenvMissing, at once, for a verifiers environment whose venv is not made; nothing for
-    any other format."""
-    generation = GENERATIONS.get(env_format)
-    if generation is not None and (missing := generation.missing_venv_message(environ)):
-        raise VerifiersVenvMissing(f"environment {name!r} cannot run: {missing}")
 
 
 def runnable_file(env_file: Path) -> Path:

@@ -1,9 +1,13 @@
 """One export from plan to answer: the conversion and its check in a child process (progress read
-from its progress file), the model card, and the optional push to the Hub in a second child."""
+from its progress file), the model card, and the optional push to the Hub in a second child. The
+folder is written under a hidden name beside it and renamed once complete; a cancelled export leaves
+neither that nor its work folder, and the folder it would have replaced stays as it was."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
 import sys
 import time
@@ -15,13 +19,14 @@ from typing import Any
 
 import anyio
 
-from rl_mcp.export.card import write_card
+from rl_mcp.export.card import CURVE, write_card
 from rl_mcp.export.hub_check import check_hub
 from rl_mcp.export.plan import ExportError, ExportPlan, verify_prompts
 from rl_mcp.inference.progress import ProgressFn
 from rl_mcp.logs import last_error_line, tail_lines
 from rl_mcp.processes import supervised, wait_exit
 from rl_mcp.settings import without_secrets
+from rl_mcp.tmpdirs import remove_tree, removed_if_cancelled
 from tinker_atropos.export.model_facts import base_facts
 from tinker_atropos.run_files import RunFiles, read_jsonl
 
@@ -62,12 +67,39 @@ async def run_export(
 async def _export(
     plan: ExportPlan, environ: Mapping[str, str], python: str, hub_repo: str | None, progress: ProgressFn | None
 ) -> ExportOutcome:
-    if plan.out.exists():
-        shutil.rmtree(plan.out)  # a second export of the same checkpoint and format replaces the first
     # the child's prompts, progress, result and log: beside the run's exports, never in the folder a user ships
     work = RunFiles(plan.run_dir).exports_dir / f".work-{plan.out.name}"
-    shutil.rmtree(work, ignore_errors=True)
+    # the folder is written under another name and renamed once complete: an export cut short (failed,
+    # cancelled, the server gone) never leaves a half-written folder, nor loses the one it would replace
+    staging = plan.out.with_name(f".{plan.out.name}.partial")
+    for folder in (work, staging):
+        shutil.rmtree(folder, ignore_errors=True)
     work.mkdir(parents=True)
+    try:
+        staging.mkdir(parents=True)
+    except OSError as exc:
+        raise ExportError(f"cannot write the export's folder {plan.out}: {exc}") from exc
+    try:
+        with removed_if_cancelled(work):  # kept only when something failed, for its log
+            outcome = await _convert(plan, environ, python, progress, work, staging)
+    finally:
+        remove_tree(staging)  # renamed into place on success: then nothing is left to remove
+    if hub_repo:
+        with removed_if_cancelled(work):
+            outcome.hub_url = await _push(plan, hub_repo, environ, python, work)
+    shutil.rmtree(work, ignore_errors=True)
+    return outcome
+
+
+async def _convert(
+    plan: ExportPlan,
+    environ: Mapping[str, str],
+    python: str,
+    progress: ProgressFn | None,
+    work: Path,
+    staging: Path,
+) -> ExportOutcome:
+    """The export child writes `staging`, checked, with its model card; then it becomes `plan.out`."""
     prompts, progress_file, result_file = work / "prompts.json", work / "progress.jsonl", work / "export.json"
     prompts.write_text(json.dumps(verify_prompts(plan.run_dir)))
     argv = [python, "-m", "tinker_atropos.export", "--base-model", plan.base_model, "--format", plan.format]
@@ -80,7 +112,7 @@ async def _export(
     if (plan.self_hosted or plan.tinker_state) and plan.tinker_base_url:
         argv += ["--tinker-base-url", plan.tinker_base_url]
     argv += ["--dtype", plan.dtype] if plan.dtype else []
-    argv += ["--out", str(plan.out), "--name", plan.name, "--prompts", str(prompts)]
+    argv += ["--out", str(staging), "--name", plan.name, "--prompts", str(prompts)]
     argv += ["--progress", str(progress_file), "--result", str(result_file)]
     argv += ["--replies-cache", str(RunFiles(plan.run_dir).exports_dir / ".policy-replies")]
     env = {**without_secrets(environ), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -100,23 +132,38 @@ async def _export(
         why = result.get("error") or last_error_line(tail_lines(log, 40)) or f"exit code {code} (see {log})"
         raise ExportError(f"the export of run {plan.run_id} ({plan.format}) failed: {why}")
     verification = result["verification"]
-    command = load_command(plan, [Path(f["path"]) for f in result["files"]])
+    written = [{**f, "path": str(plan.out / Path(f["path"]).relative_to(staging))} for f in result["files"]]
+    command = load_command(plan, [Path(f["path"]) for f in written])
     if not verification["ok"]:
+        _into_place(staging, plan.out)
         raise ExportError(
             f"the exported {plan.format} does not behave as the trained policy: its greedy replies matched on "
             f"{verification['matches']} of {verification['prompts']} prompts (needed {verification['required']}); "
             f"first difference: {verification['mismatches'][:1]}. The files are in {plan.out}"
         )
-    card = write_card(plan, command, verification)
-    files = [
-        *result["files"],
-        *({"path": str(p), "bytes": p.stat().st_size} for p in (card, plan.out / "reward_curve.png")),
-    ]
-    outcome = ExportOutcome(plan, str(result["dtype"]), files, command, verification, card)
-    if hub_repo:
-        outcome.hub_url = await _push(plan, hub_repo, environ, python, work)
-    shutil.rmtree(work, ignore_errors=True)  # kept only when something failed, for its log
-    return outcome
+    card = write_card(dataclasses.replace(plan, out=staging), command, verification)
+    files = [*written, *({"path": str(plan.out / p.name), "bytes": p.stat().st_size} for p in (card, staging / CURVE))]
+    _into_place(staging, plan.out)
+    return ExportOutcome(plan, str(result["dtype"]), files, command, verification, plan.out / card.name)
+
+
+def _into_place(staging: Path, out: Path) -> None:
+    """`staging` renamed to `out`, whatever `out` held before (a second export of the same checkpoint
+    and format replaces the first) set aside first and removed after: no await, so no cancellation,
+    between the two renames."""
+    old = out.with_name(f".{out.name}.old")
+    _discard(old)
+    if out.exists() or out.is_symlink():
+        os.rename(out, old)
+    os.rename(staging, out)
+    _discard(old)
+
+
+def _discard(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        remove_tree(path)
 
 
 async def _report(path: Path, seen: int, progress: ProgressFn | None) -> int:

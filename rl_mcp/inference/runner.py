@@ -4,7 +4,8 @@ One `process` child per model, each with a fresh output folder (atroposlib would
 `x_1.jsonl` next to an old `x.jsonl`), W&B off unless WANDB_API_KEY is set, a per-model
 timeout, a few models at a time. Scores come from the JSONL atroposlib writes; what the
 environment does meanwhile (exceptions, discarded groups, its requests) from env_health.json.
-An environment that only raises or only discards is stopped early and said so.
+An environment that only raises or only discards is stopped early and said so. A cancelled call
+stops its children and removes its folder.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from rl_mcp.runs.env_health import EnvHealth, discarding, raising, read_health
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.runs.reply_length import Limit, at_cap
 from rl_mcp.session.run_config import write_run_config
+from rl_mcp.tmpdirs import removed_if_cancelled
 from tinker_atropos.run_files import ENV_HEALTH_VAR, WARNING_MARK, InferenceTestFiles
 
 _PROGRESS = re.compile(r"Successfully processed group (\d+)/(\d+)")
@@ -89,9 +91,10 @@ async def run_inference_test(
             env = child_env(environ, target, pass_env)
             outcomes[model] = await _test_model(req, target, model, env, environ, python, ports, tracker, deadline)
 
-    async with anyio.create_task_group() as tg:
-        for model in target.models:
-            tg.start_soon(one, model)
+    with removed_if_cancelled(req.out_dir):  # a cancelled test's scores are partial and no answer names them
+        async with anyio.create_task_group() as tg:
+            for model in target.models:
+                tg.start_soon(one, model)
     return [outcomes[m] for m in target.models]
 
 

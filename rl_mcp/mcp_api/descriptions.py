@@ -5,18 +5,29 @@ description says what it does, when to call it, what comes back and what to call
 can walk the whole workflow from the tool list alone; and each answer's next step.
 """
 
+from typing import TypedDict
+
 from mcp.types import ToolAnnotations
 
 
-def tool_annotations(title: str, *, read_only: bool, destructive: bool, idempotent: bool) -> ToolAnnotations:
-    """Every hint set explicitly: clients decide on confirmation prompts from these."""
-    return ToolAnnotations(
+class ToolFace(TypedDict):
+    title: str
+    annotations: ToolAnnotations
+
+
+def tool_face(title: str, *, read_only: bool, destructive: bool, idempotent: bool, open_world: bool) -> ToolFace:
+    """A tool's title (top level, as clients of 2025-11-25 and later show it, and in its annotations
+    for older ones) and every hint set explicitly: clients decide from these when to ask a person.
+    `open_world`: the tool may reach beyond this machine (Tinker's cloud, the Hub, a package index,
+    a teacher or judge endpoint, a user's HTTP tool server); the spec's default is true."""
+    hints = ToolAnnotations(
         title=title,
         read_only_hint=read_only,
         destructive_hint=destructive,
         idempotent_hint=idempotent,
-        open_world_hint=False,
+        open_world_hint=open_world,
     )
+    return {"title": title, "annotations": hints}
 
 
 INSTRUCTIONS = """\

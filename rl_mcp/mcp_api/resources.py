@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -13,6 +14,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from rl_mcp.app import AppContext
 from rl_mcp.logs import tail_lines
 from rl_mcp.mcp_api.subscriptions import ENGINE_LOG_URI
+from rl_mcp.runtimes.inventory import runtime_states
 
 LOG_LINES = 200
 
@@ -22,13 +24,15 @@ def register_server_resources(server: MCPServer, app: AppContext) -> None:
         "rl://profile",
         name="profile",
         title="Operator profile",
-        description="The active operator profile: backend, the model runs train and why, locked values, defaults.",
+        description="The active operator profile: backend, the model runs train and why, locked values, defaults; "
+        "and the runtimes the server makes on first use (which exist, their sizes, the command that makes each).",
         mime_type="application/json",
     )
     async def profile_resource() -> str:
         engine = app.engine.state() if app.engine is not None else None
         public = {**app.settings.profile.public(), "chosen_because": app.settings.profile_reason}
-        return json.dumps({**public, "engine_state": engine}, indent=2)
+        runtimes = [asdict(state) for state in runtime_states(app.settings.environ)]
+        return json.dumps({**public, "engine_state": engine, "runtimes": runtimes}, indent=2)
 
     @server.resource(
         ENGINE_LOG_URI,

@@ -1,5 +1,6 @@
 """The live run view, an MCP App (SEP-1865): one `ui://` HTML document, served by this server, that hosts
-with apps (Claude Desktop, ChatGPT, VS Code, Goose) render inline for rl_check_status and rl_compare_runs.
+with apps (Claude Desktop, ChatGPT, VS Code, Goose) render inline for rl_start_training (from the
+moment the run starts), rl_check_status and rl_compare_runs.
 
 The page, its stylesheet and its script are package files assembled into one self-contained document:
 a host renders it with no network. The tools name it in `_meta.ui.resourceUri`; hosts without apps

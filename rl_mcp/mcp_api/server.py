@@ -15,8 +15,10 @@ from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult
 from pydantic import AnyHttpUrl
 
 from rl_mcp.app import AppContext
@@ -51,6 +53,23 @@ class StaticTokenVerifier:
         return None
 
 
+class RLMCPServer(MCPServer[Any]):
+    """MCPServer whose prompts/get answers a client's mistake (an unknown prompt, a missing argument) with
+    -32602 and the reason, as MCP's server/prompts "Error Handling" asks: the SDK (mcp 2.3) raises a
+    ValueError, which the client sees as "Internal server error" (2026-07-28) or as code 0 (2025-11-25)."""
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> GetPromptResult | InputRequiredResult:
+        prompt = next((p for p in await self.list_prompts() if p.name == name), None)
+        if prompt is None:
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {name}")
+        given = arguments or {}
+        if missing := [a.name for a in prompt.arguments or [] if a.required and a.name not in given]:
+            raise MCPError(INVALID_PARAMS, f"Missing required arguments: {', '.join(missing)}")
+        return await super().get_prompt(name, arguments, context)
+
+
 def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MCPServer:
     """The MCPServer with this package's tools and resources bound to `app`."""
     auth_kwargs: dict[str, Any] = {}
@@ -60,7 +79,7 @@ def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MC
             "token_verifier": StaticTokenVerifier(app.settings.auth_token),
         }
     publisher = ResourcePublisher(InMemorySubscriptionBus())
-    server: MCPServer = MCPServer(
+    server: MCPServer = RLMCPServer(
         "rl-mcp",
         title="RL training (Atropos + Tinker)",
         instructions=descriptions.INSTRUCTIONS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rl_mcp.engines.from_profile import attached_url
-from rl_mcp.engines.skyrl import EngineSetupError, check_model, check_venv, default_venv
+from rl_mcp.engines.skyrl import VENV_VAR, EngineSetupError, check_model, check_venv, default_venv
 from rl_mcp.errors import UserError
 from rl_mcp.settings import Settings
 from tinker_atropos.models.paths import model_ref
@@ -48,7 +48,8 @@ def _engine_preflight(settings: Settings) -> None:
     try:
         if (model_dir / "config.json").is_file():  # else it is built at stage `model`, checked at `engine`
             check_model(settings.profile.model, model_dir)
-        check_venv(default_venv(settings.project_root, settings.environ), settings.environ)
+        if settings.environ.get(VENV_VAR):  # else the engine's runtime is made at its first start
+            check_venv(default_venv(settings.environ), settings.environ)
     except EngineSetupError as exc:
         raise RunError(str(exc)) from exc
 

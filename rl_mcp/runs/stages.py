@@ -91,12 +91,7 @@ class StagePlan:
 def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.AsyncClient) -> list[StagePlan]:
     """The three stages of `rec`, in start order."""
     python, config = settings.python, rec.config_path
-    launcher = settings.project_root / "tinker-atropos" / "launch_training.py"
-    trainer_argv = (
-        [python, str(launcher), "--config", config]
-        if launcher.is_file()
-        else [python, "-m", "tinker_atropos.trainer.launch", "--config", config]
-    )
+    trainer_argv = [python, *settings.trainer_entry, "--config", config]
     # atroposlib's `run-api` script as a module: forked from the warm template (fastapi, uvicorn and
     # atroposlib imported) where the script would start cold
     run_api = [python, "-m", "atroposlib.cli.run_api"]

@@ -18,6 +18,7 @@ from rl_mcp.model_build import ModelBuildError, build_models
 from rl_mcp.processes import supervised, wait_exit
 from rl_mcp.runs.sft_stage import sft_command, sft_env, stage_error
 from rl_mcp.session.run_config import write_run_config
+from rl_mcp.tmpdirs import removed_if_cancelled
 from tinker_atropos.run_files import SFT_STAGE, ExitCode, RunFiles, read_json_object
 
 Report = Callable[[str], Awaitable[None]]
@@ -38,7 +39,13 @@ class PreviewRequest:
 
 
 async def preview_set(req: PreviewRequest, env: Mapping[str, str], report: Report) -> dict[str, Any]:
-    """set.json of the stage's preview: counts, refusals, one example with its mask, the plan."""
+    """set.json of the stage's preview: counts, refusals, one example with its mask, the plan; the
+    folder removed when the call is cancelled (its child stopped first)."""
+    with removed_if_cancelled(req.folder):
+        return await _preview(req, env, report)
+
+
+async def _preview(req: PreviewRequest, env: Mapping[str, str], report: Report) -> dict[str, Any]:
     if not (req.config.get("env") or {}).get("sft"):
         raise SftPreviewError(
             "the selection has no `sft` section: set one first, e.g. rl_edit_config(field='sft', "

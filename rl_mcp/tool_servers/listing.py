@@ -9,10 +9,11 @@ unchanged, for `CACHE_S`; a server that failed is asked again at the next listin
 from __future__ import annotations
 
 import json
-import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -108,8 +109,11 @@ class ToolServers:
         return listed[name].usable()
 
     async def _probe(self, names: list[str]) -> dict[str, Any]:
+        # the training runtime where it is made (bubblewrap's binary for sandboxed servers comes with it),
+        # else the server's own Python, which has every module the probe imports
+        python = self.settings.python if Path(self.settings.python).exists() else sys.executable
         cmd = [
-            self.settings.python,
+            python,
             "-m",
             "tinker_atropos.mcp_tools.probe",
             str(self.path),
@@ -117,14 +121,11 @@ class ToolServers:
             *names,
         ]
         env = without_secrets(self.settings.environ)  # the probe needs no key; servers get their own env only
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(self.settings.project_root), env.get("PYTHONPATH", "")) if p
-        )
         limit = 2 * self.timeout_s + 15  # its own per-server bounds come first: it closes what it started
         try:
             with anyio.fail_after(limit):
                 proc = await anyio.run_process(
-                    cmd, env=env, check=False, cwd=str(self.settings.project_root), stdin=subprocess.DEVNULL
+                    cmd, env=env, check=False, cwd=str(self.settings.home), stdin=subprocess.DEVNULL
                 )
         except TimeoutError:
             return {n: {"error": f"server {n!r}: listing its tools took over {limit:g} s"} for n in names}

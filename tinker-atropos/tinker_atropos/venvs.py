@@ -1,73 +1,82 @@
-"""Where the venvs of other formats' code are and how they are made (stdlib only: the server imports
-it too).
+"""Where the venvs the product runs code in are (stdlib only: the server imports it too).
 
 verifiers' pins conflict with the product's (datasets, regex, openai, mcp) and with each other's
 (0.1.14 vs 0.4.0), and OpenEnv's (fastmcp 3, so mcp < 2) with the product's mcp 2: each has a venv of
-its own, made by its make target; an environment variable points elsewhere. The environment process
-stays on the product's venv and runs a child on the other one (verifiers' child, OpenEnv's server).
+its own, a runtime the product makes on first use (`rl-mcp setup NAME`, rl_mcp/runtimes/) under one
+folder; an environment variable points one elsewhere. The environment process stays on the training
+runtime and runs a child on the other one (verifiers' child, OpenEnv's server).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+RUNTIMES_VAR = "RL_MCP_RUNTIMES"
+# The trainer's imports: a Python that has them all (a checkout's .venv) is the training runtime itself.
+TRAINING_MODULES = ("torch", "transformers", "peft", "atroposlib", "tinker")
+
+
+def runtimes_dir(environ: Mapping[str, str]) -> Path:
+    """Where the product's runtimes live: $RL_MCP_RUNTIMES, else `runtimes/` in the product's cache
+    ($RL_MCP_CACHE, else $RL_MCP_HOME/cache, as rl_mcp.settings reads them), beside the user's data."""
+    if raw := environ.get(RUNTIMES_VAR):
+        return Path(raw).expanduser().absolute()
+    home = Path(environ.get("RL_MCP_HOME") or "~/.rl-mcp").expanduser()
+    return Path(environ.get("RL_MCP_CACHE") or home / "cache").expanduser().absolute() / "runtimes"
+
+
+def runtime_python(name: str, environ: Mapping[str, str]) -> Path:
+    """The interpreter of the runtime called `name` (it may not be made yet)."""
+    return runtimes_dir(environ) / name / "bin" / "python"
+
+
+def server_trains() -> bool:
+    """Whether this Python has the trainer's imports (a checkout's .venv, `pip install rl-mcp[local]`)."""
+    return all(importlib.util.find_spec(m) is not None for m in TRAINING_MODULES)
+
+
+def training_python(environ: Mapping[str, str]) -> str:
+    """Where the product's children run: this Python where it has the trainer, else the training
+    runtime (made on first use)."""
+    return sys.executable if server_trains() else str(runtime_python("training", environ))
 
 
 @dataclass(frozen=True)
 class Generation:
-    """One format's generation: its format name, venv, the command that makes it, the child it runs there."""
+    """One format's generation: its format name, the runtime it runs in (or the venv a variable names),
+    the child it runs there."""
 
     format: str
     venv_var: str
-    venv_dir: str
-    make_command: str
-    pin: str
-    size: str
+    runtime: str
     child_file: Path
 
     def python(self, environ: Mapping[str, str]) -> Path:
-        return Path(environ.get(self.venv_var) or str(PROJECT_ROOT / self.venv_dir)) / "bin" / "python"
-
-    def missing_venv_message(self, environ: Mapping[str, str]) -> str | None:
-        """Why its environments cannot run here, with the command that fixes it; None if they can."""
-        python = self.python(environ)
-        if python.exists():
-            return None
-        return (
-            f"{self.format} environments run in a venv of their own, and {python} does not exist: run "
-            f"`{self.make_command}` in {PROJECT_ROOT} ({self.size}), or point {self.venv_var} at a venv "
-            f"with {self.pin}"
-        )
+        if raw := environ.get(self.venv_var):
+            return Path(raw) / "bin" / "python"
+        return runtime_python(self.runtime, environ)
 
 
 CLASSIC = Generation(
     format="verifiers",
     venv_var="RL_MCP_VERIFIERS_VENV",
-    venv_dir=".venv-verifiers",
-    make_command="make verifiers",
-    pin="verifiers==0.1.14",
-    size="about 1 minute, 700 MB",
+    runtime="verifiers",
     child_file=Path(__file__).with_name("verifiers") / "classic_child.py",
 )
 V1 = Generation(
     format="verifiers-v1",
     venv_var="RL_MCP_VERIFIERS_V1_VENV",
-    venv_dir=".venv-verifiers-v1",
-    make_command="make verifiers-v1",
-    pin="verifiers==0.4.0",
-    size="about 2 minutes, 600 MB",
+    runtime="verifiers-v1",
     child_file=Path(__file__).with_name("verifiers") / "v1_child.py",
 )
 OPENENV = Generation(
     format="openenv",
     venv_var="RL_MCP_OPENENV_VENV",
-    venv_dir=".venv-openenv",
-    make_command="make openenv",
-    pin="openenv==0.10.0",
-    size="about 1 minute, 480 MB",
+    runtime="openenv",
     child_file=Path(__file__).with_name("openenv") / "serve.py",
 )
 GENERATIONS = {g.format: g for g in (CLASSIC, V1, OPENENV)}

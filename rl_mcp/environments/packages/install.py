@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from rl_mcp.environments.missing_module import ModuleHome
 from rl_mcp.environments.packages import resolve
 from rl_mcp.environments.packages.folder import PYPROJECT, PackageFolder, content_hash, normalize, read_folder
 from rl_mcp.errors import UserError
+from rl_mcp.runtimes.installer import run_streamed
 from tinker_atropos.venvs import GENERATIONS
 
 Report = Callable[[str], Awaitable[None]]
@@ -82,7 +82,7 @@ def parent_python(env_format: str, environ: Mapping[str, str], product_python: s
 
 def _label(env_format: str) -> str:
     generation = GENERATIONS.get(env_format)
-    return f"the {generation.format} venv, {generation.pin}" if generation else "the product's venv"
+    return f"the {generation.runtime} runtime" if generation else "the training runtime"
 
 
 def lookup_sites(environ: Mapping[str, str], product_python: str) -> tuple[Path, ...]:
@@ -281,20 +281,7 @@ async def _make_layered(parent: Path, venv: Path) -> None:
 async def _pip_install(venv: Path, source: Path, report: Report) -> None:
     """pip install of the folder's copy into `venv`, each line of its output reported as it comes."""
     argv = [str(venv / "bin" / "python"), "-m", "pip", "install", "--progress-bar", "off", str(source)]
-    lines: list[str] = []
-    with anyio.fail_after(INSTALL_TIMEOUT_S):
-        async with await anyio.open_process(argv, env=_pip_env(), stderr=subprocess.STDOUT) as proc:
-            assert proc.stdout is not None
-            buffer = b""
-            async for chunk in proc.stdout:
-                buffer += chunk
-                *done, buffer = buffer.split(b"\n")
-                for raw in done:
-                    line = raw.decode(errors="replace").strip()
-                    if line and not line.startswith("WARNING: Location"):
-                        lines.append(line)
-                        await report(f"pip: {line}")
-            code = await proc.wait()
+    code, lines = await run_streamed(argv, os.environ, report, prefix="pip: ", timeout_s=INSTALL_TIMEOUT_S)
     if code != 0:
         raise PackageInstallError(
             f"pip install of {source.name} into {venv} failed (exit {code}): " + "\n".join(lines[-12:])

@@ -14,7 +14,7 @@ from rl_mcp.app import AppContext
 from rl_mcp.mcp_api.compare import descriptions
 from rl_mcp.mcp_api.compare.answers import CompareResult
 from rl_mcp.mcp_api.compare.views import compare_answer
-from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.mcp_api.run_view import run_view_meta
@@ -26,7 +26,7 @@ def register_compare_tool(server: MCPServer, app: AppContext, cache: MetricsCach
     @server.tool(
         name="rl_compare_runs",
         description=descriptions.RL_COMPARE_RUNS,
-        annotations=tool_annotations("Compare runs", read_only=True, destructive=False, idempotent=True),
+        **tool_face("Compare runs", read_only=True, destructive=False, idempotent=True, open_world=False),
         meta=run_view_meta(),
     )
     @tool_errors

@@ -9,12 +9,13 @@ from pydantic import Field
 
 from rl_mcp.app import AppContext
 from rl_mcp.environments.verifiers_format import FORMATS as VERIFIERS_FORMATS
-from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.environments import descriptions
 from rl_mcp.mcp_api.environments.answers import ConfigView, EditResult, EnvironmentList, SelectionResult
 from rl_mcp.mcp_api.environments.views import config_view, environment_list, tool_server_views
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import FIELD_NAME_PATTERN, EnvName
+from rl_mcp.mcp_api.progress import CallProgress
 from rl_mcp.session.fields import apply_edit, resolve_field
 from rl_mcp.session.state import EditRejected
 from rl_mcp.tool_servers.listing import ToolServerError
@@ -24,7 +25,7 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
     @server.tool(
         name="rl_list_environments",
         description=descriptions.RL_LIST_ENVIRONMENTS,
-        annotations=tool_annotations("List RL environments", read_only=True, destructive=False, idempotent=True),
+        **tool_face("List RL environments", read_only=True, destructive=False, idempotent=True, open_world=True),
     )
     async def rl_list_environments() -> EnvironmentList:
         catalog = app.catalog()
@@ -40,20 +41,22 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
     @server.tool(
         name="rl_select_environment",
         description=descriptions.RL_SELECT_ENVIRONMENT,
-        annotations=tool_annotations("Select an environment", read_only=False, destructive=True, idempotent=False),
+        **tool_face("Select an environment", read_only=False, destructive=True, idempotent=False, open_world=True),
     )
     @tool_errors
     async def rl_select_environment(name: EnvName, ctx: Context) -> SelectionResult:
-        info = app.environment(name)
+        info, progress = app.environment(name), CallProgress(ctx.report_progress)
+        await app.training_runtime(progress.note)  # its config is read in a child there: made on first use
         if info.package is not None and info.format not in VERIFIERS_FORMATS:  # its fields are read in its venv
             # (a verifiers folder's are read from its file: it is installed at its first test or run)
-            await app.runtime(info, lambda message: ctx.report_progress(0, None, message))
+            await app.runtime(info, progress.note)
         fresh = app.introspector.cached(info) is None
+        loading = progress.phase()
         if fresh:  # seconds of importing in a child: tell clients that asked for progress
-            await ctx.report_progress(0, 1, f"loading the config fields of {name} (in a child process)")
+            await loading(0, 1, f"loading the config fields of {name} (in a child process)")
         schema = await app.introspector.schema(info)
         if fresh:
-            await ctx.report_progress(1, 1, f"loaded {len(schema.fields)} config fields")
+            await loading(1, 1, f"loaded {len(schema.fields)} config fields")
         previous = app.session.state.environment
         state = app.session.select(info)
         return SelectionResult(
@@ -67,7 +70,7 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
     @server.tool(
         name="rl_get_current_config",
         description=descriptions.RL_GET_CURRENT_CONFIG,
-        annotations=tool_annotations("Show the current config", read_only=True, destructive=False, idempotent=True),
+        **tool_face("Show the current config", read_only=True, destructive=False, idempotent=True, open_world=False),
     )
     @tool_errors
     async def rl_get_current_config() -> ConfigView:
@@ -77,7 +80,7 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
     @server.tool(
         name="rl_edit_config",
         description=descriptions.RL_EDIT_CONFIG,
-        annotations=tool_annotations("Edit the config", read_only=False, destructive=True, idempotent=True),
+        **tool_face("Edit the config", read_only=False, destructive=True, idempotent=True, open_world=False),
     )
     @tool_errors
     async def rl_edit_config(

@@ -11,19 +11,20 @@ from pydantic import Field
 from rl_mcp.app import AppContext
 from rl_mcp.export.plan import plan_export
 from rl_mcp.export.runner import run_export
-from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.export import descriptions
 from rl_mcp.mcp_api.export.answers import ExportResult
 from rl_mcp.mcp_api.export.views import export_answer
 from rl_mcp.mcp_api.inputs import RunId
+from rl_mcp.mcp_api.progress import CallProgress
 
 
 def register_export_tool(server: MCPServer, app: AppContext) -> None:
     @server.tool(
         name="rl_export_model",
         description=descriptions.RL_EXPORT_MODEL,
-        annotations=tool_annotations("Export a trained model", read_only=False, destructive=False, idempotent=True),
+        **tool_face("Export a trained model", read_only=False, destructive=False, idempotent=True, open_world=True),
     )
     @tool_errors
     async def rl_export_model(
@@ -57,12 +58,14 @@ def register_export_tool(server: MCPServer, app: AppContext) -> None:
     ) -> ExportResult:
         plan = plan_export(app.runs.get(run_id), checkpoint, format, dtype, Path(output_dir) if output_dir else None)
         engine = plan.tinker_base_url if plan.self_hosted else None
+        progress = CallProgress(ctx.report_progress)
+        await app.training_runtime(progress.note)  # the export's child runs there: made on first use
         outcome = await run_export(
             plan,
             environ=app.settings.environ,
             python=app.settings.python,
             hub_repo=hub_repo,
-            progress=ctx.report_progress,
-            engine_hold=app.engine_hold(engine, lambda message: ctx.report_progress(0, None, message)),
+            progress=progress.phase(),
+            engine_hold=app.engine_hold(engine, progress.note),
         )
         return export_answer(outcome)

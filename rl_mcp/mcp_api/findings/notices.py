@@ -4,9 +4,9 @@ A finding (warning or error) is sent when it first fires for a run, as `notifica
 with logger `rl-mcp.diagnosis` and data {run_id, finding}, to every 2025-era session subscribed to
 the run's resources (resources/subscribe) whose log level (logging/setLevel) admits it. It counts
 as sent once a subscriber received it; the codes sent are kept in the run folder
-(`findings_sent.json`), so a restarted server does not send them again. 2026-era clients get no
-standing log stream (the spec ties notifications/message to a request), so they read `findings` in
-rl_check_status / rl_get_results.
+(`findings_sent.json`), so a restarted server does not send them again. Logging is deprecated in
+MCP 2026-07-28 and 2026-era clients get no standing log stream: they read the same findings in
+rl_check_status / rl_get_results and in the run's resource `rl://runs/{id}`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,15 @@ import re
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp_types import Completion, CompletionArgument, CompletionContext, PromptReference, ResourceTemplateReference
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    PromptReference,
+    ResourceTemplateReference,
+)
 
 from rl_mcp.app import AppContext
 from rl_mcp.environments.introspection import ConfigSchema
@@ -42,12 +50,15 @@ def register_guide(server: MCPServer, app: AppContext) -> None:
         "for one environment, with the calls to make and how often to check on the run.",
     )
     async def rl_workflow(environment: str, focus_field: str | None = None) -> str:
+        # A bad argument is the client's error (-32602, MCP server/prompts "Error Handling"), with its reason:
+        # any other exception reaches the client as "Internal server error" (2026-07-28) or as code 0
+        # "Error rendering prompt" (2025-11-25), the reason dropped
         if not re.fullmatch(ENV_NAME_PATTERN, environment):
-            raise ValueError(f"invalid environment name {environment!r}")
+            raise MCPError(INVALID_PARAMS, f"invalid environment name {environment!r}")
         try:
             info = app.environment(environment)
         except UserError as exc:
-            raise ValueError(str(exc)) from exc
+            raise MCPError(INVALID_PARAMS, str(exc)) from exc
         profile = app.settings.profile
         return descriptions.workflow_prompt(
             environment=info.name,

@@ -18,13 +18,15 @@ from rl_mcp.inference.target import (
     probe_reachable,
     resolve_target,
 )
-from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inference import descriptions
 from rl_mcp.mcp_api.inference.answers import InferenceTestResult
 from rl_mcp.mcp_api.inference.views import inference_answer
 from rl_mcp.mcp_api.inputs import RunId
+from rl_mcp.mcp_api.progress import CallProgress
 from rl_mcp.session.run_config import render_run_config
+from rl_mcp.tmpdirs import removed_if_cancelled
 
 DEFAULT_TIMEOUT_S = 270.0  # under Hermes' default 300 s tool timeout (the example config gives 900)
 
@@ -33,9 +35,13 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
     @server.tool(
         name="rl_test_inference",
         description=descriptions.RL_TEST_INFERENCE,
-        annotations=tool_annotations(
-            "Test the environment against inference", read_only=False, destructive=False, idempotent=False
-        ).model_copy(update={"open_world_hint": True}),
+        **tool_face(
+            "Test the environment against inference",
+            read_only=False,
+            destructive=False,
+            idempotent=False,
+            open_world=True,
+        ),
     )
     @tool_errors
     async def rl_test_inference(
@@ -97,7 +103,8 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
         settings, profile = app.settings, app.settings.profile
         # the local backend's model, or a self-hosted engine's (the same offline folder it loads)
         on_this_machine = profile.backend == "local" or profile.engine is not None
-        info, schema = await app.runnable_schema(lambda message: ctx.report_progress(0, None, message))
+        progress = CallProgress(ctx.report_progress)
+        info, schema = await app.runnable_schema(progress.note)
         runtime = await app.runtime(info)  # installed by now: where its process runs
         run: tuple[str, RunCheckpoint] | None = None
         if run_id is not None:
@@ -147,14 +154,16 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
             module_home=runtime.home,
         )
         engine = next((w.engine_url for w in where.weights.values() if w.engine_url), None)
-        async with app.engine_hold(engine, lambda message: ctx.report_progress(0, None, message)):
-            outcomes = await run_inference_test(
-                req,
-                where,
-                environ=settings.environ,
-                pass_env=settings.env_process_vars,
-                python=settings.python,
-                ports=app.runs_manager.ports if app.runs_manager is not None else None,
-                progress=ctx.report_progress,
-            )
+        # a cancel while a self-hosted engine still starts leaves no empty test folder either
+        with removed_if_cancelled(out_dir):
+            async with app.engine_hold(engine, progress.note):
+                outcomes = await run_inference_test(
+                    req,
+                    where,
+                    environ=settings.environ,
+                    pass_env=settings.env_process_vars,
+                    python=settings.python,
+                    ports=app.runs_manager.ports if app.runs_manager is not None else None,
+                    progress=progress.phase(),
+                )
         return inference_answer(req, where, outcomes, run)

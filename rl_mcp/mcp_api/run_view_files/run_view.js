@@ -1,6 +1,6 @@
 "use strict";
 // The live run view: an MCP App (SEP-1865) speaking JSON-RPC 2.0 with its host over postMessage.
-// It renders rl_check_status / rl_compare_runs results, then reads the runs' status and metrics
+// It renders rl_start_training / rl_check_status / rl_compare_runs results, then reads the runs' status and metrics
 // through the host (resources/read) while they train, and stops a run through it (tools/call).
 (() => {
   const PROTOCOL = "2026-01-26";

@@ -14,10 +14,11 @@ from mcp_types import AudioContent, CallToolResult, EmbeddedResource, ImageConte
 from pydantic import Field
 
 from rl_mcp.app import AppContext
-from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.mcp_api.links import run_links, with_run_links
+from rl_mcp.mcp_api.progress import CallProgress
 from rl_mcp.mcp_api.run_view import run_view_meta
 from rl_mcp.mcp_api.runs import descriptions, views
 from rl_mcp.mcp_api.runs.answers import CostEstimate, RunList, RunResults, RunStarted, RunStatus, RunStopped
@@ -58,7 +59,8 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     @server.tool(
         name="rl_start_training",
         description=descriptions.RL_START_TRAINING,
-        annotations=tool_annotations("Start training", read_only=False, destructive=False, idempotent=False),
+        **tool_face("Start training", read_only=False, destructive=False, idempotent=False, open_world=True),
+        meta=run_view_meta(),  # the view opens where the run starts, not at the first status check
     )
     @tool_errors
     async def rl_start_training(
@@ -94,9 +96,11 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     ) -> Annotated[CallToolResult, RunStarted]:
         confirmed = confirmed_by(spend)
         cost = await figures_for(app)
+        progress = CallProgress(ctx.report_progress)
 
         async def _started(plan: RunPlan) -> CallToolResult:
-            rec = await app.runs.start(plan, progress=ctx.report_progress, wait=wait)
+            await app.training_runtime(progress.note)  # a resumed run's processes run there too
+            rec = await app.runs.start(plan, progress=progress.phase(), wait=wait)
             answer = views.started(rec)
             if cost is not None:
                 answer.cost_estimate = CostEstimate(**cost[0].as_dict(), confirmed=confirmed)
@@ -111,7 +115,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         elif not fork:
             plan = _resume_plan(app, resume_from, checkpoint_step, total_steps)
             return await _started(plan)
-        info, schema = await app.runnable_schema(lambda message: ctx.report_progress(0, None, message))
+        info, schema = await app.runnable_schema(progress.note)
         state, profile = app.session.state, app.settings.profile
 
         def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:
@@ -142,7 +146,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     @server.tool(
         name="rl_check_status",
         description=descriptions.RL_CHECK_STATUS,
-        annotations=tool_annotations("Check a run", read_only=True, destructive=False, idempotent=False),
+        **tool_face("Check a run", read_only=True, destructive=False, idempotent=False, open_world=False),
         meta=run_view_meta(),
     )
     @tool_errors
@@ -159,7 +163,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     @server.tool(
         name="rl_stop_training",
         description=descriptions.RL_STOP_TRAINING,
-        annotations=tool_annotations("Stop a run", read_only=False, destructive=True, idempotent=True),
+        **tool_face("Stop a run", read_only=False, destructive=True, idempotent=True, open_world=False),
     )
     @tool_errors
     async def rl_stop_training(run_id: RunId) -> RunStopped:
@@ -176,7 +180,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     @server.tool(
         name="rl_get_results",
         description=descriptions.RL_GET_RESULTS,
-        annotations=tool_annotations("Get run results", read_only=True, destructive=False, idempotent=True),
+        **tool_face("Get run results", read_only=True, destructive=False, idempotent=True, open_world=False),
     )
     @tool_errors
     async def rl_get_results(run_id: RunId) -> Annotated[CallToolResult, RunResults]:
@@ -200,7 +204,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     @server.tool(
         name="rl_list_runs",
         description=descriptions.RL_LIST_RUNS,
-        annotations=tool_annotations("List runs", read_only=True, destructive=False, idempotent=True),
+        **tool_face("List runs", read_only=True, destructive=False, idempotent=True, open_world=False),
     )
     @tool_errors
     def rl_list_runs(

@@ -10,8 +10,9 @@ from pydantic import Field
 from rl_mcp.app import AppContext
 from rl_mcp.environments.verifiers_format import runnable_file
 from rl_mcp.inference.target import new_test_dir
-from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
+from rl_mcp.mcp_api.progress import CallProgress
 from rl_mcp.mcp_api.sft import descriptions
 from rl_mcp.mcp_api.sft.answers import SftPreview
 from rl_mcp.mcp_api.sft.views import preview_answer
@@ -28,8 +29,8 @@ def register_sft_tool(server: MCPServer, app: AppContext) -> None:
     @server.tool(
         name="rl_preview_sft",
         description=descriptions.RL_PREVIEW_SFT,
-        annotations=tool_annotations(
-            "Preview the supervised stage", read_only=False, destructive=False, idempotent=True
+        **tool_face(
+            "Preview the supervised stage", read_only=False, destructive=False, idempotent=True, open_world=True
         ),
     )
     @tool_errors
@@ -39,8 +40,8 @@ def register_sft_tool(server: MCPServer, app: AppContext) -> None:
             float, Field(ge=10, le=3600, description="Time limit in seconds: a preview still building is then stopped")
         ] = DEFAULT_TIMEOUT_S,
     ) -> SftPreview:
-        settings = app.settings
-        info, schema = await app.runnable_schema(lambda message: ctx.report_progress(0, None, message))
+        settings, progress = app.settings, CallProgress(ctx.report_progress)
+        info, schema = await app.runnable_schema(progress.note)
         runtime = await app.runtime(info)
         folder = new_test_dir(settings.home / "sft_previews", info.name)
         config = render_run_config(
@@ -57,8 +58,4 @@ def register_sft_tool(server: MCPServer, app: AppContext) -> None:
         env = with_teacher_key(
             without_secrets(settings.environ, allow=settings.env_process_vars), config, settings.environ
         )
-
-        async def report(message: str) -> None:
-            await ctx.report_progress(0, None, message)
-
-        return preview_answer(info.name, folder, await preview_set(req, env, report))
+        return preview_answer(info.name, folder, await preview_set(req, env, progress.note))

@@ -8,7 +8,7 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
 from rl_mcp.app import AppContext
-from rl_mcp.mcp_api.descriptions import tool_annotations
+from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.tool_servers.answers import TasksSaved
 from rl_mcp.mcp_api.tool_servers.descriptions import NEXT_AFTER_TASKS, RL_WRITE_MCP_TASKS
@@ -19,8 +19,8 @@ def register_tool_server_tools(server: MCPServer, app: AppContext) -> None:
     @server.tool(
         name="rl_write_mcp_tasks",
         description=RL_WRITE_MCP_TASKS,
-        annotations=tool_annotations(
-            "Write tasks for a tool server", read_only=False, destructive=True, idempotent=True
+        **tool_face(
+            "Write tasks for a tool server", read_only=False, destructive=True, idempotent=True, open_world=True
         ),
     )
     @tool_errors

@@ -155,3 +155,7 @@ def _failed(cfg: RunConfig, message: str) -> RunResult:
         backend=cfg.tinker.backend,
         error=message,
     )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
