@@ -206,7 +206,7 @@ async def ensure_bench_venv() -> Path:
     return python
 
 
-async def trl(minutes: float, threads: int) -> dict[str, Any]:
+async def trl(minutes: float, threads: int, seed: int) -> dict[str, Any]:
     from tinker_atropos.models import resolve_model
 
     s = SETTINGS
@@ -235,6 +235,8 @@ async def trl(minutes: float, threads: int) -> dict[str, Any]:
         str(s["eval_seed"]),
         "--threads",
         str(threads),
+        "--seed",
+        str(seed),
     ]
     return await last_json_line(argv)
 
@@ -253,7 +255,7 @@ async def all_sides(a: argparse.Namespace, home: Path) -> dict[str, dict[str, An
         sides[SKYRL_SIDE] = await ours(a.minutes, home / "skyrl", profile="skyrl")
         log(f"skyrl: {json.dumps(sides[SKYRL_SIDE])}")
     if not a.skip_trl:
-        sides["TRL"] = await trl(a.minutes, a.trl_threads)
+        sides["TRL"] = await trl(a.minutes, a.trl_threads, a.seed)
     return sides
 
 
@@ -267,8 +269,10 @@ def main() -> int:
         "--trl-threads", type=int, default=0, help="TRL's torch threads: 1 beside rl-mcp, 0 (every core) alone"
     )
     ap.add_argument("--home", type=Path, default=None, help="state dir of the bench's server")
+    ap.add_argument("--seed", type=int, default=0, help="both sides' seed (ours: the run's `seed`; TRL's)")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=JSON", help="override a setting")
     a = ap.parse_args()
+    OURS_ONLY["seed"] = a.seed
     for field, value in overrides(a.set).items():
         (SETTINGS if field in SETTINGS else OURS_ONLY)[field] = value
     home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-bench-"))).resolve()

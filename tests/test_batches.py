@@ -230,7 +230,7 @@ def test_group_std_scaling_divides_each_group_by_its_own_spread():
     wide = _group([[1, 2, 3]] * 3, [[P, P, 3]] * 3, [1.0, 0.0, 0.5], [[1.0, 1.0, -1.0]] * 3)
     narrow = _group([[1, 2, 3]] * 3, [[P, P, 3]] * 3, [0.31, 0.30, 0.305], [[1.0, 1.0, -1.0]] * 3)
     plain = groups_to_datums([wide, narrow])
-    scaled = groups_to_datums([wide, narrow], "group_std")
+    scaled = groups_to_datums([wide, narrow], "group")
     plain_adv = [_arr(d, "advantages")[-1] for d in plain.datums]
     scaled_adv = [_arr(d, "advantages")[-1] for d in scaled.datums]
     # advantages are stored as float32: half an ulp of 0.5 is 3e-8, of 0.005 below that
@@ -241,4 +241,4 @@ def test_group_std_scaling_divides_each_group_by_its_own_spread():
     assert scaled_adv[3:] == pytest.approx([0.005 / 0.0051, -0.005 / 0.0051, 0.0], rel=1e-6)
     # an all-equal group stays without signal
     flat = _group([[1, 2, 3]] * 2, [[P, P, 3]] * 2, [0.7, 0.7], [[1.0, 1.0, -1.0]] * 2)
-    assert groups_to_datums([flat], "group_std").skipped_groups == 1
+    assert groups_to_datums([flat], "group").skipped_groups == 1

@@ -355,7 +355,7 @@ def test_malformed_datum_is_rejected_before_any_gradient(client, base) -> None:
             "ppo",
         )
     with pytest.raises(ValueError, match="not supported locally"):
-        client.forward_backward(good, "dro")
+        client.forward_backward(good, "gspo")
     assert all(p.grad is None for p in client.params)
 
 

@@ -11,6 +11,7 @@ generations. Runs are shared between assertions to keep the file inside its time
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from typing import Any
 import anyio
 import psutil
 import pytest
+import yaml
 from mcp import Client
 from mcp_types import ResourceListChangedNotification, ResourceUpdatedNotification
 from test_progress import ProgressLog
@@ -157,6 +159,15 @@ async def test_runs_end_to_end(tmp_path: Path) -> None:
     async with serving(env) as (app, server):
         async with Client(server) as client, Client(server, mode="legacy", message_handler=on_message) as legacy:
             await configure(client, "letter_repeat")
+            # run A trains on 2026's objective: cispo, DAPO's token mean, batch-scaled advantages, a KL to the base
+            objective = {
+                "loss_fn": "cispo",
+                "loss_aggregation": "token_mean",
+                "advantage_scale": "batch",
+                "kl_beta": 0.05,
+            }
+            for field, value in objective.items():
+                await call(client, "rl_edit_config", field=field, value=value)
             progress = ProgressLog()
 
             # --- A starts (returns at once), B starts beside it --------------------------------
@@ -225,6 +236,10 @@ async def test_runs_end_to_end(tmp_path: Path) -> None:
             assert not result.is_error
             res = result.structured_content or {}
             assert len(res["history"]) == STEPS == res["history_total_steps"]
+            trained = yaml.safe_load(Path(a["config_path"]).read_text())["tinker"]
+            assert {k: trained[k] for k in objective} == objective
+            lines = [json.loads(line) for line in (Path(a["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+            assert all(m["reference_seconds"] is not None for m in lines if m["num_datums"]), lines
             assert res["final_weights"] and res["final_weights_exists"] and Path(res["final_weights"]).is_dir()
             # the held-out eval ran on the base model (step 0) and on the final weights, in every run
             steps = [(e["step"], e["final"]) for e in res["evals"]]

@@ -92,6 +92,23 @@ async def test_workflow_list_select_edit_reset(mcp_app, probe_envs, mode):
         assert fields["rollout_server_url"]["status"] == "managed"
         assert fields["wandb_name"]["value"] == selected["wandb_name"]
         assert fields["learning_rate"]["section"] == "tinker"  # training fields are editable here too
+        # the losses of 2026: each field listed with its description, a bad value refused at the edit
+        for name in ("loss_fn", "loss_aggregation", "advantage_scale", "clip_low", "clip_high", "dro_beta", "kl_beta"):
+            assert fields[name]["section"] == "tinker" and fields[name]["description"], name
+        assert fields["loss_aggregation"]["constraints"]["enum"] == ["sum", "seq_mean", "token_mean", "constant"]
+        assert fields["loss_fn"]["constraints"]["enum"] == [
+            "importance_sampling",
+            "ppo",
+            "cispo",
+            "dro",
+            "cross_entropy",
+        ]
+        assert "loss_aggregation" in await call_err(
+            client, "rl_edit_config", {"field": "loss_aggregation", "value": "mean"}
+        )
+        assert "clip_high" in await call_err(client, "rl_edit_config", {"field": "clip_high", "value": 0.9})
+        await call_ok(client, "rl_edit_config", {"field": "clip_high", "value": 1.28})
+        await call_ok(client, "rl_edit_config", {"field": "clip_high", "reset": True})
         assert selected["config"]["profile"]["name"] == "local"
 
         edit = await call_ok(client, "rl_edit_config", {"field": "difficulty", "value": 7})

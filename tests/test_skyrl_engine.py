@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -153,6 +154,65 @@ def late_request_keeps_the_trained_weights(url: str) -> tuple[float, float]:
     finally:
         for model in models:
             unload_model(url, model.model_id, 30.0)
+
+
+# each loss SkyRL 0.4 has, with a loss_fn_config: {local loss_fn_config} for the same math here
+ENGINE_LOSSES = [
+    ("importance_sampling", None, None),
+    ("ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28}, None),
+    ("cispo", {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0}, None),
+    ("cispo", None, {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}),  # SkyRL's default, not Tinker's
+]
+LOG_RATIOS = [0.5, -0.5, 0.1, 0.2, 1.6, -0.3]  # ratios below 0.8, inside, past 1.28 and past 4
+
+
+def engine_policy_losses(url: str) -> tuple[list[Any], list[list[tuple[Any, Any]]]]:
+    """A batch of two replies (advantages +1.5 and -0.7, the sampler's logprobs set off the engine's
+    own by LOG_RATIOS, 0 on the prompt as the trainer sends them, no weights) through the engine's
+    forward_backward once per ENGINE_LOSSES entry: (the datums, each call's (logprobs, elementwise
+    loss) per datum)."""
+    import numpy as np
+    import tinker
+    from tinker import types
+
+    from tinker_atropos.backends.tinker_compat import allow_missing_sequence_ids, unload_model
+
+    allow_missing_sequence_ids()
+    service = tinker.ServiceClient(base_url=url, api_key="tml-self-hosted")
+    training = service.create_lora_training_client(base_model=MODEL, rank=16, seed=0).result()
+    try:
+        prompts = chat_prompts(["What is 12 + 7?", "Say hello."])
+        rows = [p + list(b"The answer: 19.") for p in prompts]  # tiny-chat's tokens are bytes
+        probe = [
+            types.Datum(
+                model_input=types.ModelInput.from_ints(ids[:-1]),
+                loss_fn_inputs={"target_tokens": np.array(ids[1:]), "weights": np.zeros(len(ids) - 1, np.float32)},
+            )
+            for ids in rows
+        ]
+        first = training.forward(probe, "cross_entropy").result().loss_fn_outputs
+        data = []
+        for ids, prompt, out, adv in zip(rows, prompts, first, (1.5, -0.7), strict=True):
+            lp = out["logprobs"].to_numpy().astype(np.float64)
+            reply = np.arange(len(ids) - 1) >= len(prompt) - 1
+            shift = np.resize(LOG_RATIOS, len(ids) - 1)
+            data.append(
+                types.Datum(
+                    model_input=types.ModelInput.from_ints(ids[:-1]),
+                    loss_fn_inputs={
+                        "target_tokens": np.array(ids[1:]),
+                        "logprobs": np.where(reply, lp - shift, 0.0).astype(np.float32),
+                        "advantages": np.where(reply, adv, 0.0).astype(np.float32),
+                    },
+                )
+            )
+        calls = []
+        for loss_fn, config, _ in ENGINE_LOSSES:
+            result = training.forward_backward(data, loss_fn, loss_fn_config=config).result()
+            calls.append([(o["logprobs"].to_numpy(), o["elementwise_loss"].to_numpy()) for o in result.loss_fn_outputs])
+        return data, calls
+    finally:
+        unload_model(url, training.model_id, 30.0)
 
 
 def transformers_shortfall(adapter: Path, prompts: list[str], replies: list[list[int]]) -> list[list[float]]:
@@ -310,6 +370,30 @@ async def test_the_trained_weights_answer_inference_and_export_as_the_engine_sam
     shortfall = transformers_shortfall(Path(exported["adapter"]["folder"]), GREEDY_PROMPTS, engine_replies)
     assert max(max(r) for r in shortfall) < TIE_NATS, shortfall  # each token the adapter's greedy one, or a tie
     assert sum(v == 0.0 for r in shortfall for v in r) >= 0.9 * sum(map(len, shortfall)), shortfall
+
+
+# --- the policy losses and their loss_fn_config on the engine: the local backend's math -------------
+async def test_the_engines_policy_losses_are_the_local_backends_math(story: Story) -> None:
+    """importance_sampling, ppo and cispo with loss_fn_config (SkyRL honours the clip bounds) give,
+    token for token, the local backend's elementwise_loss of the engine's own logprobs; without a
+    config SkyRL's cispo clips to 0.8-1.2, not Tinker's 0-4, so the trainer sends the bounds."""
+    import torch
+
+    from tinker_atropos.backends.local.losses import elementwise_loss
+
+    engine = story.app.engine
+    assert engine is not None
+    async with engine.hold() as url:
+        data, calls = await anyio.to_thread.run_sync(engine_policy_losses, url)
+    for (loss_fn, config, local), outputs in zip(ENGINE_LOSSES, calls, strict=True):
+        for datum, (lp, losses) in zip(data, outputs, strict=True):
+            inputs = {k: datum.loss_fn_inputs[k].to_torch() for k in ("logprobs", "advantages")}
+            mine = elementwise_loss(loss_fn, torch.tensor(lp), inputs, local or config)
+            # two frameworks' float32 exp and products: a few ulps apart
+            torch.testing.assert_close(torch.tensor(losses), mine, rtol=1e-5, atol=1e-6, msg=loss_fn)
+    lp, q = calls[1][0][0], data[0].loss_fn_inputs["logprobs"].to_numpy()
+    ratios = [math.exp(a - b) for a, b in zip(lp, q) if b != 0]
+    assert min(ratios) < 0.8 and any(1.28 < r < 4 for r in ratios) and max(ratios) > 4, ratios  # bounds bind
 
 
 # --- an agentic environment: a supervised stage, then an RL step, on the same adapter ----------------

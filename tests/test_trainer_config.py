@@ -62,7 +62,7 @@ def test_defaults_fill_optional_keys(tmp_path: Path) -> None:
         ("tinker", "learning_rate", "fast", "number > 0"),
         ("tinker", "beta2", 1.5, "number >= 0 and < 1"),
         ("tinker", "backend", "gpu", "one of 'local', 'tinker'"),
-        ("tinker", "loss_fn", "dpo", "one of 'importance_sampling', 'ppo', 'cross_entropy'"),
+        ("tinker", "loss_fn", "dpo", "one of 'importance_sampling', 'ppo', 'cispo', 'dro', 'cross_entropy'"),
         ("tinker", "inference_port", 70000, "integer >= 1 and <= 65535"),
         ("tinker", "api_url", "127.0.0.1:8000", "string matching"),
         ("tinker", "use_wandb", [1], "boolean"),

@@ -38,6 +38,7 @@ DOC_FIELDS = [
     "forward_backward_seconds",
     "optim_seconds",
     "publish_seconds",
+    "reference_seconds",
 ]
 
 

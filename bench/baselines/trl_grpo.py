@@ -54,10 +54,11 @@ def main() -> None:
     ap.add_argument("--level", type=int, required=True)
     ap.add_argument("--eval-seed", type=int, required=True)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--seed", type=int, default=0, help="torch's and the trainer's seed (sampling, data order)")
     a = ap.parse_args()
     if a.threads:  # 1 when it runs beside rl-mcp; else torch's default, every core
         torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed)
     tokenizer = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     train, problems = split(a.level, a.eval_size, a.eval_seed, 4096, 0)
@@ -84,7 +85,7 @@ def main() -> None:
             logging_steps=1,
             report_to=[],
             save_strategy="no",
-            seed=0,
+            seed=a.seed,
         )
         peft = LoraConfig(r=a.rank, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
         trainer = GRPOTrainer(

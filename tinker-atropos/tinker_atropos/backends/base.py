@@ -6,7 +6,7 @@ same RL loop drives remote Tinker GPUs and the local torch+peft engine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from tinker import types
@@ -40,8 +40,11 @@ class TrainingBackend(Protocol):
 
     base_model: str
 
-    async def forward_backward_async(self, data: Sequence[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
-        """Accumulate gradients of `loss_fn` over `data` until the next optim_step."""
+    async def forward_backward_async(
+        self, data: Sequence[types.Datum], loss_fn: str, loss_fn_config: Mapping[str, float] | None = None
+    ) -> types.ForwardBackwardOutput:
+        """Accumulate gradients of `loss_fn` over `data` until the next optim_step. `loss_fn_config`:
+        the loss's settings by Tinker's names (ppo/cispo clip thresholds, dro's beta); None: defaults."""
         ...
 
     async def optim_step_async(self, adam_params: types.AdamParams) -> types.OptimStepResponse: ...

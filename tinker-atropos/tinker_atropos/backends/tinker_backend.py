@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -273,8 +273,13 @@ class TinkerTrainingClient:
             timeout = DEFAULT_CONNECT_TIMEOUT_S
         unload_model(url, str(model_id), timeout, api_key=key)
 
-    async def forward_backward_async(self, data: Sequence[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
-        return await self.training.forward_backward(list(data), loss_fn)
+    async def forward_backward_async(
+        self, data: Sequence[types.Datum], loss_fn: str, loss_fn_config: Mapping[str, float] | None = None
+    ) -> types.ForwardBackwardOutput:
+        # None sends no config at all (the request SkyRL 0.4 has always been sent); SkyRL reads the
+        # float map the SDK writes, and refuses keys its loss does not take
+        config = None if loss_fn_config is None else dict(loss_fn_config)
+        return await self.training.forward_backward(list(data), loss_fn, loss_fn_config=config)
 
     async def optim_step_async(self, adam_params: types.AdamParams) -> types.OptimStepResponse:
         return await self.training.optim_step(adam_params)

@@ -94,9 +94,10 @@ class BatchConversion:
 def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none") -> BatchConversion:
     """Convert one `GET /batch` payload (a list of ScoredDataGroup dicts) into Datums.
 
-    `advantage_scale`: "none" (score minus the group mean) or "group_std" (divided by the group's
-    standard deviation too); advantages an environment sent itself are used as they are."""
+    `advantage_scale`: "none" (score minus the group mean), "group" (divided by the group's standard
+    deviation too) or "batch" (by the batch's); advantages an environment sent itself are used as they are."""
     out = BatchConversion()
+    batch_std = _batch_std(groups) if advantage_scale == "batch" else None
     scores_all: list[np.ndarray] = []
     seq_advantages: list[float] = []
     correct_flags: list[bool] = []
@@ -107,7 +108,7 @@ def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none"
 
     for g_index, group in enumerate(groups):
         try:
-            rows = _group_rows(group, advantage_scale)
+            rows = _group_rows(group, advantage_scale, batch_std)
         except ValueError as exc:
             out.invalid_groups += 1
             logger.warning("dropping malformed group %d of the batch: %s", g_index, exc)
@@ -233,7 +234,13 @@ class _Sequence:
         )
 
 
-def _group_rows(group: dict[str, Any], advantage_scale: str) -> list[_Row]:
+def _batch_std(groups: list[dict[str, Any]]) -> float:
+    """The standard deviation of every score in the batch (TRL's `scale_rewards="batch"`)."""
+    scores = [float(s) for g in groups if isinstance(g.get("scores"), list) for s in g["scores"]]
+    return float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0
+
+
+def _group_rows(group: dict[str, Any], advantage_scale: str, batch_std: float | None = None) -> list[_Row]:
     """Validate one group and pair each sequence with its advantage source."""
     tokens, masks, scores = group.get("tokens"), group.get("masks"), group.get("scores")
     if not tokens or masks is None or scores is None:
@@ -257,8 +264,10 @@ def _group_rows(group: dict[str, Any], advantage_scale: str) -> list[_Row]:
 
     score_arr = np.asarray(scores, dtype=np.float64)
     centred = score_arr - score_arr.mean()
-    if advantage_scale == "group_std" and n > 1:
+    if advantage_scale == "group" and n > 1:
         centred /= score_arr.std(ddof=1) + GROUP_STD_EPS
+    elif advantage_scale == "batch" and batch_std is not None:
+        centred /= batch_std + GROUP_STD_EPS
     group_zero = bool((group.get("group_overrides") or {}).get("set_advantage_to_zero", False))
     overrides = _per_item(group.get("overrides"), n)
     return [

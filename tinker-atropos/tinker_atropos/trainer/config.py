@@ -42,16 +42,50 @@ class TinkerConfig(_Strict):
     eps: float = Field(1.0e-8, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip_norm: float = Field(1.0, ge=0)
-    loss_fn: Literal["importance_sampling", "ppo", "cross_entropy"] = Field(
+    loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro", "cross_entropy"] = Field(
         "importance_sampling",
-        description="Policy loss: importance_sampling (unclipped ratio), ppo (ratio clipped to 0.8-1.2: "
-        "steadier when rollouts lag the weights) or cross_entropy (advantage-weighted log-likelihood).",
+        description="Policy loss, as Tinker names them: importance_sampling (-ratio*A, unclipped), ppo (the "
+        "ratio clipped to clip_low..clip_high, 0.8-1.2 unless set), cispo (-clip(ratio)*logp*A with the clipped "
+        "ratio a weight: every token keeps a gradient; 0-4 unless set), dro (-(logp*A - dro_beta/2*(logp - "
+        "logp_sampler)^2): local backend only) or cross_entropy (advantage-weighted log-likelihood).",
     )
-    advantage_scale: Literal["none", "group_std"] = Field(
+    loss_aggregation: Literal["sum", "seq_mean", "token_mean", "constant"] = Field(
+        "sum",
+        description="How a step's token losses add up: sum (Tinker's own: longer replies weigh more), seq_mean "
+        "(each reply's mean, then the mean over replies: GRPO), token_mean (divided by the step's reply tokens: "
+        "DAPO, TRL's default) or constant (divided by replies x the reply token budget: Dr. GRPO).",
+    )
+    advantage_scale: Literal["none", "group", "batch"] = Field(
         "none",
-        description="Advantages from scores: none (score minus the group mean) or group_std (also divided "
-        "by the group's standard deviation, as TRL's GRPO: every group with a signal weighs the same).",
+        description="Advantages from scores: none (score minus its group's mean), group (also divided by the "
+        "group's standard deviation: TRL's default, every group with a signal weighs the same) or batch "
+        "(divided by the step's standard deviation of scores).",
     )
+    clip_low: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="ppo / cispo: the lowest importance ratio the loss uses (default: ppo 0.8, cispo 0.0).",
+    )
+    clip_high: float | None = Field(
+        None,
+        gt=1,
+        description="ppo / cispo: the highest importance ratio (default: ppo 1.2, cispo 4.0); above ppo's "
+        "1.2 (e.g. 1.28, DAPO's clip-higher) lets unlikely tokens that scored gain faster.",
+    )
+    dro_beta: float = Field(0.05, gt=0, description="dro: the weight of its quadratic penalty on the logprob change.")
+    kl_beta: float = Field(
+        0.0,
+        ge=0,
+        description="A KL penalty to the base model, in the reward: each reply token's advantage less kl_beta x "
+        "(its sampler logprob - the base model's). 0: off (default); above it the base model scores every reply.",
+    )
+
+    @field_validator("advantage_scale", mode="before")
+    @classmethod
+    def _renamed_scale(cls, v: Any) -> Any:
+        return "group" if v == "group_std" else v  # run configs written before the batch scale existed
+
     local_compute: Literal["float32", "bfloat16", "auto"] = Field(
         "float32",
         description="The local trainer's and sampler's matmul precision: float32; bfloat16 (mixed "
@@ -99,6 +133,23 @@ class TinkerConfig(_Strict):
     @classmethod
     def _absolute(cls, v: Path) -> Path:
         return v.expanduser().absolute()
+
+    @model_validator(mode="after")
+    def _objective_fits(self) -> TinkerConfig:
+        clipped = ("ppo", "cispo")
+        if (self.clip_low is not None or self.clip_high is not None) and self.loss_fn not in clipped:
+            raise ValueError(f"clip_low and clip_high apply to ppo and cispo, not loss_fn {self.loss_fn!r}: unset them")
+        if self.loss_fn == "dro" and self.backend == "tinker":
+            raise ValueError(
+                "loss_fn dro is not run on the tinker backend: Tinker's dro applies its penalty at prompt positions "
+                "too, which a datum cannot mask here; use ppo or cispo there (dro runs on the local backend)"
+            )
+        if self.loss_fn == "dro" and self.loss_aggregation == "seq_mean":
+            raise ValueError(
+                "loss_fn dro with loss_aggregation seq_mean cannot be computed exactly (its penalty would need a "
+                "weight per reply): use sum, token_mean or constant"
+            )
+        return self
 
     @model_validator(mode="after")
     def _resume_fits(self) -> TinkerConfig:

@@ -27,6 +27,7 @@ import numpy as np
 from tinker import types
 
 from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
+from tinker_atropos.backends.factory import create_base_sampler
 from tinker_atropos.backends.tinker_compat import grad_norm_of, loss_sum_of
 from tinker_atropos.inference_server.holder import FINAL_LABEL, SamplerHolder
 from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult, atomic_write_text
@@ -38,6 +39,13 @@ from tinker_atropos.trainer.batches import (
 )
 from tinker_atropos.trainer.config import ConfigError, RunConfig
 from tinker_atropos.trainer.metrics import MetricsSink, PhaseClock, StepMetrics
+from tinker_atropos.trainer.objective import (
+    aggregated,
+    aggregation_factors,
+    loss_fn_config,
+    reply_budget,
+    with_kl_penalty,
+)
 from tinker_atropos.trainer.run_api_client import Registration, RunApiClient
 from tinker_atropos.trainer.training_state import StateKeeper
 
@@ -87,6 +95,16 @@ def adam_params(cfg: RunConfig) -> types.AdamParams:
         weight_decay=t.weight_decay,
         grad_clip_norm=t.grad_clip_norm,
     )
+
+
+async def reply_logprobs(sampler: SamplingBackend, datum: types.Datum, completion: np.ndarray) -> np.ndarray:
+    """`sampler`'s logprob of each of the datum's reply targets (0 on its prompt targets)."""
+    targets = datum.loss_fn_inputs["target_tokens"].to_numpy()
+    full = types.ModelInput.from_ints([*datum.model_input.to_ints(), int(targets[-1])])
+    first = int(np.argmax(completion)) + 1 if completion.any() else len(targets)  # in `full`
+    lps = await sampler.compute_logprobs_async(full, from_position=first)
+    values = np.asarray([np.nan if v is None else v for v in lps[1:]], dtype=np.float32)
+    return np.where(completion, values, 0.0).astype(np.float32)
 
 
 def logprob_drift(
@@ -145,6 +163,7 @@ class Trainer:
         self.states = StateKeeper(cfg, training, sink.wandb_run_id)
         self.checkpoint: str | None = None
         self._sampler: SamplingBackend | None = None
+        self._reference: SamplingBackend | None = None  # the base model, for kl_beta (loaded on first use)
         self._adam = adam_params(cfg)
 
     async def publish(self, name: str) -> str:
@@ -218,21 +237,26 @@ class Trainer:
         if step == self.cfg.tinker.start_step + 1:
             write_first_batch(Path(self.cfg.tinker.run_dir), step, groups)
         write_latest_replies(Path(self.cfg.tinker.run_dir), step, groups, self.training.get_tokenizer())
-        conv = groups_to_datums(groups, self.cfg.tinker.advantage_scale)
+        t = self.cfg.tinker
+        conv = groups_to_datums(groups, t.advantage_scale)
         datums = await self._fill_missing_logprobs(conv)
         loss = drift = lp_ref = lp_train = grad_norm = None
         phases = PhaseClock()
         if datums:
-            loss_fn = self.cfg.tinker.loss_fn
+            if t.kl_beta > 0:
+                with phases("reference"):
+                    datums = await self._with_kl_penalty(datums, conv.completion_masks)
+            factors = aggregation_factors(conv.completion_masks, t.loss_aggregation, reply_budget(self.cfg.env, t))
+            trained = for_loss(aggregated(datums, factors), t.loss_fn)
             with phases("forward_backward"):
-                output = await self.training.forward_backward_async(for_loss(datums, loss_fn), loss_fn)
+                output = await self.training.forward_backward_async(trained, t.loss_fn, loss_fn_config(t, factors[0]))
             with phases("optim"):
                 optim = await self.training.optim_step_async(self._adam)
             grad_norm = grad_norm_of(optim.metrics)
             with phases("publish"):
                 await self.publish(f"step-{step:06d}")
-            if (loss_sum := loss_sum_of(output, datums)) is not None:
-                loss = loss_sum / max(conv.completion_tokens, 1)
+            if (loss_sum := loss_sum_of(output, datums)) is not None:  # per token, or the aggregated objective
+                loss = loss_sum / max(conv.completion_tokens, 1) if t.loss_aggregation == "sum" else loss_sum
             drift = logprob_drift(output, datums, conv.completion_masks)
             lp_ref, lp_train = logprob_means(output, datums, conv.completion_masks)
         self.steps_done = step
@@ -261,6 +285,7 @@ class Trainer:
             forward_backward_seconds=phases.seconds.get("forward_backward"),
             optim_seconds=phases.seconds.get("optim"),
             publish_seconds=phases.seconds.get("publish"),
+            reference_seconds=phases.seconds.get("reference"),
             agent_turns_mean=conv.agent_turns_mean,
             agent_tool_calls_mean=conv.agent_tool_calls_mean,
             agent_tool_errors=conv.agent_tool_errors,
@@ -294,17 +319,20 @@ class Trainer:
         sampler = self._sampler
 
         async def score(k: int) -> None:
-            d = datums[k]
-            targets = d.loss_fn_inputs["target_tokens"].to_numpy()
-            full = types.ModelInput.from_ints([*d.model_input.to_ints(), int(targets[-1])])
-            completion = conv.completion_masks[k]
-            first = int(np.argmax(completion)) + 1 if completion.any() else len(targets)  # in `full`
-            lps = await sampler.compute_logprobs_async(full, from_position=first)
-            values = np.asarray([np.nan if v is None else v for v in lps[1:]], dtype=np.float32)
-            datums[k] = with_sampler_logprobs(d, np.where(completion, values, 0.0))
+            datums[k] = with_sampler_logprobs(
+                datums[k], await reply_logprobs(sampler, datums[k], conv.completion_masks[k])
+            )
 
         await asyncio.gather(*(score(k) for k in conv.missing_logprobs))
         return datums
+
+    async def _with_kl_penalty(self, datums: list[types.Datum], masks: list[np.ndarray]) -> list[types.Datum]:
+        """The datums with the KL to the base model in their advantages (the base model loaded once)."""
+        if self._reference is None:
+            self._reference = await asyncio.to_thread(create_base_sampler, self.cfg)
+        reference = self._reference
+        refs = await asyncio.gather(*(reply_logprobs(reference, d, m) for d, m in zip(datums, masks)))
+        return with_kl_penalty(datums, masks, refs, self.cfg.tinker.kl_beta)
 
     async def _save_final(self, *, bounded: bool) -> tuple[str | None, str | None]:
         """Save adapter + optimizer state and the final sampler weights."""

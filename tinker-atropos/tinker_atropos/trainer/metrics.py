@@ -75,6 +75,7 @@ class StepMetrics:
     forward_backward_seconds: float | None = None
     optim_seconds: float | None = None
     publish_seconds: float | None = None
+    reference_seconds: float | None = None  # the base model scoring the replies (kl_beta > 0)
     agent_turns_mean: float | None = None
     agent_tool_calls_mean: float | None = None
     agent_tool_errors: int | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -23,7 +23,7 @@ from tinker_atropos.run_files import CheckpointKind
 from ..checkpoints import CheckpointStore
 from .engine import BaseModel
 from .lora_merge import ADAPTER_FILE, merge_plain_lora
-from .losses import LOSS_INPUTS, elementwise_loss
+from .losses import LOSS_INPUTS, elementwise_loss, gradient_mask, loss_config
 from .microbatches import first_trained, plan
 from .precision import compute_dtype, emulation_warning, float32_head, for_sampling, mixed
 from .sampler import LocalSampler
@@ -75,12 +75,17 @@ class LocalTrainingClient:
         return self.base.tokenizer
 
     # -- forward/backward ---------------------------------------------------------------------
-    async def forward_backward_async(self, data: Sequence[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
-        return await asyncio.to_thread(self.forward_backward, data, loss_fn)
+    async def forward_backward_async(
+        self, data: Sequence[types.Datum], loss_fn: str, loss_fn_config: Mapping[str, float] | None = None
+    ) -> types.ForwardBackwardOutput:
+        return await asyncio.to_thread(self.forward_backward, data, loss_fn, loss_fn_config)
 
-    def forward_backward(self, data: Sequence[types.Datum], loss_fn: str) -> types.ForwardBackwardOutput:
+    def forward_backward(
+        self, data: Sequence[types.Datum], loss_fn: str, loss_fn_config: Mapping[str, float] | None = None
+    ) -> types.ForwardBackwardOutput:
         if loss_fn not in LOSS_INPUTS:
             raise ValueError(f"loss_fn {loss_fn!r} is not supported locally: use one of {sorted(LOSS_INPUTS)}")
+        config = loss_config(loss_fn, loss_fn_config)
         needed = [k for k in LOSS_INPUTS[loss_fn] if k != "weights"]
         for i, d in enumerate(data):  # all checks before any gradient is accumulated
             missing = [k for k in needed if k not in d.loss_fn_inputs]
@@ -92,7 +97,7 @@ class LocalTrainingClient:
                     f"datum {i}: loss_fn_inputs {bad} must have one entry per input token ({d.model_input.length})"
                 )
         tokens = [d.model_input.to_ints() for d in data]
-        trained_from = [first_trained(_loss_weights(d)) for d in data]
+        trained_from = [first_trained(_trained(d, loss_fn)) for d in data]
         outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
         total = 0.0
         with self._lock, mixed(self.device, self.autocast):
@@ -102,7 +107,9 @@ class LocalTrainingClient:
                     prompt = torch.tensor([tokens[group.passes[0][0]][: group.prefix]], device=self.device)
                     shared = SharedPrompt.run(self.model, prompt)
                 for rows in group.passes:
-                    total += self._forward_backward_batch([data[i] for i in rows], rows, shared, loss_fn, outputs)
+                    total += self._forward_backward_batch(
+                        [data[i] for i in rows], rows, shared, loss_fn, config, outputs
+                    )
                 if shared is not None:
                     shared.backward()
         return types.ForwardBackwardOutput(
@@ -117,6 +124,7 @@ class LocalTrainingClient:
         indices: list[int],
         shared: SharedPrompt | None,
         loss_fn: str,
+        config: Mapping[str, float],
         outputs: list[dict[str, types.TensorData]],
     ) -> float:
         n, width = len(data), max(d.model_input.length for d in data)
@@ -135,12 +143,10 @@ class LocalTrainingClient:
         inputs = {k: v.to(self.device) for k, v in fields.items() if k in present}
         inputs["target_tokens"] = targets.to(self.device)
         real = mask.to(self.device)
-        live = real  # where the loss can have a gradient
-        for k in ("advantages", "weights"):
-            if k in inputs:
-                live = live & (inputs[k] != 0)
+        signal = gradient_mask(loss_fn, inputs)
+        live = real if signal is None else real & signal  # where the loss can have a gradient
         lp = self._target_logprobs(input_ids.to(self.device), inputs["target_tokens"], live, shared)
-        loss_tok = elementwise_loss(loss_fn, lp, inputs) * real
+        loss_tok = elementwise_loss(loss_fn, lp, inputs, config) * real
         loss = loss_tok.sum()
         loss.backward()
         lp_cpu, loss_cpu = lp.detach().cpu(), loss_tok.detach().cpu()
@@ -244,12 +250,12 @@ class LocalTrainingClient:
         return await asyncio.to_thread(create_sampler, self.base, path, self.compute, seed)
 
 
-def _loss_weights(datum: types.Datum) -> list[float]:
-    """Where the loss counts: the weights, else the advantages (policy losses); without either
-    (cross_entropy on every token) everywhere."""
-    inputs = datum.loss_fn_inputs
-    field = inputs.get("weights", inputs.get("advantages"))
-    return [1.0] if field is None else field.to_torch().tolist()
+def _trained(datum: types.Datum, loss_fn: str) -> list[bool]:
+    """Where `loss_fn` can have a gradient in `datum` (losses.gradient_mask; without weights or
+    advantages, cross_entropy on every token: everywhere). A prompt is shared only before it."""
+    fields = {k: v.to_torch() for k, v in datum.loss_fn_inputs.items() if k in ("weights", "advantages", "logprobs")}
+    mask = gradient_mask(loss_fn, fields)
+    return [True] if mask is None else mask.tolist()
 
 
 def create_sampler(

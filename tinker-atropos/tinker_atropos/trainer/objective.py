@@ -1,0 +1,86 @@
+"""A step's objective beyond its loss's form: how its tokens add up (`loss_aggregation`), the KL
+penalty to the base model (`kl_beta`), and the loss's own settings, as Tinker's built-in losses take them.
+
+Tinker sums every loss over tokens. Each aggregation is a factor c per reply (sum 1; token_mean 1 / the
+step's reply tokens; seq_mean 1 / (replies x the reply's tokens); constant 1 / (replies x the reply token
+budget)), and multiplying a reply's advantages by c multiplies its loss by c exactly for the losses that
+are linear in the advantages: importance_sampling, ppo, cispo and cross_entropy's advantage weights. dro's
+penalty does not scale with them: its beta is scaled by the same c, which is exact where c is one for the
+whole step (config.py refuses dro with seq_mean). The same datums go to both backends: the math is Tinker's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from tinker import types
+
+from tinker_atropos.backends.loss_settings import LOSS_CONFIG_DEFAULTS
+from tinker_atropos.trainer.config import TinkerConfig
+
+
+def aggregation_factors(masks: Sequence[np.ndarray], how: str, budget: int) -> list[float]:
+    """Each reply's factor for `how` (`masks`: the replies' completion targets; `budget`: the reply
+    token budget of `constant`)."""
+    counts = [max(int(m.sum()), 1) for m in masks]
+    n = len(counts)
+    if how == "sum" or not n:
+        return [1.0] * n
+    if how == "token_mean":
+        return [1.0 / sum(counts)] * n
+    if how == "seq_mean":
+        return [1.0 / (n * c) for c in counts]
+    if how == "constant":
+        return [1.0 / (n * max(budget, 1))] * n
+    raise ValueError(f"loss_aggregation {how!r}: use sum, seq_mean, token_mean or constant")
+
+
+def loss_fn_config(cfg: TinkerConfig, factor: float) -> dict[str, float] | None:
+    """The loss_fn_config of `cfg.loss_fn`, every value explicit (Tinker's and SkyRL's defaults differ);
+    dro's beta scaled by the step's one aggregation factor."""
+    defaults = LOSS_CONFIG_DEFAULTS[cfg.loss_fn]
+    if "clip_low_threshold" in defaults:
+        return {
+            "clip_low_threshold": defaults["clip_low_threshold"] if cfg.clip_low is None else cfg.clip_low,
+            "clip_high_threshold": defaults["clip_high_threshold"] if cfg.clip_high is None else cfg.clip_high,
+        }
+    if cfg.loss_fn == "dro":
+        return {"beta": cfg.dro_beta * factor}
+    return None
+
+
+def with_kl_penalty(
+    datums: list[types.Datum], masks: Sequence[np.ndarray], reference: Sequence[np.ndarray], beta: float
+) -> list[types.Datum]:
+    """Each reply token's advantage less beta x (its sampler logprob - the base model's): the KL to the
+    base model in the reward, as tinker-cookbook puts it (exact for what it defines, on any loss)."""
+    out = []
+    for datum, mask, ref in zip(datums, masks, reference):
+        sampled = datum.loss_fn_inputs["logprobs"].to_numpy()
+        penalty = np.where(mask, beta * (sampled - ref), 0.0).astype(np.float32)
+        out.append(_with_advantages(datum, datum.loss_fn_inputs["advantages"].to_numpy() - penalty))
+    return out
+
+
+def aggregated(datums: list[types.Datum], factors: Sequence[float]) -> list[types.Datum]:
+    """The datums with each reply's advantages multiplied by its factor."""
+    return [
+        d if f == 1.0 else _with_advantages(d, d.loss_fn_inputs["advantages"].to_numpy() * np.float32(f))
+        for d, f in zip(datums, factors)
+    ]
+
+
+def reply_budget(cfg_env: dict[str, object], cfg: TinkerConfig) -> int:
+    """`constant`'s tokens per reply: the environment's completion budget where it states one."""
+    for key in ("max_completion_tokens", "max_token_length"):
+        value = cfg_env.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return cfg.max_reply_tokens
+
+
+def _with_advantages(datum: types.Datum, advantages: np.ndarray) -> types.Datum:
+    inputs = dict(datum.loss_fn_inputs)
+    inputs["advantages"] = types.TensorData.from_numpy(advantages.astype(np.float32, copy=False))
+    return types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
