@@ -33,10 +33,11 @@ class Installer:
     def name(self) -> str:
         return "uv" if self.uv else "pip"
 
-    def make_venv(self, base_python: str, venv: Path) -> list[str]:
+    def make_venv(self, base_python: str, venv: Path, *, offline: bool) -> list[str]:
         if self.uv:
             # seeded with pip: an environment folder's venv is layered on a runtime and installs with its pip
-            return [self.uv, "venv", "--quiet", "--seed", "--python", base_python, str(venv)]
+            seeded = [self.uv, "venv", "--quiet", "--seed", "--python", base_python, str(venv)]
+            return [*seeded, *(["--offline"] if offline else [])]
         return [base_python, "-m", "venv", str(venv)]
 
     def install(self, venv: Path, args: Sequence[str], environ: Mapping[str, str], *, offline: bool) -> list[str]:

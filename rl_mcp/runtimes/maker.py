@@ -110,7 +110,7 @@ async def _make(spec: RuntimeSpec, venv: Path, environ: dict[str, str], report: 
         f"{spec.size}"
     )
     try:
-        await _step(tool.make_venv(base, scratch), environ, report, spec, by_hand)
+        await _step(tool.make_venv(base, scratch, offline=offline), environ, report, spec, by_hand)
         for args in spec.passes:
             await _step(tool.install(scratch, args, environ, offline=offline), environ, report, spec, by_hand)
         if spec.layer_product:
