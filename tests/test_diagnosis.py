@@ -507,7 +507,8 @@ async def test_finding_sent_once_to_a_subscribed_client(tmp_path: Path) -> None:
     for carried in (status["findings"], results["findings"], resource["findings"]):
         same = next(f for f in carried if f["code"] == noticed["code"])
         assert (same["severity"], same["next_step"]) == (noticed["severity"], noticed["next_step"])
-        assert [e["metric"] for e in same["evidence"]] == [e["metric"] for e in noticed["evidence"]]
+        # the evidence a notice carried is there still (a finding may gather more as the run goes on)
+        assert {e["metric"] for e in noticed["evidence"]} <= {e["metric"] for e in same["evidence"]}
 
 
 @pytest.mark.anyio
