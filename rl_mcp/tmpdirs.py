@@ -76,9 +76,8 @@ def removed_if_cancelled(path: Path) -> Iterator[Path]:
     try:
         yield path
     except anyio.get_cancelled_exc_class():
-        if path.exists():  # an inner block may have removed it already
-            remove_tree(path)
-            log.info("cancelled: removed %s", path)
+        remove_tree(path)
+        log.info("cancelled: removed %s", path)
         raise
 
 

@@ -13,6 +13,7 @@ from tinker import types
 
 from tinker_atropos.backends.local import LocalTrainingClient, load_base_model
 from tinker_atropos.backends.local.losses import LOSS_CONFIG_DEFAULTS, LOSS_INPUTS, elementwise_loss, gradient_mask
+from tinker_atropos.trainer.batches import for_loss
 
 # Two datums of 5 positions: position 0 a prompt target (q = 0, A = 0), then a completion.
 # log-ratios lp - q chosen so ratios fall below 0.8, inside, between 1.2 and 1.28, and above 4.
@@ -144,27 +145,12 @@ def _completion_only(tiny, data: list[types.Datum]) -> list[types.Datum]:
     return out
 
 
-def _for(loss_fn: str, data: list[types.Datum]) -> list[types.Datum]:
-    if loss_fn != "cross_entropy":
-        return data
-    return [
-        types.Datum(
-            model_input=d.model_input,
-            loss_fn_inputs={
-                "target_tokens": d.loss_fn_inputs["target_tokens"],
-                "weights": d.loss_fn_inputs["advantages"],
-            },
-        )
-        for d in data
-    ]
-
-
 @pytest.mark.kernels
 @pytest.mark.parametrize(("loss_fn", "config", "hand_cfg"), CASES)
 def test_local_backend_loss_sum_is_the_elementwise_losses_of_its_logprobs(
     trainer, tiny, loss_fn, config, hand_cfg
 ) -> None:
-    data = _for(loss_fn, _completion_only(tiny, _batch(tiny, k=3, seed=11)))
+    data = for_loss(_completion_only(tiny, _batch(tiny, k=3, seed=11)), loss_fn)
     out = trainer.forward_backward(data, loss_fn, config)
     terms: list[float] = []
     for d, o in zip(data, out.loss_fn_outputs):

@@ -18,7 +18,7 @@ from typing import Any
 
 from rl_mcp.errors import UserError
 from rl_mcp.runtimes.pythons import find_python
-from tinker_atropos.venvs import runtimes_dir
+from tinker_atropos.venvs import runtime_venv
 
 SKYRL_VERSION = "0.4.0"
 VENV_VAR = "RL_MCP_SKYRL_VENV"
@@ -110,7 +110,7 @@ def default_venv(environ: Mapping[str, str]) -> Path:
     """$RL_MCP_SKYRL_VENV, else the product's `skyrl-engine` runtime (made on the engine's first start,
     or ahead by `rl-mcp setup skyrl-engine`)."""
     raw = environ.get(VENV_VAR)
-    return Path(raw).expanduser().resolve() if raw else runtimes_dir(environ) / "skyrl-engine"
+    return Path(raw).expanduser().resolve() if raw else runtime_venv("skyrl-engine", environ)
 
 
 def check_venv(venv: Path, environ: Mapping[str, str]) -> None:

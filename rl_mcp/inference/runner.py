@@ -35,7 +35,6 @@ from rl_mcp.runs.env_health import EnvHealth, discarding, raising, read_health
 from rl_mcp.runs.ports import PortReservations
 from rl_mcp.runs.reply_length import Limit, at_cap
 from rl_mcp.session.run_config import write_run_config
-from rl_mcp.tmpdirs import removed_if_cancelled
 from tinker_atropos.run_files import ENV_HEALTH_VAR, WARNING_MARK, InferenceTestFiles
 
 _PROGRESS = re.compile(r"Successfully processed group (\d+)/(\d+)")
@@ -91,10 +90,9 @@ async def run_inference_test(
             env = child_env(environ, target, pass_env)
             outcomes[model] = await _test_model(req, target, model, env, environ, python, ports, tracker, deadline)
 
-    with removed_if_cancelled(req.out_dir):  # a cancelled test's scores are partial and no answer names them
-        async with anyio.create_task_group() as tg:
-            for model in target.models:
-                tg.start_soon(one, model)
+    async with anyio.create_task_group() as tg:
+        for model in target.models:
+            tg.start_soon(one, model)
     return [outcomes[m] for m in target.models]
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rl_mcp.runtimes import catalog
-from rl_mcp.runtimes.maker import RECORD, is_made, venv_of
-from tinker_atropos.venvs import server_trains
+from rl_mcp.runtimes.maker import RECORD, is_made
+from tinker_atropos.venvs import runtime_venv, server_trains
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def _state(name: str, environ: Mapping[str, str]) -> RuntimeState:
     command = f"rl-mcp setup {name}"
     if name == "training" and server_trains():
         return RuntimeState(name, spec.purpose, True, sys.prefix, None, command, "the server's own Python has it")
-    venv = venv_of(name, environ)
+    venv = runtime_venv(name, environ)
     if not is_made(venv):
         return RuntimeState(name, spec.purpose, False, str(venv), None, command, f"made on first use ({spec.size})")
     record = _record(venv)

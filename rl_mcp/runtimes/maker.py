@@ -15,7 +15,6 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
@@ -25,7 +24,7 @@ from rl_mcp.errors import UserError
 from rl_mcp.runtimes import installer
 from rl_mcp.runtimes.catalog import RuntimeSpec
 from rl_mcp.runtimes.pythons import find_python
-from tinker_atropos.venvs import runtimes_dir
+from tinker_atropos.venvs import runtime_venv
 
 RECORD = "rl-mcp-runtime.json"
 PRODUCT_PTH = "_rl_mcp_product.pth"
@@ -40,17 +39,13 @@ class RuntimeUnavailable(UserError):
     """A runtime could not be made; nothing was left behind, and the message names the command to run."""
 
 
-def venv_of(name: str, environ: Mapping[str, str]) -> Path:
-    return runtimes_dir(environ) / name
-
-
 def is_made(venv: Path) -> bool:
     return (venv / RECORD).is_file() and (venv / "bin" / "python").exists()
 
 
 async def ensure(spec: RuntimeSpec, environ: dict[str, str], report: installer.Report) -> Path:
     """The runtime's venv, made first when it is not (progress through `report`)."""
-    venv = venv_of(spec.name, environ)
+    venv = runtime_venv(spec.name, environ)
     if is_made(venv):
         return venv
     async with _lock(venv, report):

@@ -9,6 +9,7 @@ runtime and runs a child on the other one (verifiers' child, OpenEnv's server).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from collections.abc import Mapping
@@ -29,13 +30,19 @@ def runtimes_dir(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("RL_MCP_CACHE") or home / "cache").expanduser().absolute() / "runtimes"
 
 
+def runtime_venv(name: str, environ: Mapping[str, str]) -> Path:
+    """The folder of the runtime called `name` (it may not be made yet)."""
+    return runtimes_dir(environ) / name
+
+
 def runtime_python(name: str, environ: Mapping[str, str]) -> Path:
-    """The interpreter of the runtime called `name` (it may not be made yet)."""
-    return runtimes_dir(environ) / name / "bin" / "python"
+    return runtime_venv(name, environ) / "bin" / "python"
 
 
+@functools.cache
 def server_trains() -> bool:
-    """Whether this Python has the trainer's imports (a checkout's .venv, `pip install rl-mcp[local]`)."""
+    """Whether this Python has the trainer's imports (a checkout's .venv, `pip install rl-mcp[local]`):
+    asked at every call that needs the training runtime, answered once a process."""
     return all(importlib.util.find_spec(m) is not None for m in TRAINING_MODULES)
 
 

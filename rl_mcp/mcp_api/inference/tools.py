@@ -154,7 +154,7 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
             module_home=runtime.home,
         )
         engine = next((w.engine_url for w in where.weights.values() if w.engine_url), None)
-        # a cancel while a self-hosted engine still starts leaves no empty test folder either
+        # the test's folder, made above: a cancelled test's scores are partial and no answer names them
         with removed_if_cancelled(out_dir):
             async with app.engine_hold(engine, progress.note):
                 outcomes = await run_inference_test(
