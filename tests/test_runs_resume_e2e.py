@@ -130,10 +130,11 @@ async def test_stop_resume_fork_kill_resume(tmp_path: Path) -> None:
             b_env_name = yaml.safe_load(Path(b["config_path"]).read_text())["env"]["wandb_name"]
             b_env = RunFiles(Path(b["run_dir"])).env_positions_dir(b_env_name)
             cursors = {
-                int(p.stem.split("-")[1]): yaml.safe_load(p.read_text())["_cursor"] for p in b_env.glob("step-*.json")
+                int(p.stem.split("-")[1]): yaml.safe_load(p.read_text())["_draw_state"]["draws"]
+                for p in b_env.glob("step-*.json")
             }
             assert cursors[a_last] > 0, cursors
-            assert f"data position: item {cursors[a_last]} at step {a_last}" in Path(b["logs"]["env"]).read_text()
+            assert f"data position: draw {cursors[a_last]} at step {a_last}" in Path(b["logs"]["env"]).read_text()
             assert all(v > cursors[a_last] for k, v in cursors.items() if k > a_last), cursors
             listed = {r["run_id"]: r for r in (await call(client, "rl_list_runs"))["runs"]}
             assert listed[b["run_id"]]["resumed_from"]["step"] == a_last and listed[a["run_id"]]["resumed_from"] is None

@@ -17,6 +17,7 @@ from tinker_atropos.trainer.config import ConfigError, parse_run_config
 from tinker_atropos.trainer.objective import (
     aggregated,
     aggregation_factors,
+    engine_factors,
     loss_fn_config,
     reply_budget,
     with_kl_penalty,
@@ -119,6 +120,7 @@ def test_constant_counts_the_environments_reply_budget() -> None:
         ({"loss_fn": "importance_sampling", "clip_high": 1.3}, "clip_low and clip_high apply to ppo and cispo"),
         ({"loss_fn": "dro", "backend": "tinker", "base_model": "Qwen/Qwen3-8B"}, "not run on the tinker backend"),
         ({"loss_fn": "dro", "loss_aggregation": "seq_mean"}, "cannot be computed exactly"),
+        ({"loss_fn": "cross_entropy", "self_hosted": True}, "does not train on a self-hosted SkyRL engine"),
         ({"loss_aggregation": "mean"}, "loss_aggregation"),
         ({"clip_high": 0.9, "loss_fn": "ppo"}, "clip_high"),
         ({"advantage_scale": "global"}, "advantage_scale"),
@@ -145,3 +147,22 @@ def _datum(mask: np.ndarray, adv: float, sampled: np.ndarray | None = None) -> t
             "advantages": types.TensorData.from_numpy(np.where(mask, adv, 0.0).astype(np.float32)),
         },
     )
+
+
+@pytest.mark.parametrize("how", ["sum", "token_mean", "seq_mean", "constant"])
+def test_on_a_self_hosted_skyrl_engine_each_aggregation_is_tinkers(how: str) -> None:
+    """SkyRL's engine takes each datum's mean over its target tokens, then the mean of the datums
+    (skyrl/backends/jax.py). With the engine factors in the advantages, that reduction of the
+    importance-sampling loss equals Tinker's sum of the same loss with the aggregation's factors alone."""
+    ratios = [np.array([1.1, 0.9, 1.0, 1.3]), np.array([0.8]), np.array([1.0, 1.2, 0.7])]
+    advantages = [np.array([0.0, 0.5, 0.5, 0.5]), np.array([-1.0]), np.array([0.0, 0.0, 0.25])]
+    masks = [a != 0 for a in advantages]
+    datums = [
+        types.Datum(model_input=types.ModelInput.from_ints(list(range(len(a)))), loss_fn_inputs={}) for a in advantages
+    ]
+    factors = aggregation_factors(masks, how, budget=16)
+    tinkers_sum = sum(float((-r * a * f).sum()) for r, a, f in zip(ratios, advantages, factors))
+    engine = engine_factors(datums, tinker(self_hosted=True))
+    per_datum_mean = [(-r * a * f * e).sum() / len(a) for r, a, f, e in zip(ratios, advantages, factors, engine)]
+    assert float(np.mean(per_datum_mean)) == pytest.approx(tinkers_sum, rel=1e-12)
+    assert engine_factors(datums, tinker()) == [1.0, 1.0, 1.0]  # Tinker and the local backend sum already

@@ -9,6 +9,7 @@ from typing import Any
 from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.findings import Evidence
 from rl_mcp.runs.env_health import Discards, Requests
+from rl_mcp.runs.item_counts import ItemCounts
 from rl_mcp.runs.metrics import Points
 
 
@@ -31,6 +32,7 @@ class RunFacts:
     requests: Requests | None = None  # its environment's model requests (env_health.json)
     sft_steps: list[dict[str, Any]] = field(default_factory=list)  # its supervised stage's steps
     groups_scored: int | None = None  # the groups its environment scored in all (env_health.json)
+    items: ItemCounts | None = None  # its training items and the groups that tied (items.json)
 
 
 def window(points: Points) -> int:

@@ -11,6 +11,7 @@ from rl_mcp.diagnosis.facts import RunFacts
 from rl_mcp.logs import tail_lines
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.env_health import read_health
+from rl_mcp.runs.item_counts import read_items
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName, read_jsonl
@@ -66,4 +67,5 @@ def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> 
         requests=health.requests if health else None,
         sft_steps=read_jsonl(rec.files.sft_steps),
         groups_scored=health.groups if health else None,
+        items=read_items(rec.files.items),
     )

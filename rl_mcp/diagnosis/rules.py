@@ -21,6 +21,7 @@ from rl_mcp.diagnosis.next_steps import edit, lower_learning_rate
 from rl_mcp.diagnosis.openenv_rules import episodes_never_done
 from rl_mcp.diagnosis.request_rules import requests_time_out
 from rl_mcp.diagnosis.sft_rules import sft_left_no_signal, sft_memorized, sft_taught_no_tool_calls
+from rl_mcp.diagnosis.tie_rules import items_solved, ties_at_top, ties_evidence
 from rl_mcp.diagnosis.update_rules import loss_unstable, off_policy_drift
 from rl_mcp.runs.metrics import Points, series
 
@@ -55,27 +56,27 @@ def _widen_groups(facts: RunFacts, *, collapsed: bool, equal_groups: bool = True
 
 def no_reward_signal(facts: RunFacts) -> Finding | None:
     """All-equal groups from the first step on: the environment's reward gives nothing to learn from
-    (unless no rollout called a tool: `no_tool_calls` says why)."""
-    if no_tool_calls(facts) is not None:
+    (unless no rollout called a tool: `no_tool_calls` says why; or they tie at the top:
+    `items_solved`)."""
+    if no_tool_calls(facts) is not None or ties_at_top(facts):
         return None
     next_step = _test_reward(
         facts, "score a few groups and read the samples: a reward that gives every reply the same score is broken"
     )
     shares = series(facts.metrics, "no_signal_share")
     if not shares:
-        if not (facts.active and not facts.metrics and facts.env_drops_equal_groups):
+        c = facts.items
+        at_zero = c is not None and c.ties_zero >= t.SOLVED_MIN_TIES and c.ties_zero >= t.SOLVED_TIE_SHARE * c.ties
+        if not (facts.active and not facts.metrics and (facts.env_drops_equal_groups or at_zero)):
             return None
-        return Finding(
-            "no_reward_signal",
-            "error",
-            "No step yet: the environment drops every group because all its replies scored the same",
-            next_step,
-            [
-                Evidence(
-                    "env.log", [], [], "atroposlib logs 'Scores are the same in a group, skipping' and sends nothing"
-                )
-            ],
+        dropping = "atroposlib logs 'Scores are the same in a group, skipping' and sends nothing"
+        log = Evidence("env.log", [], [], dropping)
+        title = (
+            "No step yet: every group ties at zero (no reply earns any reward), so the environment drops it"
+            if at_zero
+            else "No step yet: the environment drops every group because all its replies scored the same"
         )
+        return Finding("no_reward_signal", "error", title, next_step, ties_evidence(facts) or [log])
     w = min(window(shares), len(shares))
     first, recent = shares[:w], shares[-w:]
     if min(v for _, v in first + recent) < t.FLAT_NO_SIGNAL_SHARE:
@@ -88,7 +89,11 @@ def no_reward_signal(facts: RunFacts) -> Finding | None:
     if stds:
         evidence.append(evidence_of("reward_std", stds, f"reward spread {max(v for _, v in stds):.3g} at most"))
     return Finding(
-        "no_reward_signal", "error", "The reward gives no learning signal from the start", next_step, evidence
+        "no_reward_signal",
+        "error",
+        "The reward gives no learning signal from the start",
+        next_step,
+        [*evidence, *ties_evidence(facts)],
     )
 
 
@@ -334,6 +339,7 @@ RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
     sft_taught_no_tool_calls,
     sft_memorized,
     sft_left_no_signal,
+    items_solved,
     no_tool_calls,
     episodes_never_done,
     no_reward_signal,

@@ -101,3 +101,10 @@ SFT_LOSS_FELL_TO = 0.5
 SFT_SOLVED_ACCURACY = 0.9
 SFT_SOLVED_DROPPED_SHARE = 0.75
 SFT_SOLVED_MIN_GROUPS = 16
+# The training items are solved (tie_rules.items_solved): at least this many groups tied at the top
+# reward, and they are this share of the groups that tied or more. The mcp:time run after a stage that
+# solved its items had every group tie at 1.0; a run learning its items ties at both ends.
+SOLVED_MIN_TIES = 4
+SOLVED_TIE_SHARE = 0.8
+# ... and the ties were at least this share of the groups scored: most of the rollouts taught nothing.
+SOLVED_TIED_GROUPS_SHARE = 0.5

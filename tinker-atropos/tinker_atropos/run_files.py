@@ -154,6 +154,11 @@ class RunFiles:
         return self.run_dir / "eval.jsonl"
 
     @property
+    def items(self) -> Path:
+        """The draw's counts: items active, retired, deferred; the groups that tied (tinker_atropos.item_draw)."""
+        return self.run_dir / "items.json"
+
+    @property
     def verdicts(self) -> Path:
         """An `mcp` environment's reward verdicts, a line per group: each rollout's score and one-line reason."""
         return self.run_dir / "verdicts.jsonl"
@@ -368,6 +373,7 @@ class RunResult:
     backend: str
     wandb_url: str | None = None
     error: str | None = None
+    reason: str | None = None  # why a run completed before total_steps (every training item solved)
 
     def write(self, run_dir: Path) -> Path:
         path = RunFiles(run_dir).result

@@ -1,6 +1,6 @@
-"""Answer models of what an environment process reports (env_health.json): the groups it
-discarded, the replies that ran to their cap, its requests' timeouts (rl_test_inference's and
-rl_check_status's answers)."""
+"""Answer models of what an environment process reports (env_health.json, items.json): the groups it
+discarded, the replies that ran to their cap, its requests' timeouts, its training items' draw
+(rl_test_inference's, rl_check_status's and rl_get_results' answers)."""
 
 from __future__ import annotations
 
@@ -56,3 +56,23 @@ class EnvRequests(BaseModel):
     reply_tokens: int = Field(description="Tokens of the replies received")
     replies_at_cap: RepliesAtCap | None
     timeouts_summary: str | None = Field(description="Why requests time out and the field that would shorten them")
+
+
+class TrainingItems(BaseModel):
+    """The training items as the groups left them: a group whose replies all score the same teaches nothing."""
+
+    drawn_by: str = Field(
+        description="product: the draw retires solved items and defers unsolved ones; environment: the "
+        "environment's own order, counted by item and left unchanged"
+    )
+    items: int = Field(description="Training items (environment: those seen so far)")
+    active: int
+    retired_solved: int = Field(description="Every reply of each of the item's last groups solved it")
+    deferred_unsolved: int = Field(description="No reply of the item's last groups solved it: drawn less often")
+    all_retired: bool = Field(description="Every item is solved: the run ends (ended) as completed")
+    groups: int = Field(description="Groups scored")
+    tied_at_top: int = Field(description="Groups whose replies all solved the item (dropped: no signal)")
+    tied_at_zero: int = Field(description="Groups whose replies all scored zero (dropped: no signal)")
+    tied_other: int = Field(description="Groups whose replies all scored the same value in between (dropped)")
+    tied_token_share: float | None = Field(description="The share of sampled reply tokens spent in tied groups")
+    summary: str

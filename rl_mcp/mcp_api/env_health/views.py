@@ -1,12 +1,14 @@
 """The answers' views of what an environment process reports (env_health.json): its discarded
-groups, its replies cut at their cap, its requests (rl_test_inference, rl_check_status)."""
+groups, its replies cut at their cap, its requests, its training items (rl_test_inference,
+rl_check_status, rl_get_results)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rl_mcp.mcp_api.env_health.answers import DiscardedGroups, EnvRequests, RepliesAtCap
+from rl_mcp.mcp_api.env_health.answers import DiscardedGroups, EnvRequests, RepliesAtCap, TrainingItems
 from rl_mcp.runs.env_health import Discards, Requests
+from rl_mcp.runs.item_counts import ItemCounts
 from rl_mcp.runs.reply_length import Limit, at_cap, timeouts_line
 
 
@@ -53,4 +55,24 @@ def requests_view(requests: Requests, env: dict[str, Any], tinker: dict[str, Any
         reply_tokens=requests.reply_tokens,
         replies_at_cap=at_cap_view(at_cap(requests, env, tinker), requests),
         timeouts_summary=timeouts_line(requests, env, tinker, now),
+    )
+
+
+def items_view(counts: ItemCounts | None) -> TrainingItems | None:
+    if counts is None:
+        return None
+    share = counts.tied_token_share
+    return TrainingItems(
+        drawn_by=counts.drawn_by,
+        items=counts.items,
+        active=counts.active,
+        retired_solved=counts.retired,
+        deferred_unsolved=counts.deferred,
+        all_retired=counts.all_retired,
+        groups=counts.groups,
+        tied_at_top=counts.ties_top,
+        tied_at_zero=counts.ties_zero,
+        tied_other=counts.ties_other,
+        tied_token_share=round(share, 4) if share is not None else None,
+        summary=counts.line,
     )

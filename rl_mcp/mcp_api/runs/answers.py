@@ -7,10 +7,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from rl_mcp.mcp_api.env_health.answers import EnvRequests
+from rl_mcp.mcp_api.env_health.answers import EnvRequests, TrainingItems
 from rl_mcp.mcp_api.findings.answers import Diagnosed
 from rl_mcp.runs import vocab
 from tinker_atropos.run_files import ProcessName
+
+ITEMS_DESCRIPTION = (
+    "The training items: active, retired as solved, deferred as unsolved, and the groups that tied (null "
+    "before the first group)"
+)
 
 
 class RunProcess(BaseModel):
@@ -165,6 +170,7 @@ class RunStatus(Diagnosed):
     environment_requests: EnvRequests | None = Field(
         default=None, description="The environment's model requests: timeouts and retries, replies cut at their cap"
     )
+    items: TrainingItems | None = Field(default=None, description=ITEMS_DESCRIPTION)
     logs: dict[str, list[str]] = Field(default_factory=dict, description="Last lines of each process's log")
     wandb_url: str | None = None
     wandb_project: str | None = Field(default=None, description="The run's W&B project (as in Hermes' RL tool)")
@@ -212,7 +218,9 @@ class RunResults(Diagnosed):
     wandb_offline_dir: str | None = Field(description="Offline W&B files: sync later with `wandb sync <dir>`")
     wandb_project: str | None = Field(default=None, description="The run's W&B project (as in Hermes' RL tool)")
     wandb_run_name: str | None = Field(default=None, description="The run's W&B run name (as in Hermes' RL tool)")
+    items: TrainingItems | None = Field(default=None, description=ITEMS_DESCRIPTION)
     error: str | None
+    reason: str | None = Field(default=None, description="Why the run completed before total_steps, if it did")
     next_step: str
 
 

@@ -162,9 +162,10 @@ def next_status_running(run_id: str, interval_s: float) -> str:
     )
 
 
-def next_status_ended(run_id: str, status: str) -> str:
+def next_status_ended(run_id: str, status: str, reason: str | None = None) -> str:
     if status == "completed":
-        return f"Done. Call rl_get_results('{run_id}') for metrics, curves and the weights path."
+        early = f"Completed before total_steps: {reason}. " if reason else ""
+        return f"{early}Done. Call rl_get_results('{run_id}') for metrics, curves and the weights path."
     return f"The run is {status}. rl_get_results('{run_id}') shows what it produced."
 
 

@@ -12,7 +12,7 @@ from rl_mcp.diagnosis import findings as diagnosis
 from rl_mcp.diagnosis.inputs import run_config_sections, run_facts
 from rl_mcp.diagnosis.rules import diagnose
 from rl_mcp.logs import tail_lines
-from rl_mcp.mcp_api.env_health.views import requests_view
+from rl_mcp.mcp_api.env_health.views import items_view, requests_view
 from rl_mcp.mcp_api.findings.views import findings_view
 from rl_mcp.mcp_api.runs import descriptions
 from rl_mcp.mcp_api.runs.answers import (
@@ -32,6 +32,7 @@ from rl_mcp.mcp_api.runs.answers import (
 from rl_mcp.processes import Child
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.env_health import EnvError, read_health
+from rl_mcp.runs.item_counts import read_items
 from rl_mcp.runs.metrics import (
     MetricsCache,
     downsample,
@@ -187,7 +188,7 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
     elif rec.active:
         hint = descriptions.next_status_running(rec.run_id, min_interval_s)
     else:
-        hint = descriptions.next_status_ended(rec.run_id, rec.status)
+        hint = descriptions.next_status_ended(rec.run_id, rec.status, result.get("reason"))
     project, wandb_run = wandb_identity(rec)
     return RunStatus(
         wandb_project=project,
@@ -209,6 +210,7 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
         processes=processes_view(rec, children),
         environment_error=_env_error_view(env_error),
         environment_requests=requests,
+        items=items_view(read_items(rec.files.items)),
         findings=findings_view(found),
         logs={name: tail_lines(rec.log_path(name), STATUS_LOG_LINES) for name in [*_sft_log(rec), *rec.processes]},
         wandb_url=result.get("wandb_url") or wandb_url_from_log(rec.log_path(ProcessName.TRAINER)),
@@ -295,7 +297,9 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         wandb=wandb,
         wandb_offline_dir=str(offline) if offline.is_dir() else None,
         findings=findings_view(diagnose(run_facts(rec, cache))),
+        items=items_view(read_items(rec.files.items)),
         error=missing or rec.error or result.get("error"),
+        reason=result.get("reason"),
         next_step=hint,
     )
 

@@ -40,13 +40,14 @@ from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext, ToolResult, select_tools
 from tinker_atropos.agent.trajectory import format_trajectory
 from tinker_atropos.environments.run_env import RunEnv
+from tinker_atropos.item_draw.settings import DrawSettings
 from tinker_atropos.run_files import RunFiles, append_jsonl, finished_sft_state
 from tinker_atropos.sft.settings import SftSettings
 
 logger = logging.getLogger(__name__)
 
 
-class HermesAgentEnvConfig(BaseEnvConfig):
+class HermesAgentEnvConfig(BaseEnvConfig, DrawSettings):
     """Hermes' agent settings (same names, same defaults) on top of BaseEnvConfig."""
 
     enabled_toolsets: list[str] | None = Field(
@@ -169,6 +170,7 @@ class HermesAgentBaseEnv(RunEnv):
         self._tool_error_buffer: list[dict[str, Any]] = []
         self._agent_stats: list[tuple[int, int, int]] = []  # (turns, tool calls, tool errors)
         self.eval_tags: dict[str, Any] = {}  # added to each eval.jsonl line (the supervised stage's)
+        self.train_items: list[Any] = []  # what get_next_item draws from (setup() fills it)
 
     # --- tools ---------------------------------------------------------------------------
 
@@ -408,9 +410,10 @@ class HermesAgentBaseEnv(RunEnv):
     async def setup(self) -> None:
         """Load the dataset, initialise state."""
 
-    @abstractmethod
-    async def get_next_item(self) -> Item:
-        """The next item to roll out (cycle through the dataset)."""
+    async def get_next_item(self) -> Item | None:
+        """The next item to roll out: by the product's draw over `self.train_items` (setup() fills it),
+        or override it with an order of your own (the draw then only counts what the groups say)."""
+        return self.draw_from(self.train_items)
 
     @abstractmethod
     def format_prompt(self, item: Item) -> str:

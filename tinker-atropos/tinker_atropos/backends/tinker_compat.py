@@ -102,13 +102,17 @@ def grad_norm_of(metrics: Mapping[str, Any] | None) -> float | None:
     return None
 
 
-def loss_sum_of(output: types.ForwardBackwardOutput, datums: Sequence[types.Datum]) -> float | None:
+def loss_sum_of(
+    output: types.ForwardBackwardOutput, datums: Sequence[types.Datum], engine: Sequence[float] | None = None
+) -> float | None:
     """The step's summed loss: `loss:sum` when the backend reports it (Tinker, the local engine).
 
     SkyRL reports no `loss:sum`, only each datum's `elementwise_loss`. Tinker defines that as the
     per-token loss already multiplied by the datum's weights (cross_entropy: -logprob * weights),
     and `loss:sum` as its plain sum, so the fallback sums it as is, each row cut to its datum's
-    tokens. None when the outputs do not match the datums one to one or any lacks the field.
+    tokens, and divided by the factor its advantages were sent with for the engine's reduction
+    (`engine`, trainer/objective.py). None when the outputs do not match the datums one to one or any
+    lacks the field.
     """
     reported = (output.metrics or {}).get("loss:sum")
     if reported is not None:
@@ -117,11 +121,11 @@ def loss_sum_of(output: types.ForwardBackwardOutput, datums: Sequence[types.Datu
     if not datums or len(outputs) != len(datums):
         return None
     total = 0.0
-    for out, datum in zip(outputs, datums):
+    for out, datum, factor in zip(outputs, datums, engine or [1.0] * len(datums)):
         losses = out.get("elementwise_loss")
         if losses is None:
             return None
-        total += float(losses.to_numpy().reshape(-1)[: datum.model_input.length].astype("float64").sum())
+        total += float(losses.to_numpy().reshape(-1)[: datum.model_input.length].astype("float64").sum()) / factor
     return total
 
 

@@ -26,12 +26,16 @@ from typing import Any
 from tinker_atropos.env_process import model_requests
 from tinker_atropos.env_process.model_requests import Answered, collecting_replies
 from tinker_atropos.env_process.timeout_fitter import TimeoutFitter
+from tinker_atropos.item_draw.ledger import ItemLedger, write_items_file
+from tinker_atropos.item_draw.outcomes import group_outcome
 from tinker_atropos.request_timeouts import Policy
-from tinker_atropos.run_files import atomic_write_text
+from tinker_atropos.run_files import RunFiles, atomic_write_text
 
 _LIBRARY_DIRS = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]})
+COUNTED_WINDOW = 2  # an environment drawing its own items: the ledger's window, as the product's default
 REPLY_CHARS = 400  # a discarded group's sample reply is cut here
 SCORES_KEPT = 64  # a discarded group's scores: at most this many of the latest
+ITEM_KEY_CHARS = 2000  # an item counted by its repr: cut here
 
 
 @dataclass
@@ -244,5 +248,23 @@ def install(path: Path, timeouts: Policy | None = None) -> None:
             return result
 
         self.collect_trajectories = collect_trajectories
+        count_items(self, RunFiles(path.parent).items)
 
     BaseEnv.__init__ = __init__  # type: ignore[method-assign]
+
+
+def count_items(env: Any, items_file: Path) -> None:
+    """For an environment that draws its own items (its `get_next_item` is the user's): what its
+    groups say of each item, keyed by the item as it gives it, in items.json; nothing is changed."""
+    ledger = ItemLedger(COUNTED_WINDOW)
+    send = env.handle_send_to_api
+
+    async def handle_send_to_api(scored_data: Any, item: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if getattr(env, "_draw", None) is None:  # the product's draw keeps its own record
+            for group in scored_data if isinstance(scored_data, list) else [scored_data]:
+                if isinstance(group, dict) and (outcome := group_outcome(group)) is not None:
+                    ledger.record(repr(item)[:ITEM_KEY_CHARS], outcome)
+            write_items_file(items_file, ledger, total=None, drawn_by="environment")
+        return await send(scored_data, item, *args, **kwargs)
+
+    env.handle_send_to_api = handle_send_to_api

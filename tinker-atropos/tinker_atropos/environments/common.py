@@ -8,8 +8,6 @@ A subclass supplies its items, the chat messages for an item, and the reward of 
 from __future__ import annotations
 
 import asyncio
-import random
-import sys
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from pydantic import Field
 from tinker_atropos.environments.run_env import RunEnv
 from tinker_atropos.http_tls import shared_tls
 from tinker_atropos.inference_server.holder import FINAL_LABEL
+from tinker_atropos.item_draw.settings import DrawSettings
 from tinker_atropos.models.paths import SMOLLM2, TINY_CHAT, model_ref
 from tinker_atropos.run_files import RunFiles, append_jsonl
 
@@ -55,7 +54,7 @@ class Score:
     correct: bool
 
 
-class ChatTaskConfig(BaseEnvConfig):
+class ChatTaskConfig(BaseEnvConfig, DrawSettings):
     max_completion_tokens: int = Field(
         default=256,
         ge=1,
@@ -125,8 +124,6 @@ class ChatTaskEnv(RunEnv):
         self.config: ChatTaskConfig = config
         self.train_tasks: list[Task] = []
         self.eval_tasks: list[Task] = []
-        self._order: list[int] = []
-        self._cursor = 0
         self._rewards: list[float] = []
         self._correct: list[bool] = []
 
@@ -150,29 +147,9 @@ class ChatTaskEnv(RunEnv):
         self.train_tasks, self.eval_tasks = self.load_tasks()
         if not self.train_tasks:
             raise RuntimeError(f"{self.name}: no training items")
-        self._order = list(range(len(self.train_tasks)))
-        random.Random(self.config.seed).shuffle(self._order)
 
-    async def get_next_item(self) -> Task:
-        task = self.train_tasks[self._order[self._cursor % len(self._order)]]
-        self._cursor += 1
-        return task
-
-    # --- data position, for resumed runs (docs/run-files.md: env checkpoints) ---
-
-    async def env_step_checks(self) -> None:
-        """atroposlib's step checks, then the item cursor saved for the step just seen."""
-        before = self.curr_step
-        await super().env_step_checks()
-        if self.curr_step != before and self.checkpoint_dir:
-            self.save_checkpoint(self.curr_step, {"_cursor": self._cursor})
-
-    def load_checkpoint(self) -> None:
-        """On registration at step > 0: the saved cursor, else the items the trained steps used."""
-        super().load_checkpoint()
-        if self._cursor == 0 and self.curr_step > 0:
-            self._cursor = self.curr_step * max(self.config.batch_size // self.config.group_size, 1)
-        print(f"{self.name}: data position: item {self._cursor} at step {self.curr_step}", file=sys.stderr, flush=True)
+    async def get_next_item(self) -> Task | None:
+        return self.draw_from(self.train_tasks)
 
     @property
     def completion_tokens(self) -> int:

@@ -130,7 +130,6 @@ class McpToolsEnv(HermesAgentBaseEnv):
             raise ValueError(f"no tool is enabled for server {cfg.mcp_server!r}: {self.allowed.note}")
         self.train_items, self.eval_items = split_tasks(tasks, cfg.eval_fraction, cfg.seed)
         self._refuse_prompts_past_context(tasks)
-        self.iter = 0
         self.session_settings = rollout_sessions.SessionSettings(
             self.spec, cfg.server_start_timeout_s, cfg.tool_timeout_s, cfg.max_tool_result_chars, cfg.sandbox
         )
@@ -153,11 +152,6 @@ class McpToolsEnv(HermesAgentBaseEnv):
                 f"included) takes {longest} tokens, leaving no room for a {reply}-token reply under max_token_length "
                 f"{self.cfg.max_token_length}: raise max_token_length to at least {need}, or offer fewer `tools`"
             )
-
-    async def get_next_item(self) -> Task:
-        item = self.train_items[self.iter % len(self.train_items)]
-        self.iter += 1
-        return item
 
     def format_prompt(self, item: Task) -> str:
         return item.prompt

@@ -165,7 +165,6 @@ class OpenEnvEnv(HermesAgentBaseEnv):
             base = self.servers[0].url
             items = await self._items(base)
             self.train_items, self.eval_items = split_tasks(items, cfg.eval_fraction, cfg.seed)
-            self.iter = 0
             self.offered = await self._discover_tools(base, items[0])
         except BaseException:
             await self.close()
@@ -215,11 +214,6 @@ class OpenEnvEnv(HermesAgentBaseEnv):
                 "it offers the model nothing to act with"
             )
         return [action_tool(schema)]
-
-    async def get_next_item(self) -> EpisodeItem:
-        item = self.train_items[self.iter % len(self.train_items)]
-        self.iter += 1
-        return item
 
     def format_prompt(self, item: EpisodeItem) -> str:
         state = _CURRENT.get()

@@ -104,12 +104,6 @@ class TerminalFilesEnv(HermesAgentBaseEnv):
         cfg: TerminalFilesConfig = self.config  # type: ignore[assignment]
         self.train_items = make_tasks(cfg.num_train_items, cfg.seed)
         self.eval_items = make_tasks(cfg.eval_size, cfg.seed + 1)
-        self.iter = 0
-
-    async def get_next_item(self) -> ShellTask:
-        item = self.train_items[self.iter % len(self.train_items)]
-        self.iter += 1
-        return item
 
     def format_prompt(self, item: ShellTask) -> str:
         return item.instruction

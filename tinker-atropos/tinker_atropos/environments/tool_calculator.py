@@ -142,12 +142,6 @@ class ToolCalculatorEnv(HermesAgentBaseEnv):
 
         self.train_items = [draw() for _ in range(cfg.num_train_items)]
         self.eval_items = [draw() for _ in range(cfg.eval_size)]
-        self.iter = 0
-
-    async def get_next_item(self) -> Problem:
-        item = self.train_items[self.iter % len(self.train_items)]
-        self.iter += 1
-        return item
 
     def format_prompt(self, item: Problem) -> str:
         return f"What is {item.expression}? Use the calculator tool."

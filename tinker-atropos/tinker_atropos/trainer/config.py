@@ -144,6 +144,12 @@ class TinkerConfig(_Strict):
                 "loss_fn dro is not run on the tinker backend: Tinker's dro applies its penalty at prompt positions "
                 "too, which a datum cannot mask here; use ppo or cispo there (dro runs on the local backend)"
             )
+        if self.loss_fn == "cross_entropy" and self.self_hosted:
+            raise ValueError(
+                "loss_fn cross_entropy does not train on a self-hosted SkyRL engine: it divides each datum's loss by "
+                "the sum of its weights, which advantages as weights make zero or negative; use importance_sampling, "
+                "ppo or cispo there"
+            )
         if self.loss_fn == "dro" and self.loss_aggregation == "seq_mean":
             raise ValueError(
                 "loss_fn dro with loss_aggregation seq_mean cannot be computed exactly (its penalty would need a "

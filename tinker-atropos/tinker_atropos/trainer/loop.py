@@ -30,7 +30,7 @@ from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
 from tinker_atropos.backends.factory import create_base_sampler
 from tinker_atropos.backends.tinker_compat import grad_norm_of, loss_sum_of
 from tinker_atropos.inference_server.holder import FINAL_LABEL, SamplerHolder
-from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult, atomic_write_text
+from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult, atomic_write_text, read_json_object
 from tinker_atropos.trainer.batches import (
     BatchConversion,
     for_loss,
@@ -42,6 +42,7 @@ from tinker_atropos.trainer.metrics import MetricsSink, PhaseClock, StepMetrics
 from tinker_atropos.trainer.objective import (
     aggregated,
     aggregation_factors,
+    engine_factors,
     loss_fn_config,
     reply_budget,
     with_kl_penalty,
@@ -54,6 +55,11 @@ logger = logging.getLogger(__name__)
 STEP_GRACE_S = 10.0
 FINAL_SAVE_TIMEOUT_S = 15.0
 FINAL_EVAL_TIMEOUT_S = 600.0
+ITEMS_POLL_S = 1.0  # how often items.json is read while waiting for a batch
+ALL_RETIRED_REASON = (
+    "every training item is retired as solved: each reply of its last groups solved it (items.json), so no "
+    "group could teach; the final weights are the result"
+)
 REGISTER_TIMEOUT_S = 60.0
 FIRST_BATCH_GROUPS = 4  # groups of the first batch kept in first_batch.json (a few hundred KB at most)
 LATEST_REPLIES = 3  # the best-scored replies of each step kept in latest_replies.json
@@ -177,11 +183,13 @@ class Trainer:
 
     async def run(self) -> RunResult:
         total = self.cfg.tinker.total_steps
+        waiting_over = asyncio.Event()  # a stop, or no item left to draw: no batch is coming
+        watchers = [asyncio.create_task(self._watch(waiting_over))]
         try:
             await self.publish("step-000000")  # the policy before any update; /health -> 200
-            while self.steps_done < total and not self.stop.is_set():
+            while self.steps_done < total and not waiting_over.is_set():
                 waited = time.monotonic()
-                groups = await self.api.next_batch(self.stop)
+                groups = await self.api.next_batch(waiting_over)
                 if groups is None:
                     break
                 await self._run_step(self.steps_done + 1, groups, time.monotonic() - waited)
@@ -189,13 +197,33 @@ class Trainer:
             logger.exception("training failed at step %d", self.steps_done + 1)
             final_ckpt, final_state = await self._save_final(bounded=True)
             return self._result(Outcome.FAILED, final_ckpt, final_state, f"{type(exc).__name__}: {exc}")
-        stopped = self.steps_done < total
+        finally:
+            for task in watchers:
+                task.cancel()
+        solved = self.steps_done < total and not self.stop.is_set()
+        stopped = self.steps_done < total and not solved
         if stopped:
             logger.info("stop requested after %d/%d steps: saving", self.steps_done, total)
+        elif solved:
+            logger.info("every training item is retired as solved after %d/%d steps: ending", self.steps_done, total)
         final_ckpt, final_state = await self._save_final(bounded=stopped)
-        if not stopped:
-            await self._serve_final_eval()
-        return self._result(Outcome.STOPPED if stopped else Outcome.COMPLETED, final_ckpt, final_state, None)
+        if not stopped and not solved:
+            await self._serve_final_eval()  # the environment evaluates at its last step; a solved one has none
+        result = self._result(Outcome.STOPPED if stopped else Outcome.COMPLETED, final_ckpt, final_state, None)
+        result.reason = ALL_RETIRED_REASON if solved else None
+        return result
+
+    async def _watch(self, waiting_over: asyncio.Event) -> None:
+        """Ends the wait for a batch on a stop, or when items.json says the draw has no item left."""
+        items = RunFiles(Path(self.cfg.tinker.run_dir)).items
+        while not self.stop.is_set():
+            if (read_json_object(items) or {}).get("all_retired"):
+                break
+            try:
+                await asyncio.wait_for(self.stop.wait(), timeout=ITEMS_POLL_S)
+            except TimeoutError:
+                pass
+        waiting_over.set()
 
     async def _serve_final_eval(self) -> None:
         """Keep serving the final weights until the environment has evaluated them (it asks for
@@ -247,7 +275,8 @@ class Trainer:
                 with phases("reference"):
                     datums = await self._with_kl_penalty(datums, conv.completion_masks)
             factors = aggregation_factors(conv.completion_masks, t.loss_aggregation, reply_budget(self.cfg.env, t))
-            trained = for_loss(aggregated(datums, factors), t.loss_fn)
+            engine = engine_factors(datums, t)
+            trained = for_loss(aggregated(datums, [f * e for f, e in zip(factors, engine)]), t.loss_fn)
             with phases("forward_backward"):
                 output = await self.training.forward_backward_async(trained, t.loss_fn, loss_fn_config(t, factors[0]))
             with phases("optim"):
@@ -255,7 +284,7 @@ class Trainer:
             grad_norm = grad_norm_of(optim.metrics)
             with phases("publish"):
                 await self.publish(f"step-{step:06d}")
-            if (loss_sum := loss_sum_of(output, datums)) is not None:  # per token, or the aggregated objective
+            if (loss_sum := loss_sum_of(output, datums, engine)) is not None:  # per token, or the aggregated objective
                 loss = loss_sum / max(conv.completion_tokens, 1) if t.loss_aggregation == "sum" else loss_sum
             drift = logprob_drift(output, datums, conv.completion_masks)
             lp_ref, lp_train = logprob_means(output, datums, conv.completion_masks)

@@ -7,6 +7,12 @@ budget)), and multiplying a reply's advantages by c multiplies its loss by c exa
 are linear in the advantages: importance_sampling, ppo, cispo and cross_entropy's advantage weights. dro's
 penalty does not scale with them: its beta is scaled by the same c, which is exact where c is one for the
 whole step (config.py refuses dro with seq_mean). The same datums go to both backends: the math is Tinker's.
+
+SkyRL's engine (a self-hosted Tinker API) does not sum: it takes each datum's mean over its target
+tokens (weights absent: every one, the prompt's included) and the mean of the step's datums
+(skyrl/backends/jax.py: `per_seq_loss`, `AccumulatedGradients.get_mean`). `engine_factors` undo that
+by the same means: a datum's advantages times the step's datums times its target tokens give
+Tinker's sum there, so each loss_aggregation means on SkyRL what it means on Tinker.
 """
 
 from __future__ import annotations
@@ -34,6 +40,14 @@ def aggregation_factors(masks: Sequence[np.ndarray], how: str, budget: int) -> l
     if how == "constant":
         return [1.0 / (n * max(budget, 1))] * n
     raise ValueError(f"loss_aggregation {how!r}: use sum, seq_mean, token_mean or constant")
+
+
+def engine_factors(datums: Sequence[types.Datum], cfg: TinkerConfig) -> list[float]:
+    """Each datum's factor that turns the engine's reduction into Tinker's sum (1 on Tinker and the
+    local backend; on a self-hosted SkyRL engine the step's datums x the datum's target tokens)."""
+    if not cfg.self_hosted:
+        return [1.0] * len(datums)
+    return [float(len(datums) * max(d.model_input.length, 1)) for d in datums]
 
 
 def loss_fn_config(cfg: TinkerConfig, factor: float) -> dict[str, float] | None:

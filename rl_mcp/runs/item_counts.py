@@ -1,0 +1,66 @@
+"""What a run's draw says (items.json, written by its environment process: tinker_atropos.item_draw):
+its items active, retired as solved and deferred as unsolved, and the groups that tied (pure)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ItemCounts:
+    drawn_by: str  # "product": the draw retires and defers; "environment": its own order, counted by prompt
+    items: int
+    active: int
+    retired: int
+    deferred: int
+    all_retired: bool
+    groups: int
+    ties_top: int  # groups whose replies all solved the item (atroposlib drops them)
+    ties_zero: int  # ... all scored zero
+    ties_other: int  # ... all scored the same in between
+    reply_tokens: int
+    tied_reply_tokens: int
+
+    @property
+    def ties(self) -> int:
+        return self.ties_top + self.ties_zero + self.ties_other
+
+    @property
+    def tied_token_share(self) -> float | None:
+        """The share of the rollouts' sampled tokens that went into groups atroposlib dropped as tied."""
+        return self.tied_reply_tokens / self.reply_tokens if self.reply_tokens else None
+
+    @property
+    def line(self) -> str:
+        share = self.tied_token_share
+        tokens = f" ({share:.0%} of the reply tokens)" if share is not None else ""
+        return (
+            f"{self.ties} of {self.groups} groups tied{tokens}: {self.ties_top} at the top reward, {self.ties_zero} "
+            f"at zero, {self.ties_other} in between; items: {self.active} active, {self.retired} retired as solved, "
+            f"{self.deferred} deferred as unsolved, of {self.items}"
+        )
+
+
+def read_items(path: Path) -> ItemCounts | None:
+    """What `path` says, or None (no file yet, or not one the environment process wrote)."""
+    try:
+        raw = json.loads(path.read_text())
+        ties = raw["ties"]
+        return ItemCounts(
+            drawn_by=str(raw["drawn_by"]),
+            items=int(raw["items"]),
+            active=int(raw["active"]),
+            retired=int(raw["retired"]),
+            deferred=int(raw["deferred"]),
+            all_retired=bool(raw["all_retired"]),
+            groups=int(raw["groups"]),
+            ties_top=int(ties["top"]),
+            ties_zero=int(ties["zero"]),
+            ties_other=int(ties["other"]),
+            reply_tokens=int(raw["reply_tokens"]),
+            tied_reply_tokens=int(raw["tied_reply_tokens"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
