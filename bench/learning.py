@@ -105,10 +105,12 @@ async def train_through_mcp(
     *,
     training_clock: bool = False,
     profile: str = "smollm2",
+    may_complete: bool = False,
 ) -> tuple[Path, Path]:
     """Select, edit, start and watch a run on `profile` for `minutes`, then stop it: returns its run
     directory and its final weights as a PEFT adapter folder. The minutes count from
-    rl_start_training, or with `training_clock` as training_seconds counts them."""
+    rl_start_training, or with `training_clock` as training_seconds counts them. `may_complete`: a run
+    that completes before the budget (every item retired) ends the watch; else it is an error."""
     params = checkout_server(home, profile, server_environment(home))
     async with Client(params, read_timeout_seconds=900) as client:
         await call(client, "rl_select_environment", {"name": environment})
@@ -120,6 +122,8 @@ async def train_through_mcp(
         log(f"{environment}: run {run_id} in {run_dir}")
         while (training_seconds(run_dir) if training_clock else time.monotonic() - t0) < minutes * 60:
             status, _ = await call(client, "rl_check_status", {"run_id": run_id})
+            if may_complete and status.get("status") == "completed":
+                break
             if status.get("status") in ("failed", "lost", "completed", "stopped"):
                 raise RuntimeError(f"run ended early: {status.get('status')} {status.get('error')}")
             await anyio.sleep(5)

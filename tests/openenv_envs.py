@@ -89,6 +89,14 @@ def typed_env(root: Path, environment: str = REVERSE_ENVIRONMENT) -> Path:
     return folder
 
 
+def template_env(root: Path) -> Path:
+    """`openenv init`'s template as it comes: its action's one required field a string, `message`,
+    echoed back, each step paid 0.1 a character up to 1, never `done`."""
+    folder = root / "template"
+    shutil.copytree(_initialised("word_reverse"), folder)
+    return folder
+
+
 # the same environment, its server killed by its first step (exit code 3)
 CRASHING_ENVIRONMENT = REVERSE_ENVIRONMENT.replace(
     "        self._state.step_count += 1\n",

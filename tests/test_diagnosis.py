@@ -21,13 +21,14 @@ from mcp.server.subscriptions import InMemorySubscriptionBus
 from rl_mcp.app import open_app
 from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.facts import RunFacts
-from rl_mcp.diagnosis.findings import Evidence, Finding
+from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.diagnosis.inputs import drops_equal_groups, latest_replies
 from rl_mcp.diagnosis.notified import sent_codes
 from rl_mcp.diagnosis.rules import diagnose
 from rl_mcp.mcp_api.findings.notices import LOGGER, FindingNotices
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.mcp_api.subscriptions import ResourcePublisher
+from rl_mcp.runs.env_health import Discards
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.settings import Settings
@@ -415,6 +416,23 @@ def test_stalled_and_slowed_down() -> None:
     slow = rows(12, step_seconds=lambda s: 2.0 if s < 7 else 20.0, wait_seconds=lambda s: 1.0 if s < 7 else 18.0)
     finding = by_code(diagnose(facts(slow)))["throughput_drop"]
     assert finding.evidence[1].metric == "wait_seconds" and finding.next_step.arguments["uri"].endswith("/logs/env")
+
+
+def test_sequences_past_the_trainers_limit_come_under_it_where_the_environment_can() -> None:
+    """The trainer's max_token_trainer_length is the profile's (every shipped profile locks it): an
+    agent's turns stop within its max_token_length, so that comes down to the limit; another
+    environment's rollouts are read first."""
+    too_long = Discards(5, 5, 0, None, 0.0, ["x"] * 2, [0.0, 1.0], too_long=(1100, 1024))
+
+    def next_step(env: dict[str, Any]) -> NextStep:
+        found = by_code(
+            diagnose(facts([], env={**ENV, "max_token_length": 2048, **env}, discards=too_long, active=True))
+        )
+        return found["groups_discarded"].next_step
+
+    assert next_step({"max_agent_turns": 3}).arguments == {"field": "max_token_length", "value": 1024}
+    read = next_step({})
+    assert read.tool == "rl_test_inference" and "max_token_trainer_length, set by the profile" in read.why
 
 
 # --- the notification, through a real server, client and run ----------------------------------

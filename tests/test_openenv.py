@@ -1,8 +1,9 @@
 """OpenEnv environments through rl-mcp's own tools: folders under an env dir (a typed one `openenv
 init` made, an MCPEnvironment, one built on reasoning-gym's tasks) listed as `openenv:<name>`, each
-installed into a venv of its own layered on the OpenEnv venv, scored by rl_test_inference, trained
-two steps and exported; Hub and Docker sources, a folder without its app and one whose pins conflict
-with the OpenEnv venv's refused with what to do; no server left running."""
+installed into a venv of its own layered on the OpenEnv venv, scored by rl_test_inference (the typed
+one's action taken as the model's plain reply, `action_mode` text), trained two steps and exported;
+Hub and Docker sources, a folder without its app and one whose pins conflict with the OpenEnv venv's
+refused with what to do; no server left running."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import psutil
 import pytest
 from mcp import Client
 from openenv_envs import OPENENV_VENV, items_file, mcp_env, reasoning_gym_env, server_folder, typed_env
+from test_diagnosis_openenv import never_acting
 from test_runs_mcp import call, environ, serving, wait_status
 from tiny_profiles import on_tiny_chat
 
@@ -31,7 +33,7 @@ EDITS = {
     "max_agent_turns": 2,
     "group_size": 2,
     "batch_size": 2,
-    "ensure_scores_are_not_same": False,  # tiny-chat writes no call: every episode scores 0
+    "ensure_scores_are_not_same": False,  # tiny-chat never reverses the word: every episode scores 0
 }
 
 
@@ -119,17 +121,26 @@ async def test_folders_are_listed_refused_with_what_to_do_or_trained_and_exporte
         )  # type: ignore[union-attr]
 
         selected = await call(client, "rl_select_environment", name="openenv:word_reverse")
-        fields = {f["name"] for f in selected["config"]["fields"]}
-        assert {"items_file", "step_timeout_s", "max_agent_turns", "max_concurrent_sessions"} <= fields
-        assert not {"openenv_folder", "openenv_url", "openenv_python"} & fields
-        for field, value in (("step_timeout_s", 0), ("max_concurrent_sessions", 0), ("eval_fraction", 1.5)):
+        fields = {f["name"]: f for f in selected["config"]["fields"]}
+        assert {"items_file", "step_timeout_s", "max_agent_turns", "max_concurrent_sessions"} <= set(fields)
+        assert not {"openenv_folder", "openenv_url", "openenv_python"} & set(fields)
+        action_mode = fields["action_mode"]
+        assert action_mode["value"] is None and "null: text where the action fits" in action_mode["description"]
+        assert action_mode["constraints"] == {"enum": ["tool", "text"], "nullable": True}
+        edits = (("step_timeout_s", 0), ("max_concurrent_sessions", 0), ("eval_fraction", 1.5), ("action_mode", "json"))
+        for field, value in edits:
             refused = await client.call_tool("rl_edit_config", {"field": field, "value": value})
             assert refused.is_error, (field, value)
+        # no_tool_calls' next steps on an OpenEnv run are edits this environment takes: the last, its text action
+        for mode in (None, "tool"):
+            step = never_acting(mode)
+            await call(client, step.tool, **step.arguments)
+        await call(client, "rl_edit_config", field="sft", value=None)
         words = items_file(
             rl_home.parent / "words.jsonl", *({"reset": {"word": w}} for w in ("drawer", "live", "reed", "stop"))
         )
         run = await train(client, "openenv:word_reverse", items_file=str(words))
-        assert "Reverse the word" in run["trajectory"]
+        assert "Reverse the word" in run["trajectory"] and '[TEXT ACTION] {"answer": ' in run["trajectory"]
         record = json.loads((rl_home / "env-venvs" / "openenv-word-reverse" / "rl-mcp-install.json").read_text())
         assert record["format"] == "openenv" and record["parent_python"].endswith("/openenv/bin/python")
         exported = await call(client, "rl_export_model", run_id=run["run_id"], format="adapter")

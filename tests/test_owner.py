@@ -4,12 +4,13 @@ supervised stage relies on it, forked from a warm template whose parent is not t
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tinker_atropos.owner import OWNER_VAR, owner_alive, owner_token, process_start_ticks
+from tinker_atropos.owner import ORPHAN_GRACE_VAR, OWNER_VAR, owner_alive, owner_token, process_start_ticks
 
 CHILD = """
 import signal, sys, time
@@ -43,6 +44,26 @@ def test_a_child_gets_sigterm_once_its_owner_is_killed_outright(tmp_path: Path) 
         owner.kill()  # no handler of the owner's runs; unreaped, it is a zombie: gone all the same
         assert wait_for(lambda: child.poll() is not None, 5.0)
         assert child.returncode == 0 and out.read_text() == "saved on SIGTERM"
+    finally:
+        for proc in (owner, child):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_child_stuck_past_its_grace_is_killed(tmp_path: Path) -> None:
+    """Its SIGTERM handler cannot end it (a call to an engine the machine killed never returns): the
+    watch sends SIGKILL once the grace is over, so no orphan outlives its owner for good."""
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    out = tmp_path / "child.txt"
+    env = {**os.environ, OWNER_VAR: owner_token(owner.pid), ORPHAN_GRACE_VAR: "1"}
+    stuck = CHILD.replace('out.write_text("saved on SIGTERM"), sys.exit(0)', 'out.write_text("stuck")')
+    child = subprocess.Popen([sys.executable, "-c", stuck, str(out)], env=env)
+    try:
+        assert wait_for(lambda: out.exists() and out.read_text() == "watching"), out.read_text()
+        owner.kill()
+        assert wait_for(lambda: out.read_text() == "stuck", 5.0)
+        assert wait_for(lambda: child.poll() is not None, 5.0)
+        assert child.returncode == -signal.SIGKILL
     finally:
         for proc in (owner, child):
             proc.kill()

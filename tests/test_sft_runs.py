@@ -1,19 +1,22 @@
 """The supervised stage through the MCP tools: the `sft` section edited like any field, a run that
 trains it before RL on the same adapter (progress in rl_check_status, the evaluations before and
-after in rl_get_results) after a stop in the middle of it, a fork from its end, and a run that ends
-with it."""
+after in rl_get_results) after a stop in the middle of it, a fork from its end, a run that ends
+with it, and a stop during the stage's evaluation (its requests shown as RL's are) that ends the run
+at once."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 import yaml
 from mcp import Client
 from test_agent_mcp import AGENT_EDITS
-from test_runs_mcp import call, environ, serving, wait_status
+from test_runs_mcp import alive, call, environ, serving, wait_status
 
 from tinker_atropos.run_files import RunFiles, read_jsonl
 
@@ -99,3 +102,44 @@ async def test_a_run_stopped_in_its_stage_resumes_there_and_a_fork_starts_rl_fro
     sft_state = json.loads(b_files.sft_result.read_text())["state"]
     assert yaml.safe_load(c_files.config.read_text())["tinker"]["resume_from"] == sft_state
     assert [m["step"] for m in read_jsonl(c_files.metrics)] == [1, 2]
+
+
+def stage_tree(config_path: str) -> list[psutil.Process]:
+    """The stage's process of the run with this config, and its descendants."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "tinker_atropos.sft.stage" in cmdline and config_path in cmdline:
+            return [proc, *proc.children(recursive=True)]
+    return []
+
+
+async def test_a_stop_during_the_stages_evaluation_ends_the_run_at_once(rl_home: Path) -> None:
+    """The evaluation before the stage's first step asks replies of ~3000 tokens (the tiny model's greedy
+    replies never stop): seconds each. While it runs the status shows its requests with the timeout
+    fitted to them; a stop then cancels it, the stage saves and exits, and nothing of it is left (it used
+    to finish the evaluation first, and was killed after the server's 60 s grace)."""
+    async with serving(environ(rl_home)) as (_, server), Client(server) as client:
+        await call(client, "rl_select_environment", name="tool_calculator")
+        for field, value in {**EDITS, "max_token_length": 4096, "max_turn_tokens": 3000, "sft": SFT}.items():
+            await call(client, "rl_edit_config", field=field, value=value)
+        started = await call(client, "rl_start_training")
+        with anyio.fail_after(300):
+            while True:
+                status = await call(client, "rl_check_status", run_id=started["run_id"])
+                if (status["environment_requests"] or {}).get("in_flight"):
+                    break
+                assert status["status"] == "starting", status
+                await anyio.sleep(0.1)
+        assert status["stage"] == "sft" and status["sft"]["step"] == 0, status
+        basis = status["environment_requests"]["client_timeout_basis"]
+        assert "ms a decode step at the" in basis, basis  # fitted to the server's measured speed
+        stage = stage_tree(started["config_path"])
+        assert stage, "the stage's process"
+        clock = time.monotonic()
+        stopped = await call(client, "rl_stop_training", run_id=started["run_id"])
+        took = time.monotonic() - clock
+    assert stopped["status"] == "stopped" and took < 10, (stopped, took)
+    assert not alive(stage), alive(stage)
+    files = RunFiles(Path(started["run_dir"]))
+    assert json.loads(files.sft_result.read_text())["ended"] == "stopped"  # saved by the stage, not killed
+    assert not [e for e in read_jsonl(files.evals) if e.get("stage") == "sft"]  # the evaluation was cut short

@@ -264,6 +264,24 @@ def stalled(facts: RunFacts) -> Finding | None:
     )
 
 
+def _within_the_trainer(facts: RunFacts, longest: int, limit: int) -> NextStep:
+    """Sequences the trainer does not take. Its max_token_trainer_length is the operator's (every
+    shipped profile locks it), so the environment's sequences come under it: an agent's stop within
+    its max_token_length; another's are read first (a long prompt, many turns, long replies)."""
+    why = (
+        f"a sequence took {longest} tokens and the trainer takes fewer than {limit} "
+        "(max_token_trainer_length, set by the profile)"
+    )
+    context = facts.env.get("max_token_length")
+    if "max_agent_turns" in facts.env and isinstance(context, int) and context > limit:
+        return edit("max_token_length", limit, f"{why}: an agent's turns stop within its max_token_length")
+    return _test_reward(
+        facts,
+        f"{why}: read the rollouts and shorten what takes the room (the prompt, the replies, the turns), or "
+        "use a profile that allows more",
+    )
+
+
 def groups_discarded(facts: RunFacts) -> Finding | None:
     """An active run whose environment discards group after group: its rollouts return no group and
     raise nothing (Atropos' own environments skip groups whose scores are all equal)."""
@@ -271,9 +289,7 @@ def groups_discarded(facts: RunFacts) -> Finding | None:
     if not facts.active or d is None or d.in_a_row < t.DISCARDED_IN_A_ROW:
         return None
     if d.too_long:
-        longest, limit = d.too_long
-        room = 1 << longest.bit_length()  # the next power of two past the longest sequence
-        next_step = edit("max_token_trainer_length", room, f"the trainer takes fewer than {limit} tokens")
+        next_step = _within_the_trainer(facts, *d.too_long)
     elif d.scores and len(set(d.scores)) == 1:
         next_step = _widen_groups(facts, collapsed=True)
     else:

@@ -3,8 +3,10 @@ section and the run has not done it yet (a resumed run's stage is done: it start
 
 Its process (`python -m tinker_atropos.sft.stage`) holds the environment and the training backend;
 the server only starts it, waits for it, and reads its files. Stopped with the run (SIGTERM: it ends
-its step, then saves what it trained), and with the server (it watches the server's pid, named in
-`TINKER_ATROPOS_OWNER`: forked from the warm template, its parent is the template, not the server).
+its step or cancels its evaluation at once, then saves what it trained), and with the server (it
+watches the server's pid, named in `TINKER_ATROPOS_OWNER`: forked from the warm template, its parent
+is the template, not the server). Its environment's requests go to env_health.json as RL's do, so
+the run's status shows them while it lasts.
 `then: stop` ends the run after it, completed.
 """
 
@@ -36,7 +38,7 @@ from tinker_atropos.run_files import (
 
 FAILURE_TAIL_LINES = 12
 STAGE_LOGGER = "tinker_atropos.sft"  # the stage's process logs under this name
-STOP_GRACE_S = 60.0  # a stopped stage ends its step and saves the adapter it trained
+STOP_GRACE_S = 60.0  # a stopped stage ends its step (not its evaluation) and saves the adapter it trained
 
 
 def sft_section(config: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -15,9 +15,10 @@ CALL = '<tool_call>\n{{"name": "{name}", "arguments": {{"expression": "{expr}"}}
 
 
 async def _group(env):
+    """The first training item's group (the item the tests script their replies for)."""
     try:
         await env.setup()
-        item = await env.get_next_item()
+        item = env.train_items[0]
         group, _ = await env.collect_trajectories(item)
         return item, group
     finally:

@@ -15,32 +15,10 @@ from pathlib import Path
 
 import pytest
 from agent_helpers import close_env, make_env
+from hermes_port import ORIGINAL, port
 
 from tinker_atropos.agent import task_sandboxes
 from tinker_atropos.environments.tool_calculator import ToolCalculatorEnv
-
-ROOT = Path(__file__).resolve().parents[2]
-ORIGINAL = ROOT / "tests" / "byo_envs" / "hermes" / "notes_env.py"
-DOCS = ROOT / "docs" / "agentic-environments.md"
-
-
-def _module_table() -> dict[str, str]:
-    """Hermes module -> ours, from the porting table of the docs (what a user follows)."""
-    rows = re.findall(
-        r"^\| `((?:environments|tools)\.[\w.]+)` \| `(tinker_atropos\.[\w.]+)` \|", DOCS.read_text(), re.M
-    )
-    assert rows, "docs/agentic-environments.md lost its porting table"
-    return dict(rows)
-
-
-def _port(source: str) -> str:
-    table = _module_table()
-
-    def swap(line: str) -> str:
-        m = re.match(r"from ([\w.]+) import ", line)
-        return line.replace(m.group(1), table[m.group(1)], 1) if m and m.group(1) in table else line
-
-    return "\n".join(swap(line) for line in source.split("\n"))
 
 
 def _call(name: str, **arguments) -> str:
@@ -50,7 +28,7 @@ def _call(name: str, **arguments) -> str:
 @pytest.fixture
 def ported(tmp_path: Path):
     original = ORIGINAL.read_text()
-    text = _port(original)
+    text = port(original)
     changed = [
         line[1:]
         for line in difflib.unified_diff(original.split("\n"), text.split("\n"), lineterm="", n=0)

@@ -5,16 +5,26 @@ own, only the model's turns trained, the reward the episode's own; nothing left 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import psutil
 import pytest
 from agent_helpers import close_env, make_env
-from openenv_envs import CRASHING_ENVIRONMENT, OPENENV_VENV, SERIAL_ENVIRONMENT, items_file, mcp_env, typed_env
+from openenv_envs import (
+    CRASHING_ENVIRONMENT,
+    OPENENV_VENV,
+    SERIAL_ENVIRONMENT,
+    items_file,
+    mcp_env,
+    template_env,
+    typed_env,
+)
+from pydantic import BaseModel, Field
 
-from tinker_atropos.environments.openenv_env import OpenEnvEnv
+from tinker_atropos.agent.trajectory import format_trajectory
+from tinker_atropos.environments.openenv_env import OpenEnvEnv, text_field
 from tinker_atropos.openenv.folder import read_openenv_folder
 from tinker_atropos.openenv.servers import ServerFailed, start_servers, stop_all
 from tinker_atropos.openenv.wire import CapacityRefused, OpenEnvError, open_episode
@@ -73,7 +83,7 @@ async def test_a_typed_environment_pays_the_right_action_and_ends_the_episode(
 ) -> None:
     url, sampler = scripted
     items = items_file(tmp_path / "items.jsonl", {"reset": {"word": "drawer"}})
-    async with set_up(env_for(url, tiny_path, folders["typed"], items)) as env:
+    async with set_up(env_for(url, tiny_path, folders["typed"], items, action_mode="tool")) as env:
         sampler.script = [_call("step", answer="reward"), "Done."]
         group = await group_of(env)
         assert group["scores"] == [1.0, 1.0] and group["overrides"][0]["correct"]
@@ -93,6 +103,83 @@ async def test_a_typed_environment_pays_the_right_action_and_ends_the_episode(
         reply = group["messages"][0][3]["content"]
         assert group["scores"] == [0.0, 0.0] and group["overrides"][0]["tool_errors"] == 1 and "answer" in reply
     assert openenv_servers() == []
+
+
+async def test_a_reply_is_the_action_where_its_one_required_field_is_a_string(scripted, tiny_path, tmp_path) -> None:
+    """`openenv init`'s own template, by default: no tool offered, each reply sent whole as `message`
+    (one step a turn), each observation the next user message, the step rewards summed."""
+    url, sampler = scripted
+    items = items_file(tmp_path / "items.jsonl", {"reset": {}})
+    sampler.script = ["hi", "hello"]
+    async with set_up(env_for(url, tiny_path, template_env(tmp_path), items, max_agent_turns=2)) as env:
+        group = await group_of(env)
+    assert env.text_field == "message" and "as its `message` (Message to echo back)" in str(env.cfg.system_prompt)
+    assert group["scores"] == [pytest.approx(0.2 + 0.5)] * 2 and group["overrides"][0]["tool_calls"] == 2
+    messages = group["messages"][0]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert messages[2]["action"] == {"message": "hi"} and '"echoed_message": "hi"' in messages[3]["content"]
+    assert '[TEXT ACTION] {"message": "hello"}' in format_trajectory(messages)
+    tokens, masks = group["tokens"][0], group["masks"][0]
+    trained = env.tokenizer.decode([t for t, m in zip(tokens, masks) if m != -100])
+    assert "hi" in trained and "hello" in trained and "echoed_message" not in trained and "<tool_call>" not in trained
+    assert openenv_servers() == []
+
+
+@pytest.fixture(scope="module")
+def cold_url(tiny_path: Path) -> Iterator[str]:
+    """A real inference server over the untrained tiny model (random weights: a cold policy)."""
+    from tinker_atropos.backends.local import create_sampler, load_base_model
+    from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
+
+    base = load_base_model("tiny-chat", "cpu")
+    handle = serve_in_thread(
+        build_app(SamplerHolder(create_sampler(base)), "tiny-chat", base.tokenizer), "127.0.0.1", 0
+    )
+    yield handle.url
+    handle.stop()
+
+
+async def test_a_cold_model_answering_in_text_gets_rewards_that_differ_within_a_group(
+    cold_url: str, tiny_path: Path, tmp_path: Path
+) -> None:
+    """As a tool `step`, a cold model never acts and every group ties at zero; as text, its own
+    replies are the action, and the template pays them by their length: the group has a signal."""
+    items = items_file(tmp_path / "items.jsonl", {"reset": {}})
+    env = env_for(cold_url, tiny_path, template_env(tmp_path), items, group_size=8, max_agent_turns=1)
+    env.config.max_turn_tokens = 3
+    async with set_up(env) as env:
+        group = await group_of(env)
+    assert env.text_field == "message"
+    assert len(set(group["scores"])) > 1 and max(group["scores"]) > 0, group["scores"]
+
+
+class Move(BaseModel):
+    """An action of two required fields (OpenEnv's `metadata` beside them)."""
+
+    metadata: dict = Field(default_factory=dict)
+    row: int
+    col: str
+    note: str | None = None
+
+
+class Answer(BaseModel):
+    metadata: dict = Field(default_factory=dict)
+    answer: str
+    hint: str = ""
+
+
+def test_text_is_the_default_only_where_the_action_fits_and_refused_with_its_fields_elsewhere() -> None:
+    move, answer = Move.model_json_schema(), Answer.model_json_schema()
+    assert text_field(answer, None) == text_field(answer, "text") == "answer" and text_field(answer, "tool") is None
+    assert text_field(move, None) is None and text_field(move, "tool") is None and text_field(None, None) is None
+    with pytest.raises(
+        ValueError,
+        match=r"Move has row \(integer, required\), col \(string, required\), note "
+        r"\(string or null\): set action_mode to 'tool'",
+    ):
+        text_field(move, "text")
+    with pytest.raises(ValueError, match="acts through its MCP tools; set action_mode to 'tool'"):
+        text_field(None, "text")
 
 
 async def test_an_mcp_environment_offers_its_tools_and_pays_at_submit(scripted, tiny_path, folders, tmp_path) -> None:
@@ -143,7 +230,7 @@ async def test_a_server_by_url_and_its_capacity(scripted, tiny_path, tmp_path) -
     (own,) = await start_servers(str(OPENENV_VENV / "python"), folder, 1, tmp_path, 60)
     try:
         items = items_file(tmp_path / "items.jsonl", {"reset": {"word": "live"}})
-        sampler.script = [_call("step", answer="evil")]
+        sampler.script = ["evil"]  # the reply is the action (text mode, the default where it fits)
         env = make_env(OpenEnvEnv, url, tiny_path, openenv_url=own.url, items_file=str(items), group_size=1)
         async with set_up(env):
             group = await group_of(env)

@@ -1,6 +1,7 @@
 """The supervised stage as a run runs it: a child process builds the set from the environment's
 demonstrations, evaluates the held-out items, trains cross_entropy steps on the run's adapter,
-evaluates again and leaves the state the RL stage starts from."""
+evaluates again and leaves the state the RL stage starts from. Its evaluations' requests get the
+timeouts a run fits from the measured decode speed (env_health.json), as RL's do."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import warm_children
 import yaml
 
+from tinker_atropos.request_timeouts import Policy
 from tinker_atropos.run_files import RunFiles, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +29,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_config(run_dir: Path, tiny_path: Path, sft: dict, **env: object) -> Path:
+def run_config(run_dir: Path, tiny_path: Path, sft: dict, *, timeout_s: int = 120, **env: object) -> Path:
+    """A run's config as the server writes it; `timeout_s`: the environment's own request timeout."""
     port = free_port()
     config = {
         "env": {
@@ -49,9 +53,10 @@ def run_config(run_dir: Path, tiny_path: Path, sft: dict, **env: object) -> Path
                 "api_key": "local",
                 "server_type": "sglang",
                 "tokenizer_name": str(tiny_path),
-                "timeout": 120,
+                "timeout": timeout_s,
             }
         ],
+        "request_timeouts": asdict(Policy()),
         "tinker": {
             "backend": "local",
             "base_model": "tiny-chat",
@@ -93,6 +98,25 @@ def test_the_stage_trains_between_two_evaluations_and_leaves_its_state(tiny_path
     assert summary["counts"] == {"demonstrations": {"kept": 4, "refused": 0}}
     spans = summary["example"]["spans"]
     assert [s["trained"] for s in spans][:2] == [False, True] and "<tool_call>" in spans[1]["text"]
+
+
+def test_an_evaluation_whose_replies_outlive_the_environments_timeout_asks_nothing_twice(tiny_path, tmp_path) -> None:
+    """The environment's own timeout is 1 s and each greedy reply of 300 tokens takes longer (the tiny
+    model's never stop; short enough that a fitted timeout keeps its margin on a loaded machine). Held
+    to it, every try was thrown away and asked again; fitted from the decode step the stage times
+    before its first evaluation, each request's timeout holds its reply."""
+    run_dir = tmp_path / "run"
+    sft = {"sources": ["demonstrations"], "items": 2, "batch_size": 2, "max_steps": 1, "learning_rate": 1e-3}
+    done = stage(run_config(run_dir, tiny_path, sft, timeout_s=1, max_turn_tokens=300))
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = RunFiles(run_dir)
+    evals = [e for e in read_jsonl(files.evals) if e.get("stage") == "sft"]
+    assert [e["sft_step"] for e in evals] == [0, 1] and all(e["seconds"] > 1 for e in evals), evals  # outlived it
+    requests = json.loads(files.env_health.read_text())["requests"]
+    assert requests["sent"] == requests["answered"] == 4, requests  # 2 items twice, each asked once
+    assert requests["timeouts"] == requests["client_retries"] == requests["failed"] == 0, requests
+    assert requests["reply_tokens"] == 4 * 300 and requests["client_timeout_s"] > 10, requests
+    assert "ms a decode step at the" in requests["client_timeout_basis"], requests  # measured, not the 1 s
 
 
 def test_a_preview_builds_the_set_and_trains_nothing(tiny_path, tmp_path) -> None:

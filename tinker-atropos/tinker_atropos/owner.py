@@ -16,6 +16,11 @@ from pathlib import Path
 
 OWNER_VAR = "TINKER_ATROPOS_OWNER"  # "<pid>-<start ticks>" of the process a child ends with
 POLL_S = 0.5
+# after `sig`, the process has this long to end as its handler does (save, clean up): a call that
+# never returns (its engine killed by the machine's out-of-memory killer) would otherwise keep an
+# orphan alive for good, with no server left to send SIGKILL
+ORPHAN_GRACE_S = 90.0
+ORPHAN_GRACE_VAR = "TINKER_ATROPOS_ORPHAN_GRACE_S"
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -48,7 +53,8 @@ def owner_token(pid: int | None = None) -> str:
 
 def end_with_owner(environ: Mapping[str, str] = os.environ, sig: int = signal.SIGTERM) -> bool:
     """Send this process `sig` once the owner OWNER_VAR names is gone (checked every POLL_S): its
-    handler ends the work and saves, as under `setpriv --pdeathsig`. False when no owner is named."""
+    handler ends the work and saves, as under `setpriv --pdeathsig`; SIGKILL ORPHAN_GRACE_S later if it
+    is still there. False when no owner is named."""
     pid, _, ticks = environ.get(OWNER_VAR, "").partition("-")
     if not (pid.isdigit() and ticks.isdigit()):
         return False
@@ -57,6 +63,8 @@ def end_with_owner(environ: Mapping[str, str] = os.environ, sig: int = signal.SI
         while owner_alive(int(pid), int(ticks)):
             threading.Event().wait(POLL_S)
         os.kill(os.getpid(), sig)
+        threading.Event().wait(float(environ.get(ORPHAN_GRACE_VAR, ORPHAN_GRACE_S)))
+        os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="owner-watch", daemon=True).start()
     return True

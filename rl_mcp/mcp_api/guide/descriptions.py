@@ -32,10 +32,14 @@ FORMAT_NOTES = {
     "the fields in section `verifiers` are its EnvConfig's; its Task's rewards score the episodes.",
     "mcp": MCP_FORMAT_NOTE + SFT_NOTE,
     "openenv": " It is an OpenEnv environment, served from its own venv: each rollout is one episode "
-    "(reset with an item's arguments, its observation the first message; then a step per tool call, until "
-    "`done` or max_agent_turns), scored by its step rewards summed. An MCP environment offers its own tools; "
-    'a typed one offers its action as the tool `step`. `items_file` (a JSONL of {"reset": {...}}) sets the '
-    "episodes; else its own Task API, else seeds." + SFT_NOTE,
+    "(reset with an item's arguments, its observation the first message; then a step per action, until "
+    "`done` or max_agent_turns), scored by its step rewards summed. An MCP environment offers its own tools. "
+    "A typed one's action is, by `action_mode`, the model's plain reply ('text': its one required field, a "
+    "string; the default where the action fits, so a model that writes no tool call still acts) or the tool "
+    "`step` ('tool'). "
+    '`items_file` (a JSONL of {"reset": {...}}) sets the episodes; else its own Task API, else seeds.'
+    " It has no demonstrations: a model that calls no tool gets `sft` from a 'file' of "
+    "conversations or a 'teacher' (rl_preview_sft shows the examples).",
 }
 
 

@@ -43,7 +43,8 @@ class ModelInferenceResult(BaseModel):
     sample_trajectory: str | None = Field(
         default=None,
         description="Agent environments: the best-scored rollout as [USER] / [ASSISTANT] / [TOOL CALL] name(args) "
-        "/ [TOOL RESULT] blocks, each cut to a readable length",
+        "/ [TOOL RESULT] blocks, each cut to a readable length; [TEXT ACTION] {field: reply}: a reply sent whole as "
+        "the action (OpenEnv's action_mode text), the environment's answer the next [USER]",
     )
     reward_reasons: list[str] | None = Field(
         default=None,

@@ -15,6 +15,10 @@ Two phases, as in Hermes' HermesAgentLoop:
 A malformed or unknown tool call goes back to the model as a tool error and is counted; it never
 ends the rollout. The rollout ends when a turn calls no tool, after `max_turns` turns, or when
 the context (`max_context` tokens) is full.
+
+With a `TextAction` (an environment whose one action a model can take in words), no tool is offered:
+each reply, whole, is a call of that action's tool (counted as one), and its result is the next user
+message, until the tool ends the episode or the turns run out.
 """
 
 from __future__ import annotations
@@ -86,6 +90,15 @@ class TokenTrace:
         return len(self.tokens)
 
 
+@dataclass(frozen=True)
+class TextAction:
+    """A plain reply taken as an action: a call of `tool` with the reply as its `field` (a cold model
+    writes no tool call, but it does answer in words: OpenEnv's `action_mode: text`)."""
+
+    tool: str
+    field: str
+
+
 @dataclass
 class AgentResult:
     """What a rollout produced (Hermes' field names, plus the token trace and call counts)."""
@@ -123,12 +136,15 @@ class HermesAgentLoop:
         tool_call_parser: str = "hermes",
         split: str = "train",
         demonstration: list[str] | None = None,
+        text_action: TextAction | None = None,
     ) -> None:
         """Hermes' arguments first, in Hermes' order. Then: `tool_handler` (default: the tools of
         the sandbox of `task_id`, at most `tool_pool_size` at once), `tokenizer` (default: the
         managed server's), `max_context` (the token limit of the whole rollout; default
-        `max_tokens`, as Hermes environments pass max_token_length there), `tool_call_parser`."""
+        `max_tokens`, as Hermes environments pass max_token_length there), `tool_call_parser`,
+        `text_action` (each reply is that action, not parsed for calls)."""
         self.server = server
+        self.text_action = text_action
         # An environment's expert turns, played instead of sampling (tools and reward stay real).
         self.demonstration = list(demonstration) if demonstration is not None else None
         self.tool_schemas = tool_schemas
@@ -244,14 +260,17 @@ class HermesAgentLoop:
             trace.add_sampled(sampled, logprobs)
             result.turns_used = turn + 1
             text = self.scaffold.tok.decode(sampled, skip_special_tokens=True)
-            parsed = parse_tool_calls(text, self.parser)
-            result.messages.append(_assistant(parsed.content, parsed.calls))
             result.reasoning_per_turn.append(None)
             template_history.append({"role": "assistant", "content": text})
-            if not parsed.calls and not parsed.errors:
-                result.finished_naturally, result.stop_reason = True, "answered"
-                return
-            replies = await self._answer(parsed.calls, parsed.errors, turn + 1, result)
+            if self.text_action is not None:
+                replies = await self._act(self.text_action, text, turn + 1, result)
+            else:
+                parsed = parse_tool_calls(text, self.parser)
+                result.messages.append(_assistant(parsed.content, parsed.calls))
+                if not parsed.calls and not parsed.errors:
+                    result.finished_naturally, result.stop_reason = True, "answered"
+                    return
+                replies = await self._answer(parsed.calls, parsed.errors, turn + 1, result)
             result.messages += replies
             if turn + 1 == self.max_turns or result.stop_reason == "done":
                 return  # the turn limit: no scaffolding for a turn that will never come
@@ -284,6 +303,11 @@ class HermesAgentLoop:
             message = completion.choices[0].message
             result.turns_used = turn + 1
             result.reasoning_per_turn.append(getattr(message, "reasoning_content", None))
+            if self.text_action is not None:
+                result.messages += await self._act(self.text_action, message.content or "", turn + 1, result)
+                if result.stop_reason == "done":
+                    return
+                continue
             native = [c.model_dump() for c in (message.tool_calls or [])]
             if native:
                 content, calls, errors = message.content or "", [], []
@@ -335,10 +359,7 @@ class HermesAgentLoop:
                 )
             else:
                 out = await self.tool_handler(call.name, call.arguments)
-            if out.error:
-                result.tool_errors.append(ToolError(turn, call.name, args, out.content, out.content))
-            if out.ends_episode:
-                result.stop_reason = "done"
+            _record(out, ToolError(turn, call.name, args, out.content, out.content), result)
             replies.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": out.content})
         for error in errors:
             result.tool_calls += 1
@@ -346,6 +367,25 @@ class HermesAgentLoop:
             result.tool_errors.append(ToolError(turn, "", "", out.content, ""))
             replies.append({"role": "tool", "tool_call_id": "", "name": "", "content": out.content})
         return await apply_budget(replies, self.budget_config, self._persist, turn)
+
+    async def _act(self, action: TextAction, text: str, turn: int, result: AgentResult) -> list[dict[str, Any]]:
+        """A reply taken whole as the action: the assistant message records what was sent (`action`,
+        shown by trajectory.py), and the tool's result comes back as the next user message."""
+        arguments = {action.field: text}
+        result.messages.append({"role": "assistant", "content": text, "action": arguments})
+        result.tool_calls += 1
+        out = await self.tool_handler(action.tool, arguments)
+        args = json.dumps(arguments, ensure_ascii=False)
+        _record(out, ToolError(turn, action.tool, args, out.content, out.content), result)
+        return [{"role": "user", "content": out.content}]
+
+
+def _record(out: ToolResult, error: ToolError, result: AgentResult) -> None:
+    """What a tool's result tells the rollout: a failed call (`error`), an episode the tool ended."""
+    if out.error:
+        result.tool_errors.append(error)
+    if out.ends_episode:
+        result.stop_reason = "done"
 
 
 def tool_error(message: str) -> ToolResult:

@@ -25,8 +25,8 @@ def _content(value: Any) -> str:
 
 
 def format_trajectory(messages: list[dict[str, Any]], limits: dict[str, int] | None = None) -> str:
-    """`[SYSTEM]`/`[USER]`/`[ASSISTANT]`/`[TOOL CALL] name(args)`/`[TOOL RESULT]` blocks, each cut
-    to a readable length (`limits` overrides LIMITS per kind)."""
+    """`[SYSTEM]`/`[USER]`/`[ASSISTANT]`/`[TEXT ACTION] {field: reply}`/`[TOOL CALL] name(args)`/
+    `[TOOL RESULT]` blocks, each cut to a readable length (`limits` overrides LIMITS per kind)."""
     lim = {**LIMITS, **(limits or {})}
     parts: list[str] = []
     for msg in messages:
@@ -42,6 +42,9 @@ def format_trajectory(messages: list[dict[str, Any]], limits: dict[str, int] | N
                 parts.append(f"[ASSISTANT thinking]\n{_cut(reasoning, lim['reasoning'])}")
             if content:
                 parts.append(f"[ASSISTANT]\n{_cut(content, lim['assistant'])}")
+            if "action" in msg:  # a reply taken whole as the action (loop.TextAction): what was sent
+                args = json.dumps(msg["action"], ensure_ascii=False)
+                parts.append(f"[TEXT ACTION] {_cut(args, lim['args'])}")
             for call in msg.get("tool_calls") or []:
                 fn = call.get("function") or {}
                 args = fn.get("arguments", "{}")

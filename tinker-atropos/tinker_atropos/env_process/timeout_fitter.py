@@ -1,12 +1,16 @@
 """Each request's timeout set from the server's latest measured decode step, in the environment
 process (`tinker_atropos.request_timeouts` says how; `model_requests.py` calls `before_request` for every try).
 
-The server's `/health` is read at most every HEALTH_EVERY_S; the last step it measured stays in use
-while a new sampler (after each training step) starts its clock empty.
+Each server's `/health` is read at most every HEALTH_EVERY_S; requests that start together (an
+evaluation's items) wait for the one read in flight, rather than take the environment's own timeout
+meanwhile. The last step it measured stays in use while a new sampler (after each training step)
+starts its clock empty. Servers are told apart by URL: the supervised stage's teacher (a cloud
+endpoint, or an adapter served on a port of its own) is not timed by the run's server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -57,8 +61,8 @@ class TimeoutFitter:
         self.policy = policy
         self.env_config: Any = None
         self._floors: dict[int, float] = {}  # each API server's own timeout, by id
-        self._decoding: Decoding | None = None
-        self._read_at = 0.0
+        self._health: dict[str, tuple[float, Decoding | None]] = {}  # by /health URL: read at, its latest step
+        self._reading: dict[str, asyncio.Lock] = {}  # by /health URL: held while it is read
         self._worker_floor: float | None = None
 
     def attach(self, env: Any) -> None:
@@ -86,19 +90,22 @@ class TimeoutFitter:
     async def _measured(self, server: Any) -> Decoding | None:
         """The server's decode step, read from its /health at most every HEALTH_EVERY_S (the last one
         measured stays: a new sampler after each step starts its clock empty)."""
-        now = time.monotonic()
-        if now - self._read_at < HEALTH_EVERY_S:
-            return self._decoding
-        self._read_at = now
         url = str(server.config.base_url).rstrip("/").removesuffix("/v1") + "/health"
-        try:
-            async with httpx.AsyncClient(timeout=5.0, trust_env=False, verify=shared_tls()) as client:
-                health = (await client.get(url)).json()
-            decoding = health.get("decoding") or {}
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
-            logger.debug("no decode timing from %s: %s", url, exc)
-            return self._decoding
-        step, rows = decoding.get("step_s"), decoding.get("mean_rows")
-        if isinstance(step, (int, float)) and step > 0 and isinstance(rows, (int, float)):
-            self._decoding = Decoding(float(step), float(rows), _cap(health.get("reply_cap")), _by_rows(decoding))
-        return self._decoding
+        async with self._reading.setdefault(url, asyncio.Lock()):
+            now = time.monotonic()
+            read_at, measured = self._health.get(url, (-math.inf, None))
+            if now - read_at < HEALTH_EVERY_S:
+                return measured
+            self._health[url] = (now, measured)
+            try:
+                async with httpx.AsyncClient(timeout=5.0, trust_env=False, verify=shared_tls()) as client:
+                    health = (await client.get(url)).json()
+                decoding = health.get("decoding") or {}
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                logger.debug("no decode timing from %s: %s", url, exc)
+                return measured
+            step, rows = decoding.get("step_s"), decoding.get("mean_rows")
+            if isinstance(step, (int, float)) and step > 0 and isinstance(rows, (int, float)):
+                measured = Decoding(float(step), float(rows), _cap(health.get("reply_cap")), _by_rows(decoding))
+                self._health[url] = (now, measured)
+            return measured

@@ -2,11 +2,13 @@
 like any agent environment; listed as `openenv:<name>`.
 
 Each rollout is one episode on a WebSocket session of its own: `reset` with the item's arguments
-(its observation is the first user message), then one `step` per tool call of the model, until the
+(its observation is the first user message), then one `step` per action of the model, until the
 environment says `done` or the turn limit. An MCP environment's tools come from `list_tools`, each
-call a `call_tool` step; a typed environment's action is offered as one tool, `step`, whose
-parameters are the action's JSON schema (an action that does not validate goes back to the model as
-the error). The reward is the episode's step rewards, summed. See docs/environments.md.
+call a `call_tool` step. A typed environment's action is, by `action_mode`, the model's plain reply
+(`text`: the action's one required field, a string; each reply one step, each observation the next
+user message) or one tool, `step`, whose parameters are the action's JSON schema (`tool`); text
+where the action fits, else tool. An action that does not validate goes back to the model as the
+error. The reward is the episode's step rewards, summed. See docs/environments.md.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from atroposlib.envs.base import APIServerConfig
 from pydantic import Field
 
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv, HermesAgentEnvConfig
-from tinker_atropos.agent.loop import AgentResult, tool_error
+from tinker_atropos.agent.loop import AgentResult, TextAction, ToolHandler, tool_error
 from tinker_atropos.agent.tools import ToolContext, ToolResult
 from tinker_atropos.environments.common import served_tools_config
 from tinker_atropos.http_tls import shared_tls
@@ -44,6 +46,9 @@ ACTION_TOOL = "step"
 SYSTEM_PROMPT = (
     "You act in an environment through its tools. Call a tool to act; read each result before the next call."
 )
+# the default prompt in text mode, where no tool is offered: what a reply is sent as
+TEXT_PROMPT = "You act in an environment: your whole reply is sent to it as its `{field}`{said}. Read each answer."
+ActionMode = Literal["tool", "text"]
 
 
 class OpenEnvConfig(HermesAgentEnvConfig):
@@ -76,6 +81,11 @@ class OpenEnvConfig(HermesAgentEnvConfig):
     )
     max_concurrent_sessions: int = Field(
         default=8, ge=1, le=256, description="Episodes open at once (the server's sessions)."
+    )
+    action_mode: ActionMode | None = Field(
+        default=None,
+        description="A typed action as 'text' (the model's plain reply fills its one required string field) or "
+        "'tool' (the tool `step`); null: text where the action fits, else tool.",
     )
 
 
@@ -117,12 +127,50 @@ def mcp_result_text(observation: dict[str, Any]) -> tuple[str, bool]:
     return json.dumps(result, ensure_ascii=False, default=str), False
 
 
+def action_fields(schema: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A typed action's fields less `metadata` (OpenEnv's own, not the model's to set), and the required ones."""
+    props = {k: v for k, v in (schema.get("properties") or {}).items() if k != "metadata"}
+    return props, [r for r in schema.get("required") or [] if r in props]
+
+
+def _said(prop: dict[str, Any]) -> str:
+    """A field's type in words: `string`, `integer or null`."""
+    types = [prop.get("type")] if "type" in prop else [s.get("type", "object") for s in prop.get("anyOf", [])]
+    return " or ".join(str(t) for t in types) or "any"
+
+
+def text_field(schema: dict[str, Any] | None, asked: ActionMode | None) -> str | None:
+    """The action field a plain reply fills (text mode), or None: the tool `step`, or an MCP
+    environment's own tools (`schema` None). Text where it was asked or left open and the action fits
+    (exactly one required field, a string: the others keep their defaults); an asked `text` that does
+    not fit is refused, with the action's fields and the fix."""
+    if asked == "tool":
+        return None
+    props, required = action_fields(schema or {})
+    if len(required) == 1 and props[required[0]].get("type") == "string":
+        return required[0]
+    if asked is None:
+        return None
+    fix = "set action_mode to 'tool' (or null: the environment's choice) with rl_edit_config"
+    if schema is None:
+        raise ValueError(f"action_mode 'text' needs a typed action: this environment acts through its MCP tools; {fix}")
+    fields = ", ".join(f"{k} ({_said(v)}{', required' if k in required else ''})" for k, v in props.items())
+    raise ValueError(
+        f"action_mode 'text' needs an action whose one required field is a string (a plain reply fills it); "
+        f"{schema.get('title') or 'the action'} has {fields or 'no fields'}: {fix}"
+    )
+
+
+def text_prompt(schema: dict[str, Any], field: str) -> str:
+    """The system prompt in text mode, where no tool is offered: what a reply is sent as."""
+    said = schema["properties"][field].get("description")
+    return TEXT_PROMPT.format(field=field, said=f" ({said})" if said else "")
+
+
 def action_tool(schema: dict[str, Any]) -> ToolInfo:
     """A typed environment's action as one tool: the action's JSON schema less its `metadata`."""
     params = dict(schema)
-    props = {k: v for k, v in (params.get("properties") or {}).items() if k != "metadata"}
-    params["properties"] = props
-    params["required"] = [r for r in params.get("required") or [] if r in props]
+    params["properties"], params["required"] = action_fields(schema)
     params.pop("title", None)
     description = str(schema.get("description") or "Take one action in the environment.")
     return ToolInfo(ACTION_TOOL, description.strip(), params)
@@ -165,7 +213,10 @@ class OpenEnvEnv(HermesAgentBaseEnv):
             base = self.servers[0].url
             items = await self._items(base)
             self.train_items, self.eval_items = split_tasks(items, cfg.eval_fraction, cfg.seed)
-            self.offered = await self._discover_tools(base, items[0])
+            self.offered, action = await self._discover_tools(base, items[0])
+            self.text_field: str | None = text_field(action, cfg.action_mode)
+            if action is not None and self.text_field is not None and cfg.system_prompt == SYSTEM_PROMPT:
+                cfg.system_prompt = text_prompt(action, self.text_field)  # no tool to speak of
         except BaseException:
             await self.close()
             raise
@@ -189,8 +240,9 @@ class OpenEnvEnv(HermesAgentBaseEnv):
             listed = None
         return listed or [EpisodeItem(f"seed {i}", {"seed": i}) for i in range(self.cfg.seed_items)]
 
-    async def _discover_tools(self, base: str, item: EpisodeItem) -> list[ToolInfo]:
-        """An MCP environment's tools (`list_tools` answers), else the typed action as one tool."""
+    async def _discover_tools(self, base: str, item: EpisodeItem) -> tuple[list[ToolInfo], dict[str, Any] | None]:
+        """An MCP environment's tools (`list_tools` answers), else the typed action as one tool and its
+        JSON schema (`/schema`)."""
         async with open_episode(
             base, item.reset, timeout_s=self.cfg.step_timeout_s, capacity_wait_s=self.cfg.server_start_timeout_s
         ) as (episode, _):
@@ -203,7 +255,7 @@ class OpenEnvEnv(HermesAgentBaseEnv):
             return [
                 ToolInfo(t["name"], t.get("description") or "", t.get("input_schema") or t.get("inputSchema") or {})
                 for t in listed.observation["tools"]
-            ]
+            ], None
         self.mcp = False
         async with httpx.AsyncClient(timeout=self.cfg.step_timeout_s, trust_env=False, verify=shared_tls()) as client:
             answer = await client.get(f"{base}/schema")
@@ -213,7 +265,7 @@ class OpenEnvEnv(HermesAgentBaseEnv):
                 f"the OpenEnv server at {base} answers neither list_tools nor /schema (HTTP {answer.status_code}): "
                 "it offers the model nothing to act with"
             )
-        return [action_tool(schema)]
+        return [action_tool(schema)], schema
 
     def format_prompt(self, item: EpisodeItem) -> str:
         state = _CURRENT.get()
@@ -221,7 +273,17 @@ class OpenEnvEnv(HermesAgentBaseEnv):
         return "\n\n".join(part for part in (item.prompt, seen) if part)
 
     def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
-        return [t.schema() for t in self.offered], {t.name for t in self.offered}
+        offered = [] if self.text_field is not None else self.offered  # text mode: the reply is the action
+        return [t.schema() for t in offered], {t.name for t in offered}
+
+    def loop_settings(
+        self, task_id: str, tool_handler: ToolHandler, *, split: str = "train", temperature: float | None = None
+    ) -> dict[str, Any]:
+        """Text mode: each reply, whole, is a call of `step` with the reply as the action's field."""
+        settings = super().loop_settings(task_id, tool_handler, split=split, temperature=temperature)
+        if self.text_field is not None:
+            settings["text_action"] = TextAction(ACTION_TOOL, self.text_field)
+        return settings
 
     async def rollout(self, item: EpisodeItem, **kwargs: Any) -> tuple[AgentResult, float]:
         """The base rollout inside one episode of its own, on a free session (given back however it ends)."""

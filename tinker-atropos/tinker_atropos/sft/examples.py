@@ -36,6 +36,13 @@ class Example:
     def trained_tokens(self) -> int:
         return sum(m != PROMPT_MASK for m in self.masks)
 
+    @property
+    def prompt(self) -> list[int]:
+        """The tokens before the first trained one: a rollout's first request of this item (system
+        prompt, tools, the task), what the stage times its server's decode step on."""
+        trained = next((i for i, m in enumerate(self.masks) if m != PROMPT_MASK), len(self.tokens))
+        return self.tokens[:trained]
+
     def as_json(self) -> dict[str, Any]:
         return {
             "source": self.source,

@@ -10,8 +10,12 @@ training state the RL stage starts from (indexed at step 0), and `sft/result.jso
 A stage stopped before its end saves its state as `ended: stopped`; the resumed run's stage goes
 on from there with the same examples and order of batches.
 
-Every evaluation line carries `stage: "sft"` and `sft_step`, so the curves tell them from RL's.
-Exit codes are the trainer's (`run_files.ExitCode`); SIGTERM ends the current step, then saves.
+Every evaluation line carries `stage: "sft"` and `sft_step`, so the curves tell them from RL's. The
+environment's model requests are recorded and their timeouts fitted as in RL's environment process
+(`env_process/health.py`, env_health.json): the server times a decode step before the first
+evaluation, so no request is held to the environment's own fixed timeout and asked again.
+Exit codes are the trainer's (`run_files.ExitCode`); SIGTERM ends the current step (an evaluation at
+once, its requests cancelled), then saves.
 """
 
 from __future__ import annotations
@@ -24,16 +28,21 @@ import runpy
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tinker import types
+
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv
-from tinker_atropos.backends.base import TrainingBackend
+from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
+from tinker_atropos.backends.local.decode_clock import ROWS_MIN_STEPS
+from tinker_atropos.env_process import health
 from tinker_atropos.inference_server.serve import PortBindError
 from tinker_atropos.owner import end_with_owner
+from tinker_atropos.request_timeouts import Policy, workload
 from tinker_atropos.run_files import (
     ExitCode,
     RunFiles,
@@ -54,6 +63,7 @@ from tinker_atropos.trainer.loop import adam_params
 from tinker_atropos.trainer.training_state import SFT_STATE_NAME, state_entry
 
 logger = logging.getLogger("tinker_atropos.sft")
+TIMED_TOKENS = 2 * ROWS_MIN_STEPS  # decode steps timed before the first evaluation: the clock reports their rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_run_config(args.config)
         settings = sft_settings(cfg)
+        # every environment built from here on (the teacher's too): its requests recorded and fitted as RL's
+        health.install(RunFiles(Path(cfg.tinker.run_dir)).env_health, Policy.from_section(cfg.request_timeouts))
         cls = environment_class(Path(args.env_file), args.env_class)
         env = build_env(cls, cfg)
     except (ConfigError, ValueError) as exc:
@@ -164,7 +176,8 @@ async def close_servers(env: HermesAgentBaseEnv) -> None:
 
 
 def _stop_on_signal() -> asyncio.Event:
-    """Set on SIGTERM or SIGINT: the step in progress ends, then the stage saves what it trained."""
+    """Set on SIGTERM or SIGINT: the step in progress ends (an evaluation is cancelled at once: it may
+    take far longer than the server's grace before SIGKILL), then the stage saves what it trained."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -240,7 +253,7 @@ async def _steps(
     """The stage's steps between its evaluations, its state saved and indexed, sft/result.json."""
     if stopped is not None:  # adapter and optimizer as the stopped stage left them
         await training.load_state_async(stopped.state)
-    async with served(cfg, training, env, files) as (publish, evaluate):
+    async with served(cfg, training, env, files, stop, examples[0].prompt) as (publish, evaluate):
         total = settings.steps_for(len(examples))
         # the run's Adam (betas, eps, weight decay, gradient clipping) at the stage's learning rate
         adam = adam_params(cfg).model_copy(update={"learning_rate": settings.learning_rate})
@@ -284,10 +297,16 @@ Evaluate = Callable[[int], Awaitable[dict[str, Any] | None]]
 
 @asynccontextmanager
 async def served(
-    cfg: RunConfig, training: TrainingBackend, env: HermesAgentBaseEnv, files: RunFiles
+    cfg: RunConfig,
+    training: TrainingBackend,
+    env: HermesAgentBaseEnv,
+    files: RunFiles,
+    stop: asyncio.Event,
+    prompt: list[int],
 ) -> AsyncIterator[tuple[Publish, Evaluate]]:
     """The run's inference server on its port while the stage lasts: `publish` saves the adapter
-    and serves it; `evaluate` runs the environment's evaluation against it, tagged as the stage's."""
+    and serves it; `evaluate` runs the environment's evaluation against it, tagged as the stage's
+    (None when `stop` cut it short), the server's decode step timed on `prompt` before the first."""
     from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
     from tinker_atropos.reply_cap import served_cap
 
@@ -302,9 +321,19 @@ async def served(
         holder.swap(await training.create_sampling_client_async(path), label)
         return path
 
+    timed = False
+
+    async def timed_evaluation() -> None:
+        nonlocal timed
+        if not timed:
+            await time_decoding(holder.current()[0], prompt, workload(env.config, None).rows)
+            timed = True
+        await env.evaluate()
+
     async def evaluate(step: int) -> dict[str, Any] | None:
         env.eval_tags = {"stage": "sft", "sft_step": step}
-        await env.evaluate()
+        if not await unless_stopped(timed_evaluation(), stop):
+            return None
         rows = [r for r in read_jsonl(files.evals) if r.get("stage") == "sft" and r.get("sft_step") == step]
         return rows[-1] if rows else None
 
@@ -312,6 +341,35 @@ async def served(
         yield publish, evaluate
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def time_decoding(sampler: SamplingBackend, prompt: list[int], rows: int) -> None:
+    """Decode a few tokens of `prompt` at the `rows` the requests' timeouts are fitted for, so the
+    server's /health has a measured step before the first request: each one gets a timeout fitted
+    to its work, where an unmeasured server leaves the environment's own, which a long reply
+    outlives and is then asked again from nothing (`request_timeouts.py`)."""
+    if getattr(sampler, "decoding", None) is None:
+        return  # a service's sampler (Tinker) is not timed here: its requests keep their own timeout
+    params = types.SamplingParams(max_tokens=TIMED_TOKENS, temperature=1.0)
+    await sampler.sample_async(types.ModelInput.from_ints(prompt), rows, params)
+
+
+async def unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run `work` to its end (True), or cancel it as soon as `stop` is set (False): an evaluation's
+    requests end with it, and its clean-up (sandboxes, connections) runs before the stage saves."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((task, stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait((task,))
+    if task.cancelled():
+        return False
+    task.result()  # its error, raised here
+    return True
 
 
 def _log_step(files: RunFiles, step: int, total: int, made: SftStep, seconds: float) -> None:

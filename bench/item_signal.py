@@ -1,0 +1,93 @@
+"""Does every rollout teach? The draw of training items against today's order, side by side: two runs
+at once on one machine, the same wall-clock budget from rl_start_training (the stage included), each a
+supervised stage from the environment's demonstrations then RL (bench/sft.py's `sft` arm), through
+the MCP tools as an agent:
+
+- `today`: `item_window: 0`, every training item in turn, as the product drew them before the draw;
+- `draw`: the product's default draw (solved items retired, unsolved ones deferred; the run ends
+  once every item is retired).
+
+For each arm: the share of the rollouts' reply tokens that went into groups atroposlib dropped as
+tied (items.json), the RL steps made, and the held-out accuracy (and tool-call share) at each `--at`
+minute. On `mcp:time` (bench/mcp_tools.py's tasks and server) or `tool_calculator`.
+
+Named item_signal.py, not signal.py: a script in bench/ has bench/ first on its path, and a signal.py
+there would stand in for the standard library's `signal` (asyncio imports it).
+
+    .venv/bin/python bench/item_signal.py [--environment mcp:time|tool_calculator] [--minutes 20] [--at 10,20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from learning import train_through_mcp
+from mcp_tools import EDITS as MCP_EDITS
+from mcp_tools import SERVER
+from sft import CALCULATOR_EDITS, arm_edits, figures, home_for
+
+from rl_mcp import interrupts
+from tinker_atropos.run_files import RunFiles, read_jsonl
+
+ARMS: dict[str, dict[str, Any]] = {"today": {"item_window": 0}, "draw": {}}
+
+
+def signal_figures(run_dir: Path) -> str:
+    """The tied share of reply tokens, the groups that tied and the RL steps made."""
+    files = RunFiles(run_dir)
+    items = json.loads(files.items.read_text()) if files.items.exists() else {}
+    steps = len(read_jsonl(files.metrics))
+    if not items.get("reply_tokens"):
+        return f"{steps} RL steps, no group scored"
+    share = items["tied_reply_tokens"] / items["reply_tokens"]
+    ties = items["ties"]
+    return (
+        f"{share:.0%} of reply tokens in tied groups ({sum(ties.values())} of {items['groups']} groups tied: "
+        f"{ties['top']} at the top, {ties['zero']} at zero); {steps} RL steps; items {items['active']} active, "
+        f"{items['retired']} retired, {items['deferred']} deferred"
+        + ("; every item retired: the run completed" if items.get("all_retired") else "")
+    )
+
+
+async def both_arms(environment: str, minutes: float, marks: list[float]) -> dict[str, list[str]]:
+    base = {**(MCP_EDITS if environment == "mcp:time" else CALCULATOR_EDITS), **arm_edits("sft", {}, None)}
+    report: dict[str, list[str]] = {}
+
+    async def arm(name: str, edits: dict[str, Any]) -> None:
+        started = time.time()
+        run_dir, _ = await train_through_mcp(
+            minutes, home_for(environment), environment, {**base, **edits}, may_complete=True
+        )
+        report[name] = [signal_figures(run_dir), *figures(run_dir, started, marks)]
+        print(f"== {name}: {run_dir}", *report[name], sep="\n  ", flush=True)
+
+    async with anyio.create_task_group() as tg:
+        for name, edits in ARMS.items():
+            tg.start_soon(arm, name, edits)
+    return report
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--environment", default="mcp:time", choices=["mcp:time", "tool_calculator"])
+    ap.add_argument("--minutes", type=float, default=20.0)
+    ap.add_argument("--at", default="10,20", help="minutes at which to read the held-out evaluation")
+    a = ap.parse_args()
+    if a.environment == "mcp:time" and not SERVER.exists():
+        print(f"{SERVER} is missing: run `make mcp-servers`")
+        return 1
+    marks = [float(m) for m in a.at.split(",") if m]
+    report = interrupts.run(both_arms, a.environment, a.minutes, marks)
+    print(f"\n{a.environment}, {a.minutes:g} min, both arms at once:")
+    for name, lines in sorted(report.items()):
+        print(f"{name:>6}: " + " | ".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
