@@ -107,6 +107,7 @@ def test_result_json_is_written_whole(tmp_path):
         "backend": "local",
         "wandb_url": None,
         "error": None,
+        "reason": None,
     }
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["result.json"]
 
