@@ -29,6 +29,7 @@ from rl_mcp.mcp_api.findings.notices import LOGGER, FindingNotices
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.mcp_api.subscriptions import ResourcePublisher
 from rl_mcp.runs.env_health import Discards
+from rl_mcp.runs.item_counts import ItemCounts
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.settings import Settings
@@ -335,6 +336,24 @@ def test_most_groups_without_signal_on_the_latest_steps() -> None:
 def test_no_step_yet_and_the_environment_drops_equal_groups() -> None:
     found = diagnose(facts([], active=True, env_drops_equal_groups=True))
     assert [f.code for f in found] == ["no_reward_signal"] and "scored the same" in found[0].title
+
+
+def test_no_step_yet_whose_groups_tie_at_zero_names_the_cause_and_at_the_top_says_solved() -> None:
+    """items.json's ties: at zero, a reward that never pays, or no valid action where every reply's
+    calls failed; at the top, the items are solved (not a broken reward)."""
+
+    def ties(top: int, zero: int, refused: int = 0) -> ItemCounts:
+        return ItemCounts("product", 8, 8, 0, 0, False, top + zero, top, zero, 0, 100, 100, zero_refused=refused)
+
+    for counts, title in (
+        (ties(0, 8), "no reply earns any reward"),
+        (ties(0, 8, refused=8), "no reply made a valid action"),
+    ):
+        found = by_code(diagnose(facts([], active=True, items=counts)))
+        assert list(found) == ["no_reward_signal"] and title in found["no_reward_signal"].title
+        assert "8 at zero" in found["no_reward_signal"].evidence[0].summary
+    found = by_code(diagnose(facts([], active=True, env_drops_equal_groups=True, items=ties(8, 0))))
+    assert list(found) == ["items_solved"] and "8 at the top reward" in found["items_solved"].evidence[0].summary
 
 
 def test_reward_up_eval_flat() -> None:

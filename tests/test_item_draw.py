@@ -40,6 +40,9 @@ def test_the_outcome_of_a_group_and_its_tie() -> None:
     assert group_outcome({"scores": [1.0, 1.0]}).outcome == "solved"
     assert group_outcome({"scores": [-1.0, 0.0]}) == GroupOutcome("unsolved", None, 0)
     assert group_outcome({"scores": []}) is None
+    refused = [{"correct": False, "tool_errors": 2}, {"correct": False, "tool_errors": 1}]
+    assert group_outcome({"scores": [0.0, 0.0], "overrides": refused}).all_refused
+    assert not group_outcome({"scores": [0.0, 0.0], "overrides": [refused[0], {"correct": False}]}).all_refused
 
 
 def test_solved_items_are_retired_and_the_draw_ends_when_all_are() -> None:

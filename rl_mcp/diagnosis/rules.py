@@ -71,11 +71,18 @@ def no_reward_signal(facts: RunFacts) -> Finding | None:
             return None
         dropping = "atroposlib logs 'Scores are the same in a group, skipping' and sends nothing"
         log = Evidence("env.log", [], [], dropping)
+        refused = at_zero and c is not None and c.zero_refused >= t.SOLVED_TIE_SHARE * c.ties_zero
         title = (
-            "No step yet: every group ties at zero (no reply earns any reward), so the environment drops it"
+            "No step yet: every group ties at zero, and no reply made a valid action (each call failed)"
+            if refused
+            else "No step yet: every group ties at zero (no reply earns any reward), so the environment drops it"
             if at_zero
             else "No step yet: the environment drops every group because all its replies scored the same"
         )
+        if refused:
+            next_step = _test_reward(
+                facts, "read the samples' tool errors: the environment refuses every action the model writes"
+            )
         return Finding("no_reward_signal", "error", title, next_step, ties_evidence(facts) or [log])
     w = min(window(shares), len(shares))
     first, recent = shares[:w], shares[-w:]

@@ -22,6 +22,7 @@ class ItemCounts:
     ties_other: int  # ... all scored the same in between
     reply_tokens: int
     tied_reply_tokens: int
+    zero_refused: int = 0  # ties at zero where every reply's tool calls or actions failed: no valid action
 
     @property
     def ties(self) -> int:
@@ -38,8 +39,9 @@ class ItemCounts:
         tokens = f" ({share:.0%} of the reply tokens)" if share is not None else ""
         return (
             f"{self.ties} of {self.groups} groups tied{tokens}: {self.ties_top} at the top reward, {self.ties_zero} "
-            f"at zero, {self.ties_other} in between; items: {self.active} active, {self.retired} retired as solved, "
-            f"{self.deferred} deferred as unsolved, of {self.items}"
+            f"at zero ({self.zero_refused} with every action refused), {self.ties_other} in between; items: "
+            f"{self.active} active, {self.retired} retired as solved, {self.deferred} deferred as unsolved, "
+            f"of {self.items}"
         )
 
 
@@ -59,6 +61,7 @@ def read_items(path: Path) -> ItemCounts | None:
             ties_top=int(ties["top"]),
             ties_zero=int(ties["zero"]),
             ties_other=int(ties["other"]),
+            zero_refused=int(raw.get("zero_refused") or 0),
             reply_tokens=int(raw["reply_tokens"]),
             tied_reply_tokens=int(raw["tied_reply_tokens"]),
         )

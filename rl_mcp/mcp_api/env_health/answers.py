@@ -73,6 +73,9 @@ class TrainingItems(BaseModel):
     groups: int = Field(description="Groups scored")
     tied_at_top: int = Field(description="Groups whose replies all solved the item (dropped: no signal)")
     tied_at_zero: int = Field(description="Groups whose replies all scored zero (dropped: no signal)")
+    tied_at_zero_refused: int = Field(
+        description="... of them, groups where every reply's tool calls or actions failed (no valid action)"
+    )
     tied_other: int = Field(description="Groups whose replies all scored the same value in between (dropped)")
     tied_token_share: float | None = Field(description="The share of sampled reply tokens spent in tied groups")
     summary: str

@@ -72,6 +72,7 @@ def items_view(counts: ItemCounts | None) -> TrainingItems | None:
         groups=counts.groups,
         tied_at_top=counts.ties_top,
         tied_at_zero=counts.ties_zero,
+        tied_at_zero_refused=counts.zero_refused,
         tied_other=counts.ties_other,
         tied_token_share=round(share, 4) if share is not None else None,
         summary=counts.line,

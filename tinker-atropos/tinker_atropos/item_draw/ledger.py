@@ -23,6 +23,7 @@ class ItemLedger:
     recent: dict[str, list[Outcome]] = field(default_factory=dict)  # item key -> its last k outcomes
     groups: int = 0
     ties: dict[str, int] = field(default_factory=lambda: {"top": 0, "zero": 0, "other": 0})
+    zero_refused: int = 0  # ties at zero where every reply's actions were refused (no valid action)
     reply_tokens: int = 0
     tied_reply_tokens: int = 0
 
@@ -32,6 +33,7 @@ class ItemLedger:
         if group.tie is not None:
             self.ties[group.tie] += 1
             self.tied_reply_tokens += group.reply_tokens
+            self.zero_refused += group.tie == "zero" and group.all_refused
         if self.window > 0:
             self.recent[key] = [*self.recent.get(key, []), group.outcome][-self.window :]
 
@@ -71,6 +73,7 @@ def write_items_file(
         "all_retired": all_retired,
         "groups": ledger.groups,
         "ties": ledger.ties,
+        "zero_refused": ledger.zero_refused,
         "reply_tokens": ledger.reply_tokens,
         "tied_reply_tokens": ledger.tied_reply_tokens,
     }

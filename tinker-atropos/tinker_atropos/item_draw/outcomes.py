@@ -16,6 +16,7 @@ class GroupOutcome:
     outcome: Outcome
     tie: Tie | None  # the replies all scored the same (atroposlib drops the group): at the top, at zero, else
     reply_tokens: int  # the group's sampled tokens (its masks' trained positions)
+    all_refused: bool = False  # every reply's tool calls or actions failed (an agent's `tool_errors`): no valid action
 
 
 def group_outcome(group: Mapping[str, Any]) -> GroupOutcome | None:
@@ -31,7 +32,8 @@ def group_outcome(group: Mapping[str, Any]) -> GroupOutcome | None:
     tie: Tie | None = None
     if len(set(scores)) == 1:
         tie = "top" if solved else "zero" if unsolved and scores[0] <= 0.0 else "other"
-    return GroupOutcome(outcome, tie, sum(_trained(mask) for mask in group.get("masks") or []))
+    tokens = sum(_trained(mask) for mask in group.get("masks") or [])
+    return GroupOutcome(outcome, tie, tokens, _all_refused(group.get("overrides"), len(scores)))
 
 
 def _correct_flags(overrides: Any, n: int) -> list[bool] | None:
@@ -43,3 +45,10 @@ def _correct_flags(overrides: Any, n: int) -> list[bool] | None:
 
 def _trained(mask: Sequence[int]) -> int:
     return sum(1 for m in mask if m != -100)
+
+
+def _all_refused(overrides: Any, n: int) -> bool:
+    """Every reply called something and each call failed (`tool_errors` of an agent's overrides)."""
+    if not isinstance(overrides, Sequence) or len(overrides) != n:
+        return False
+    return all(isinstance(o, Mapping) and int(o.get("tool_errors") or 0) > 0 for o in overrides)
