@@ -159,6 +159,7 @@ BAD_INPUTS = [
     ("rl_edit_config", {"field": "difficulty", "value": None}, ["'difficulty'", "expected integer"]),
     ("rl_edit_config", {"field": "difficulty", "value": 11}, ["'difficulty'", "<= 10", "got 11"]),
     ("rl_edit_config", {"field": "group_size", "value": 1}, ["'group_size'", ">= 2"]),
+    ("rl_edit_config", {"field": "max_batches_offpolicy", "value": 0}, ["'max_batches_offpolicy'", ">= 1"]),
     ("rl_edit_config", {"field": "mode", "value": "medium"}, ["'mode'", "one of 'easy', 'hard'"]),
     ("rl_edit_config", {"field": "beta1", "value": 1.5}, ["'beta1'", "< 1"]),
     ("rl_edit_config", {"field": "wandb_name", "value": "bad name/../x"}, ["'wandb_name'", "matching"]),
