@@ -39,6 +39,24 @@ def scripted_server(tiny_tokenizer) -> Iterator[tuple[str, ScriptedSampler]]:
     handle.stop()
 
 
+@pytest.fixture(scope="module")
+def smollm2_url() -> Iterator[str]:
+    """A real inference server over untrained SmolLM2-135M-Instruct (a cold policy that writes text)."""
+    from tinker_atropos.backends.local import create_sampler, load_base_model
+    from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
+
+    try:  # built from its wheel on first use, as a run builds it: an empty HOME has no build yet
+        ensure_model("smollm2-135m")
+    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        pytest.skip(f"{exc} (make smollm2)")
+    base = load_base_model("smollm2-135m", "cpu")
+    handle = serve_in_thread(
+        build_app(SamplerHolder(create_sampler(base)), "smollm2-135m", base.tokenizer), "127.0.0.1", 0
+    )
+    yield handle.url
+    handle.stop()
+
+
 @pytest.fixture
 def scripted(scripted_server) -> Iterator[tuple[str, ScriptedSampler]]:
     url, sampler = scripted_server

@@ -114,24 +114,6 @@ def test_batch_reports_agent_metrics_only_when_sequences_do() -> None:
     assert (plain.agent_turns_mean, plain.agent_tool_calls_mean, plain.agent_tool_errors) == (None, None, None)
 
 
-@pytest.fixture(scope="module")
-def smollm2_url():
-    from tinker_atropos.backends.local import create_sampler, load_base_model
-    from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
-    from tinker_atropos.models import ensure_model
-
-    try:  # built from its wheel on first use, as a run builds it: an empty HOME has no build yet
-        ensure_model("smollm2-135m")
-    except (ModuleNotFoundError, FileNotFoundError) as exc:
-        pytest.skip(f"{exc} (make smollm2)")
-    base = load_base_model("smollm2-135m", "cpu")
-    handle = serve_in_thread(
-        build_app(SamplerHolder(create_sampler(base)), "smollm2-135m", base.tokenizer), "127.0.0.1", 0
-    )
-    yield handle.url
-    handle.stop()
-
-
 @pytest.mark.anyio
 async def test_calculator_group_from_smollm2_has_unequal_scores(smollm2_url) -> None:
     """The real model, untrained: no tool call yet, but the shaped reward already separates replies."""

@@ -5,7 +5,7 @@ own, only the model's turns trained, the reward the episode's own; nothing left 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -125,28 +125,17 @@ async def test_a_reply_is_the_action_where_its_one_required_field_is_a_string(sc
     assert openenv_servers() == []
 
 
-@pytest.fixture(scope="module")
-def cold_url(tiny_path: Path) -> Iterator[str]:
-    """A real inference server over the untrained tiny model (random weights: a cold policy)."""
-    from tinker_atropos.backends.local import create_sampler, load_base_model
-    from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
-
-    base = load_base_model("tiny-chat", "cpu")
-    handle = serve_in_thread(
-        build_app(SamplerHolder(create_sampler(base)), "tiny-chat", base.tokenizer), "127.0.0.1", 0
-    )
-    yield handle.url
-    handle.stop()
-
-
 async def test_a_cold_model_answering_in_text_gets_rewards_that_differ_within_a_group(
-    cold_url: str, tiny_path: Path, tmp_path: Path
+    smollm2_url: str, tmp_path: Path
 ) -> None:
-    """As a tool `step`, a cold model never acts and every group ties at zero; as text, its own
-    replies are the action, and the template pays them by their length: the group has a signal."""
+    """Untrained SmolLM2, which never calls a tool `step` (every group tied at zero): as text, its own
+    replies are the action, and the template pays them by their length (0.1 a character up to 1; two
+    tokens a reply keep most under the cap): the group has a signal."""
+    from tinker_atropos.models import model_dir
+
     items = items_file(tmp_path / "items.jsonl", {"reset": {}})
-    env = env_for(cold_url, tiny_path, template_env(tmp_path), items, group_size=8, max_agent_turns=1)
-    env.config.max_turn_tokens = 3
+    env = env_for(smollm2_url, model_dir("smollm2-135m"), template_env(tmp_path), items, group_size=8)
+    env.config.max_agent_turns, env.config.max_turn_tokens = 1, 2
     async with set_up(env) as env:
         group = await group_of(env)
     assert env.text_field == "message"
