@@ -161,3 +161,18 @@ def test_tool_reward_ladder() -> None:
         {"role": "assistant", "content": "", "tool_calls": [call]}, tool, {"role": "assistant", "content": "It is 85."}
     )
     assert full == 1.0
+
+
+@pytest.mark.anyio
+async def test_the_agent_base_draws_its_items_and_names_an_empty_list(scripted, tiny_path) -> None:
+    """get_next_item is the product's draw over `train_items`: seeded, every item once a pass; an
+    environment that filled none is told what to do, not given an empty draw."""
+    url, _ = scripted
+    env = make_env(ToolCalculatorEnv, url, tiny_path, group_size=2, num_train_items=5)
+    await env.setup()
+    drawn = [await env.get_next_item() for _ in range(5)]
+    assert sorted(map(id, drawn)) == sorted(map(id, env.train_items))  # a shuffled pass, each once
+    empty = make_env(ToolCalculatorEnv, url, tiny_path, group_size=2)
+    with pytest.raises(ValueError, match="fill `train_items` in setup"):
+        await empty.get_next_item()
+    await close_env(env)

@@ -54,6 +54,11 @@ class RunEnv(BaseEnv):
     def draw_from(self, items: Sequence[T]) -> T | None:
         """The next training item of `items`; None once every one is retired as solved (the trainer
         then ends the run as completed: items.json says so)."""
+        if not items:
+            raise ValueError(
+                f"{self.name}: no training items to draw from: fill `train_items` in setup(), or override "
+                "get_next_item with an order of your own"
+            )
         draw = self._item_draw(len(items))
         index = draw.next()
         if index is None:
