@@ -1,7 +1,8 @@
 """Does every rollout teach? The draw of training items against today's order, side by side: two runs
-at once on one machine, the same wall-clock budget from rl_start_training (the stage included), each a
-supervised stage from the environment's demonstrations then RL (bench/sft.py's `sft` arm), through
-the MCP tools as an agent:
+one after the other on one machine (two stages at once do not fit in 24 GiB: one on `mcp:time` peaked
+at 9.4 GB RSS at its last evaluation, and the out-of-memory killer took one of a pair), the same
+wall-clock budget from rl_start_training (the stage included), each a supervised stage from the
+environment's demonstrations then RL (bench/sft.py's `sft` arm), through the MCP tools as an agent:
 
 - `today`: `item_window: 0`, every training item in turn, as the product drew them before the draw;
 - `draw`: the product's default draw (solved items retired, unsolved ones deferred; the run ends
@@ -25,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 from learning import train_through_mcp
 from mcp_tools import EDITS as MCP_EDITS
 from mcp_tools import SERVER
@@ -66,9 +66,8 @@ async def both_arms(environment: str, minutes: float, marks: list[float]) -> dic
         report[name] = [signal_figures(run_dir), *figures(run_dir, started, marks)]
         print(f"== {name}: {run_dir}", *report[name], sep="\n  ", flush=True)
 
-    async with anyio.create_task_group() as tg:
-        for name, edits in ARMS.items():
-            tg.start_soon(arm, name, edits)
+    for name, edits in ARMS.items():
+        await arm(name, edits)
     return report
 
 
@@ -83,7 +82,7 @@ def main() -> int:
         return 1
     marks = [float(m) for m in a.at.split(",") if m]
     report = interrupts.run(both_arms, a.environment, a.minutes, marks)
-    print(f"\n{a.environment}, {a.minutes:g} min, both arms at once:")
+    print(f"\n{a.environment}, {a.minutes:g} min an arm:")
     for name, lines in sorted(report.items()):
         print(f"{name:>6}: " + " | ".join(lines))
     return 0
