@@ -27,7 +27,6 @@ from tinker_atropos.env_process import model_requests
 from tinker_atropos.env_process.model_requests import Answered, collecting_replies
 from tinker_atropos.env_process.timeout_fitter import TimeoutFitter
 from tinker_atropos.item_draw.ledger import ItemLedger, write_items_file
-from tinker_atropos.item_draw.outcomes import group_outcome
 from tinker_atropos.request_timeouts import Policy
 from tinker_atropos.run_files import RunFiles, atomic_write_text
 
@@ -260,10 +259,8 @@ def count_items(env: Any, items_file: Path) -> None:
     send = env.handle_send_to_api
 
     async def handle_send_to_api(scored_data: Any, item: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if getattr(env, "_draw", None) is None:  # the product's draw keeps its own record
-            for group in scored_data if isinstance(scored_data, list) else [scored_data]:
-                if isinstance(group, dict) and (outcome := group_outcome(group)) is not None:
-                    ledger.record(repr(item)[:ITEM_KEY_CHARS], outcome)
+        if getattr(env, "item_draw", None) is None:  # the product's draw keeps its own record
+            ledger.record_groups(repr(item)[:ITEM_KEY_CHARS], scored_data)
             write_items_file(items_file, ledger, total=None, drawn_by="environment")
         return await send(scored_data, item, *args, **kwargs)
 

@@ -30,7 +30,6 @@ from atroposlib.envs.base import BaseEnv, EvalHandlingEnum
 from tinker_atropos.env_process import atropos_compat, logs
 from tinker_atropos.item_draw.draw import ItemDraw
 from tinker_atropos.item_draw.ledger import ItemLedger, write_items_file
-from tinker_atropos.item_draw.outcomes import group_outcome
 from tinker_atropos.run_files import RunFiles
 
 logger = logging.getLogger(__name__)
@@ -50,6 +49,11 @@ class RunEnv(BaseEnv):
         self._draw_done = False  # every item retired: said once
 
     # --- the draw (tinker_atropos.item_draw) ---
+
+    @property
+    def item_draw(self) -> ItemDraw | None:
+        """The product's draw once it has begun; None for an environment drawing its own order."""
+        return self._draw
 
     def draw_from(self, items: Sequence[T]) -> T | None:
         """The next training item of `items`; None once every one is retired as solved (the trainer
@@ -86,9 +90,7 @@ class RunEnv(BaseEnv):
         """Each group's outcome to its item's record first (atroposlib may drop the group next)."""
         index = self._drawn.get(id(item)) if item is not None else None
         if self._draw is not None and index is not None:
-            for group in scored_data if isinstance(scored_data, list) else [scored_data]:
-                if isinstance(group, dict) and (outcome := group_outcome(group)) is not None:
-                    self._draw.ledger.record(str(index), outcome)
+            self._draw.ledger.record_groups(str(index), scored_data)
             self._write_items()
         return await super().handle_send_to_api(scored_data, item, *args, **kwargs)
 

@@ -2,7 +2,7 @@
 
 An item is *retired* when every reply of each of its last `window` groups solved it, and *deferred*
 when no reply of any of them did. The ledger also counts the groups that tied (atroposlib drops
-them) at the top and at zero, and the reply tokens they took: the diagnosis and bench/signal.py
+them) at the top and at zero, and the reply tokens they took: the diagnosis and bench/item_signal.py
 read those from `items.json`.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinker_atropos.item_draw.outcomes import GroupOutcome, Outcome
+from tinker_atropos.item_draw.outcomes import GroupOutcome, Outcome, group_outcome
 from tinker_atropos.run_files import atomic_write_text
 
 
@@ -36,6 +36,12 @@ class ItemLedger:
             self.zero_refused += group.tie == "zero" and group.all_refused
         if self.window > 0:
             self.recent[key] = [*self.recent.get(key, []), group.outcome][-self.window :]
+
+    def record_groups(self, key: str, scored_data: Any) -> None:
+        """What `handle_send_to_api` is given (one ScoredDataGroup or a list of them), each group recorded."""
+        for group in scored_data if isinstance(scored_data, list) else [scored_data]:
+            if isinstance(group, dict) and (outcome := group_outcome(group)) is not None:
+                self.record(key, outcome)
 
     def retired(self, key: str) -> bool:
         return self._all(key, "solved")
