@@ -101,13 +101,14 @@ def test_the_stage_trains_between_two_evaluations_and_leaves_its_state(tiny_path
 
 
 def test_an_evaluation_whose_replies_outlive_the_environments_timeout_asks_nothing_twice(tiny_path, tmp_path) -> None:
-    """The environment's own timeout is 1 s and each greedy reply of 300 tokens takes longer (the tiny
-    model's never stop; short enough that a fitted timeout keeps its margin on a loaded machine). Held
+    """The environment's own timeout is 1 s (atroposlib's least: an int) and each greedy reply of 1000
+    tokens takes longer, about 2.3 s on an idle AVX-512 EPYC (the tiny model's never stop; 300 took
+    0.7 s there and passed under 1 s on a Xeon with AMX). Held
     to it, every try was thrown away and asked again; fitted from the decode step the stage times
     before its first evaluation, each request's timeout holds its reply."""
     run_dir = tmp_path / "run"
     sft = {"sources": ["demonstrations"], "items": 2, "batch_size": 2, "max_steps": 1, "learning_rate": 1e-3}
-    done = stage(run_config(run_dir, tiny_path, sft, timeout_s=1, max_turn_tokens=300))
+    done = stage(run_config(run_dir, tiny_path, sft, timeout_s=1, max_turn_tokens=1000))
     assert done.returncode == 0, done.stderr[-3000:]
     files = RunFiles(run_dir)
     evals = [e for e in read_jsonl(files.evals) if e.get("stage") == "sft"]
@@ -115,7 +116,7 @@ def test_an_evaluation_whose_replies_outlive_the_environments_timeout_asks_nothi
     requests = json.loads(files.env_health.read_text())["requests"]
     assert requests["sent"] == requests["answered"] == 4, requests  # 2 items twice, each asked once
     assert requests["timeouts"] == requests["client_retries"] == requests["failed"] == 0, requests
-    assert requests["reply_tokens"] == 4 * 300 and requests["client_timeout_s"] > 10, requests
+    assert requests["reply_tokens"] == 4 * 1000 and requests["client_timeout_s"] > 10, requests
     assert "ms a decode step at the" in requests["client_timeout_basis"], requests  # measured, not the 1 s
 
 
