@@ -37,9 +37,11 @@ from tinker_atropos.run_files import RunFiles, read_jsonl
 ARMS: dict[str, dict[str, Any]] = {"today": {"item_window": 0}, "draw": {}}
 
 
-def signal_figures(run_dir: Path) -> str:
-    """The tied share of reply tokens, the groups that tied and the RL steps made."""
+def signal_figures(run_dir: Path, started: float) -> str:
+    """The tied share of reply tokens (and the tokens themselves: a run that ends sooner spends fewer),
+    the groups that tied, the RL steps made and when the run ended."""
     files = RunFiles(run_dir)
+    ended = f"; ended at {(files.result.stat().st_mtime - started) / 60:.1f} min" if files.result.exists() else ""
     items = json.loads(files.items.read_text()) if files.items.exists() else {}
     steps = len(read_jsonl(files.metrics))
     if not items.get("reply_tokens"):
@@ -47,10 +49,12 @@ def signal_figures(run_dir: Path) -> str:
     share = items["tied_reply_tokens"] / items["reply_tokens"]
     ties = items["ties"]
     return (
-        f"{share:.0%} of reply tokens in tied groups ({sum(ties.values())} of {items['groups']} groups tied: "
+        f"{share:.0%} of reply tokens in tied groups ({items['tied_reply_tokens']} of {items['reply_tokens']}; "
+        f"{sum(ties.values())} of {items['groups']} groups tied: "
         f"{ties['top']} at the top, {ties['zero']} at zero); {steps} RL steps; items {items['active']} active, "
         f"{items['retired']} retired, {items['deferred']} deferred"
         + ("; every item retired: the run completed" if items.get("all_retired") else "")
+        + ended
     )
 
 
@@ -63,7 +67,7 @@ async def both_arms(environment: str, minutes: float, marks: list[float]) -> dic
         run_dir, _ = await train_through_mcp(
             minutes, home_for(environment), environment, {**base, **edits}, may_complete=True
         )
-        report[name] = [signal_figures(run_dir), *figures(run_dir, started, marks)]
+        report[name] = [signal_figures(run_dir, started), *figures(run_dir, started, marks)]
         print(f"== {name}: {run_dir}", *report[name], sep="\n  ", flush=True)
 
     for name, edits in ARMS.items():
