@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import string
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,20 @@ def test_concurrent_builds_agree(fresh_cache: Path) -> None:
     assert folders == {str(fresh_cache / "models" / "tiny-chat")}
     assert [p.name for p in (fresh_cache / "models").iterdir()] == ["tiny-chat"]
     assert load_file(fresh_cache / "models" / "tiny-chat" / "model.safetensors")
+
+
+def test_a_build_stopped_midway_leaves_nothing_in_the_cache(fresh_cache: Path) -> None:
+    cmd = [sys.executable, "-m", "tinker_atropos.models", "ensure", "tiny-chat"]
+    build = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    models = fresh_cache / "models"
+    deadline = time.monotonic() + 60
+    while not (models.is_dir() and any(models.glob(".tiny-chat-*"))) and build.poll() is None:
+        assert time.monotonic() < deadline, "the build made no staging folder in 60 s"
+        time.sleep(0.01)
+    build.terminate()  # mid-build: its staging folder exists, the model does not yet
+    out, err = build.communicate(timeout=60)
+    assert build.returncode == 128 + signal.SIGTERM, (out, err)
+    assert list(models.iterdir()) == [], "the staging folder was left behind"
 
 
 def test_tokenizer_and_model_load_with_transformers() -> None:
