@@ -356,6 +356,18 @@ def test_no_step_yet_whose_groups_tie_at_zero_names_the_cause_and_at_the_top_say
     assert list(found) == ["items_solved"] and "8 at the top reward" in found["items_solved"].evidence[0].summary
 
 
+def test_a_run_whose_other_groups_still_teach_is_not_called_solved() -> None:
+    """bench/item_signal.py's mcp:time run after a stage: 32 of 46 groups tied, 29 at the top, and the
+    other 14 still had a spread to learn from (7 steps); all but 4 of 36 tied is solved."""
+    metrics = rows(7, reward_mean=0.9)
+
+    def counts(groups: int, top: int) -> ItemCounts:
+        return ItemCounts("product", 64, 64, 0, 0, False, groups, top, 0, 3, 24795, 17292)
+
+    assert "items_solved" not in by_code(diagnose(facts(metrics, active=True, items=counts(46, 29))))
+    assert "items_solved" in by_code(diagnose(facts(metrics, active=True, items=counts(36, 29))))
+
+
 def test_reward_up_eval_flat() -> None:
     metrics = rows(12, reward_mean=lambda s: 0.1 if s < 5 else 0.6)
     flat = [{"step": 0, "eval_accuracy": 0.25}, {"step": 12, "eval_accuracy": 0.25, "final": True}]
