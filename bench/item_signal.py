@@ -16,6 +16,7 @@ Named item_signal.py, not signal.py: a script in bench/ has bench/ first on its 
 there would stand in for the standard library's `signal` (asyncio imports it).
 
     .venv/bin/python bench/item_signal.py [--environment mcp:time|tool_calculator] [--minutes 20] [--at 10,20]
+                                          [--train-items N]
 """
 
 from __future__ import annotations
@@ -58,14 +59,16 @@ def signal_figures(run_dir: Path, started: float) -> str:
     )
 
 
-async def both_arms(environment: str, minutes: float, marks: list[float]) -> dict[str, list[str]]:
+async def both_arms(
+    environment: str, minutes: float, marks: list[float], train_items: int | None
+) -> dict[str, list[str]]:
     base = {**(MCP_EDITS if environment == "mcp:time" else CALCULATOR_EDITS), **arm_edits("sft", {}, None)}
     report: dict[str, list[str]] = {}
 
     async def arm(name: str, edits: dict[str, Any]) -> None:
         started = time.time()
         run_dir, _ = await train_through_mcp(
-            minutes, home_for(environment), environment, {**base, **edits}, may_complete=True
+            minutes, home_for(environment, train_items), environment, {**base, **edits}, may_complete=True
         )
         report[name] = [signal_figures(run_dir, started), *figures(run_dir, started, marks)]
         print(f"== {name}: {run_dir}", *report[name], sep="\n  ", flush=True)
@@ -80,12 +83,18 @@ def main() -> int:
     ap.add_argument("--environment", default="mcp:time", choices=["mcp:time", "tool_calculator"])
     ap.add_argument("--minutes", type=float, default=20.0)
     ap.add_argument("--at", default="10,20", help="minutes at which to read the held-out evaluation")
+    ap.add_argument(
+        "--train-items",
+        type=int,
+        default=None,
+        help="mcp:time: keep this many of its 64 training tasks, so a budget spans several passes",
+    )
     a = ap.parse_args()
     if a.environment == "mcp:time" and not SERVER.exists():
         print(f"{SERVER} is missing: run `make mcp-servers`")
         return 1
     marks = [float(m) for m in a.at.split(",") if m]
-    report = interrupts.run(both_arms, a.environment, a.minutes, marks)
+    report = interrupts.run(both_arms, a.environment, a.minutes, marks, a.train_items)
     print(f"\n{a.environment}, {a.minutes:g} min an arm:")
     for name, lines in sorted(report.items()):
         print(f"{name:>6}: " + " | ".join(lines))

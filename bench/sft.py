@@ -45,13 +45,17 @@ def arm_edits(arm: str, base: dict[str, Any], teacher_adapter: Path | None) -> d
     return {**base, "demonstrations_per_group": 0, "sft": source}
 
 
-def home_for(environment: str) -> Path:
+def home_for(environment: str, train_items: int | None = None) -> Path:
+    """A server home; on `mcp:time`, its tasks file keeps the first `train_items` training tasks (all 64
+    by default) and the same 16 held-out ones."""
     home = Path(tempfile.mkdtemp(prefix="rl-mcp-sft-bench-")).resolve()
     if environment == "mcp:time":
         (home / "mcp-tasks").mkdir(parents=True)
         servers = {"mcpServers": {"time": {"command": str(SERVER), "args": ["--local-timezone", "UTC"]}}}
         (home / "tool-servers.json").write_text(json.dumps(servers))
-        (home / "mcp-tasks" / "time.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks()))
+        train = [t for t in tasks() if t["split"] == "train"][:train_items]
+        kept = train + [t for t in tasks() if t["split"] == "eval"]
+        (home / "mcp-tasks" / "time.jsonl").write_text("".join(json.dumps(t) + "\n" for t in kept))
     return home
 
 
