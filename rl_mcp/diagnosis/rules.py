@@ -71,7 +71,7 @@ def no_reward_signal(facts: RunFacts) -> Finding | None:
             return None
         dropping = "atroposlib logs 'Scores are the same in a group, skipping' and sends nothing"
         log = Evidence("env.log", [], [], dropping)
-        refused = at_zero and c is not None and c.zero_refused >= t.SOLVED_TIE_SHARE * c.ties_zero
+        refused = at_zero and c is not None and c.zero_refused >= t.REFUSED_ZERO_TIE_SHARE * c.ties_zero
         title = (
             "No step yet: every group ties at zero, and no reply made a valid action (each call failed)"
             if refused

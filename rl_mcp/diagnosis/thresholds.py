@@ -111,3 +111,6 @@ SOLVED_TIE_SHARE = 0.8
 # the other 30% still had a spread (7 RL steps); "stop and export" was premature there. After a stage
 # that solved tool_calculator, 200 of 207 tied.
 SOLVED_TIED_GROUPS_SHARE = 0.8
+# Of the groups tied at zero, at least this share had every reply's actions refused (items.json
+# `zero_refused`): no_reward_signal names the cause "no valid action", not a reward that never pays.
+REFUSED_ZERO_TIE_SHARE = 0.8
