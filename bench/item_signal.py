@@ -6,7 +6,9 @@ environment's demonstrations then RL (bench/sft.py's `sft` arm), through the MCP
 
 - `today`: `item_window: 0`, every training item in turn, as the product drew them before the draw;
 - `draw`: the product's default draw (solved items retired, unsolved ones deferred; the run ends
-  once every item is retired).
+  once every item is retired);
+- `draw1` (only when `--arms` names it): the draw deciding on each item's last group alone
+  (`item_window: 1`).
 
 For each arm: the share of the rollouts' reply tokens that went into groups atroposlib dropped as
 tied (items.json), the RL steps made, and the held-out accuracy (and tool-call share) at each `--at`
@@ -16,7 +18,7 @@ Named item_signal.py, not signal.py: a script in bench/ has bench/ first on its 
 there would stand in for the standard library's `signal` (asyncio imports it).
 
     .venv/bin/python bench/item_signal.py [--environment mcp:time|tool_calculator] [--minutes 20] [--at 10,20]
-                                          [--train-items N]
+                                          [--train-items N] [--arms today,draw,draw1]
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from sft import CALCULATOR_EDITS, arm_edits, figures, home_for
 from rl_mcp import interrupts
 from tinker_atropos.run_files import RunFiles, read_jsonl
 
-ARMS: dict[str, dict[str, Any]] = {"today": {"item_window": 0}, "draw": {}}
+ARMS: dict[str, dict[str, Any]] = {"today": {"item_window": 0}, "draw": {}, "draw1": {"item_window": 1}}
 
 
 def signal_figures(run_dir: Path, started: float) -> str:
@@ -59,8 +61,8 @@ def signal_figures(run_dir: Path, started: float) -> str:
     )
 
 
-async def both_arms(
-    environment: str, minutes: float, marks: list[float], train_items: int | None
+async def the_arms(
+    environment: str, minutes: float, marks: list[float], train_items: int | None, arms: list[str]
 ) -> dict[str, list[str]]:
     base = {**(MCP_EDITS if environment == "mcp:time" else CALCULATOR_EDITS), **arm_edits("sft", {}, None)}
     report: dict[str, list[str]] = {}
@@ -73,8 +75,8 @@ async def both_arms(
         report[name] = [signal_figures(run_dir, started), *figures(run_dir, started, marks)]
         print(f"== {name}: {run_dir}", *report[name], sep="\n  ", flush=True)
 
-    for name, edits in ARMS.items():
-        await arm(name, edits)
+    for name in arms:
+        await arm(name, ARMS[name])
     return report
 
 
@@ -89,12 +91,16 @@ def main() -> int:
         default=None,
         help="mcp:time: keep this many of its 64 training tasks, so a budget spans several passes",
     )
+    ap.add_argument("--arms", default="today,draw", help=f"which of {', '.join(ARMS)}, in this order")
     a = ap.parse_args()
+    arms = a.arms.split(",")
+    if unknown := [name for name in arms if name not in ARMS]:
+        ap.error(f"unknown arm(s) {', '.join(unknown)}: the arms are {', '.join(ARMS)}")
     if a.environment == "mcp:time" and not SERVER.exists():
         print(f"{SERVER} is missing: run `make mcp-servers`")
         return 1
     marks = [float(m) for m in a.at.split(",") if m]
-    report = interrupts.run(both_arms, a.environment, a.minutes, marks, a.train_items)
+    report = interrupts.run(the_arms, a.environment, a.minutes, marks, a.train_items, arms)
     print(f"\n{a.environment}, {a.minutes:g} min an arm:")
     for name, lines in sorted(report.items()):
         print(f"{name:>6}: " + " | ".join(lines))

@@ -4,10 +4,16 @@ request accounting of an environment process (against fake atroposlib results)."
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -15,7 +21,7 @@ from rl_mcp.runs.env_health import Requests, discarding, read_health, stalled
 from rl_mcp.runs.reply_length import at_cap, config_note, limit, timeouts_line
 from rl_mcp.settings import EnvLimits
 from tinker_atropos.env_process.health import HealthRecorder
-from tinker_atropos.env_process.model_requests import answered
+from tinker_atropos.env_process.model_requests import OPENAI_LOGGER, answered, count_client_retries, counted_request
 from tinker_atropos.reply_cap import ReplyCap, context_tokens
 
 LIMITS = EnvLimits(error_timeout_s=120, discard_timeout_s=120, discard_groups=20)
@@ -138,9 +144,91 @@ def test_an_environments_requests_are_counted_from_what_atroposlib_returns(tmp_p
     recorder = HealthRecorder(tmp_path / "env_health.json")
     first, second = recorder.request_started(8), recorder.request_started(16000)
     recorder.request_failed(first, timed_out=True)
-    recorder.client_retried()
+    recorder.client_retried("timeout")
     recorder.request_answered(second, got)
     req = read_health(tmp_path / "env_health.json").requests  # type: ignore[union-attr]
     assert (req.sent, req.answered, req.timeouts, req.client_retries, req.in_flight) == (2, 1, 1, 1, 0)
     assert (req.replies, req.replies_at_cap, req.reply_tokens, req.max_asked) == (2, 1, 3, 16000)
     assert req.last_at_cap is not None and (req.last_at_cap.asked, req.last_at_cap.prompt_tokens) == (2, 3)
+
+
+COMPLETION = {
+    "id": "c",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}],
+}
+
+
+class _Unsteady(BaseHTTPRequestHandler):
+    """Answers each request as the next of `script` says: hang past the client's timeout, drop the
+    connection unanswered, a 503, or a completion."""
+
+    script: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        what = type(self).script.pop(0) if type(self).script else "answer"
+        if what == "hang":
+            time.sleep(1.0)
+        if what in ("hang", "drop"):
+            self.close_connection = True
+            return
+        status, body = (503, b"{}") if what == "503" else (200, json.dumps(COMPLETION).encode())
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("retry-after-ms", "10")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def unsteady_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Unsteady)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_clients_retries_of_model_requests_are_counted_by_their_cause(
+    unsteady_server: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retry after a dropped connection or a 503 is no timeout: the timeout findings count only those
+    after one. A retry outside a model request (atroposlib's server check, a request a second) is not
+    counted at all. The client's debug lines that name the cause go no further than the count."""
+    import openai
+
+    caplog.set_level(logging.INFO)
+    recorder = HealthRecorder(tmp_path / "env_health.json")
+    retries = count_client_retries(recorder)
+    client = openai.AsyncOpenAI(base_url=unsteady_server, api_key="x", timeout=0.5, max_retries=3)
+    create = counted_request(client.chat.completions.create, SimpleNamespace(), recorder, None)
+    asked = {"model": "m", "messages": [{"role": "user", "content": "2+2"}]}
+
+    async def check_then_ask() -> tuple[Any, Any]:
+        _Unsteady.script = ["drop"]
+        checked = await client.chat.completions.create(**asked)  # as atroposlib's check asks
+        _Unsteady.script = ["hang", "drop", "503"]
+        return checked, await create(**asked)
+
+    try:
+        checked, reply = asyncio.run(check_then_ask())
+    finally:
+        logging.getLogger(OPENAI_LOGGER).removeFilter(retries)
+    assert checked.choices[0].message.content == reply.choices[0].message.content == "4"
+    req = read_health(tmp_path / "env_health.json").requests  # type: ignore[union-attr]
+    assert (req.sent, req.answered, req.client_retries) == (1, 1, 3), req
+    assert req.client_retry_causes == {"timeout": 1, "connection RemoteProtocolError": 1, "status 503": 1}, req
+    assert req.retries_after_timeout == 1
+    shown = [r.getMessage() for r in caplog.records if r.name == OPENAI_LOGGER]
+    assert len(shown) == 4 and all(m.startswith("Retrying request") for m in shown), shown
+    assert Requests(client_retries=2).retries_after_timeout == 2  # a file from before the causes were kept

@@ -146,3 +146,14 @@ def test_the_servers_clock_times_steps_by_rows_without_prefills(monkeypatch: pyt
     now[0] += 100.0  # idle: not a step
     clock.stepped(1)
     assert clock.step_s == pytest.approx((8 * 0.05 + 3 * 0.06 + 0.06) / 12)
+
+
+def test_retries_after_a_dropped_connection_are_no_timeout_finding() -> None:
+    """A server that refused or dropped a connection is not slow: no shorter reply would have helped."""
+    dropped = Requests(sent=3, answered=3, client_retries=2, client_retry_causes={"connection ConnectError": 2})
+    assert requests_time_out(facts(dropped)) is None
+    timed = Requests(
+        sent=3, answered=3, client_retries=2, client_retry_causes={"connection ConnectError": 1, "timeout": 1}
+    )
+    found = requests_time_out(facts(timed))
+    assert found is not None and "0 model request tries outlived their timeout and 1 were sent again" in found.title

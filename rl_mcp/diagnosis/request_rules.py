@@ -19,14 +19,14 @@ FIT_STEP_TOKENS = 64  # a proposed reply length is a multiple of this
 
 
 def requests_time_out(facts: RunFacts) -> Finding | None:
-    """Request tries that outlived the client's timeout, or that the client sent again."""
+    """Request tries that outlived the client's timeout, or that the client sent again after one."""
     r = facts.requests
-    if r is None or not (r.timeouts or r.client_retries):
+    if r is None or not (r.timeouts or r.retries_after_timeout):
         return None
     timeout = r.client_timeout_s or 0.0
     how = f" ({r.client_timeout_basis})" if r.client_timeout_basis else ""
     title = (
-        f"{r.timeouts} model request tries outlived their timeout and {r.client_retries} were sent again "
+        f"{r.timeouts} model request tries outlived their timeout and {r.retries_after_timeout} were sent again "
         f"({r.answered} answered): each try starts its reply over"
     )
     field = limit(r.max_asked, None, facts.env, facts.tinker).field

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,7 @@ class Requests:
     timeouts: int = 0
     failed: int = 0
     client_retries: int = 0
+    client_retry_causes: dict[str, int] = field(default_factory=dict)  # timeout, connection ERROR, status N
     client_timeout_s: float | None = None
     client_timeout_basis: str | None = None  # how it was derived (tinker_atropos/request_timeouts.py)
     seconds_per_token: float | None = None  # a reply token's measured time at the rows the run schedules
@@ -125,6 +126,11 @@ class Requests:
     replies_at_cap: int = 0
     reply_tokens: int = 0
     last_at_cap: AtCap | None = None
+
+    @property
+    def retries_after_timeout(self) -> int:
+        """The client's retries that followed a timeout (all of them, in a file that kept no causes)."""
+        return self.client_retry_causes.get("timeout", 0) if self.client_retry_causes else self.client_retries
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,10 @@ def _requests(raw: Any) -> Requests:
     if not isinstance(raw, dict):
         return Requests()
     known = {k: v for k, v in raw.items() if k in Requests.__dataclass_fields__ and k != "last_at_cap"}
+    causes = raw.get("client_retry_causes")
+    known["client_retry_causes"] = (
+        {str(k): int(v) for k, v in causes.items() if isinstance(v, int)} if isinstance(causes, dict) else {}
+    )
     cap = raw.get("last_at_cap")
     at_cap = (
         AtCap(cap.get("asked"), cap.get("prompt_tokens"), cap.get("reply_tokens"), float(cap["at"])) if cap else None

@@ -97,13 +97,14 @@ def timeouts_line(requests: Requests, env: dict[str, Any], tinker: dict[str, Any
     timeout = requests.client_timeout_s
     age = now - requests.oldest_in_flight_at if requests.oldest_in_flight_at else 0.0
     overdue = bool(timeout and age > timeout)
-    if not (requests.timeouts or requests.client_retries or overdue):
+    if not (requests.timeouts or requests.retries_after_timeout or overdue):
         return None
     which = limit(requests.max_asked, None, env, tinker)
     waited = f"; one has been in flight {age:.0f} s" if overdue else ""
     change = f"lower {which.field}" if which.field else "shorter replies"
     return (
         f"{requests.timeouts} request tries outlived the client's {timeout or 0:.0f} s timeout and "
-        f"{requests.client_retries} were sent again by the client{waited}: each retry starts the generation over. "
+        f"{requests.retries_after_timeout} were sent again by the client{waited}: "
+        "each retry starts the generation over. "
         f"A reply may run to {which.summary}; on this server that takes longer than the timeout: {change}"
     )

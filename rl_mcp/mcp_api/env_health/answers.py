@@ -45,6 +45,10 @@ class EnvRequests(BaseModel):
     answered: int
     timeouts: int = Field(description="Tries that outlived the client's timeout (atroposlib tries a request 3 times)")
     client_retries: int = Field(description="Requests the openai client sent again itself")
+    client_retry_causes: dict[str, int] = Field(
+        description="Those retries by what came before each: timeout, connection ERROR (the server refused or "
+        "dropped it, ERROR the exception's name), status N (an HTTP error the client retries)"
+    )
     client_timeout_s: float | None = Field(description="The timeout of the latest request try")
     client_timeout_basis: str | None = Field(
         None,

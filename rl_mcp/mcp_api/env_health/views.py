@@ -48,6 +48,7 @@ def requests_view(requests: Requests, env: dict[str, Any], tinker: dict[str, Any
         answered=requests.answered,
         timeouts=requests.timeouts,
         client_retries=requests.client_retries,
+        client_retry_causes=requests.client_retry_causes,
         client_timeout_s=requests.client_timeout_s,
         client_timeout_basis=requests.client_timeout_basis,
         in_flight=requests.in_flight,

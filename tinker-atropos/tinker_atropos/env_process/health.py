@@ -46,6 +46,7 @@ class Requests:
     timeouts: int = 0  # tries that outlived the client's timeout
     failed: int = 0  # tries that raised something else
     client_retries: int = 0  # requests the openai client sent again (after a timeout or a server error)
+    client_retry_causes: dict[str, int] = field(default_factory=dict)  # timeout, connection ERROR, status N
     client_timeout_s: float | None = None
     client_timeout_basis: str | None = None  # how the timeout was derived (request_timeouts.py)
     seconds_per_token: float | None = None  # a reply token's time at the rows the run schedules (measured)
@@ -131,8 +132,10 @@ class HealthRecorder:
         req.client_timeout_basis = basis
         req.seconds_per_token = seconds_per_token if seconds_per_token is not None else req.seconds_per_token
 
-    def client_retried(self) -> None:
-        self.health.requests.client_retries += 1
+    def client_retried(self, cause: str) -> None:
+        req = self.health.requests
+        req.client_retries += 1
+        req.client_retry_causes[cause] = req.client_retry_causes.get(cause, 0) + 1
         self._write()
 
     def request_started(self, asked: int | None) -> int:

@@ -20,9 +20,12 @@ from tinker_atropos.env_process.timeout_fitter import TimeoutFitter
 
 WRAPPED = ("_chat_completion_wrapper", "_completion_wrapper", "_tokens_and_logprobs_completion_wrapper")
 OPENAI_RETRY = "Retrying request"  # the openai client's INFO line before it sends a request again
+OPENAI_CAUSE = "Encountered"  # its DEBUG line just before: a timeout, an exception, or an HTTP status
+OPENAI_LOGGER = "openai._base_client"  # where both are logged
 REPLIES_KEPT = 8  # replies of one rollout kept for a discarded group's samples
 
 _replies: ContextVar[list[str] | None] = ContextVar("rollout_replies", default=None)
+_requesting: ContextVar[bool] = ContextVar("in_model_request", default=False)  # inside a counted request
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class RequestRecorder(Protocol):
     def client_timeout(
         self, seconds: float | None, basis: str | None = None, seconds_per_token: float | None = None
     ) -> None: ...
-    def client_retried(self) -> None: ...
+    def client_retried(self, cause: str) -> None: ...
     def request_started(self, asked: int | None) -> int: ...
     def request_failed(self, ticket: int, *, timed_out: bool) -> None: ...
     def request_answered(self, ticket: int, reply: Answered) -> None: ...
@@ -109,21 +112,44 @@ def timed_out(exc: BaseException) -> bool:
     return isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
 
 
-class _RetryLines(logging.Handler):
-    """Counts the openai client's retries from its log line (it reports them nowhere else)."""
+class _RetryLines(logging.Filter):
+    """Counts the openai client's retries of model requests, each by its cause, from its log lines (it
+    reports them nowhere else): the debug line naming the cause comes just before the retry line, with
+    no await between them. The retries of atroposlib's server checks (a request a second, in a task of
+    their own) are not model requests and are not counted. The debug lines are read here, then dropped
+    unless the client's logger was already at DEBUG."""
 
-    def __init__(self, recorder: RequestRecorder) -> None:
-        super().__init__(logging.INFO)
+    def __init__(self, recorder: RequestRecorder, shown_from: int) -> None:
+        super().__init__()
         self.recorder = recorder
+        self.shown_from = shown_from
+        self.cause = "unknown"
 
-    def emit(self, record: logging.LogRecord) -> None:
-        if str(record.msg).startswith(OPENAI_RETRY):
-            self.recorder.client_retried()
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        if msg.startswith(OPENAI_CAUSE):
+            self.cause = retry_cause(msg, record.args)
+        elif msg.startswith(OPENAI_RETRY):
+            if _requesting.get():
+                self.recorder.client_retried(self.cause)
+            self.cause = "unknown"
+        return record.levelno >= self.shown_from
 
 
-def _wrap(
+def retry_cause(msg: str, args: Any) -> str:
+    """`timeout`, `connection ERROR` or `status N`, from the client's "Encountered ..." line."""
+    arg = args[0] if isinstance(args, tuple) and args else None
+    if "timeout" in msg:
+        return "timeout"
+    if "status" in msg:
+        return f"status {arg}"
+    return f"connection {arg}"
+
+
+def counted_request(
     method: Callable[..., Awaitable[Any]], server: Any, recorder: RequestRecorder, fitter: TimeoutFitter | None
 ) -> Callable[..., Any]:
+    """`method`, each call counted into `recorder` (and its timeout fitted by `fitter`)."""
     decode = getattr(getattr(server, "tokenizer", None), "decode", None)
 
     async def request(**kwargs: Any) -> Any:
@@ -132,11 +158,14 @@ def _wrap(
             fitted = await fitter.before_request(server, kwargs, asked)
             recorder.client_timeout(fitted.timeout_s, fitted.basis, fitted.step_s)
         ticket = recorder.request_started(asked)
+        inside = _requesting.set(True)
         try:
             result = await method(**kwargs)
         except BaseException as exc:
             recorder.request_failed(ticket, timed_out=timed_out(exc))
             raise
+        finally:
+            _requesting.reset(inside)
         collected = _replies.get()
         wanted = collected is not None and len(collected) < REPLIES_KEPT  # decode tokens only for samples
         try:
@@ -162,7 +191,16 @@ def install(recorder: RequestRecorder, fitter: TimeoutFitter | None = None) -> N
         original_init(self, *args, **kwargs)
         recorder.client_timeout(getattr(self.config, "timeout", None))
         for name in WRAPPED:
-            setattr(self, name, _wrap(getattr(self, name), self, recorder, fitter))
+            setattr(self, name, counted_request(getattr(self, name), self, recorder, fitter))
 
     APIServer.__init__ = __init__  # type: ignore[method-assign]
-    logging.getLogger("openai").addHandler(_RetryLines(recorder))
+    count_client_retries(recorder)
+
+
+def count_client_retries(recorder: RequestRecorder) -> logging.Filter:
+    """Count the openai client's retries into `recorder`, by cause, from now on (the filter returned)."""
+    client_log = logging.getLogger(OPENAI_LOGGER)
+    retries = _RetryLines(recorder, client_log.getEffectiveLevel())
+    client_log.setLevel(logging.DEBUG)  # so that the cause's line is made at all
+    client_log.addFilter(retries)
+    return retries

@@ -40,6 +40,7 @@ from tinker_atropos.agent.base_env import HermesAgentBaseEnv
 from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
 from tinker_atropos.backends.local.decode_clock import ROWS_MIN_STEPS
 from tinker_atropos.env_process import health
+from tinker_atropos.env_process.logs import FORMAT, quiet_http_lines
 from tinker_atropos.inference_server.serve import PortBindError
 from tinker_atropos.owner import end_with_owner
 from tinker_atropos.request_timeouts import Policy, workload
@@ -74,9 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preview", action="store_true", help="build the supervised set and stop")
     args = parser.parse_args(argv)
     end_with_owner()  # the server that started it: as `setpriv --pdeathsig TERM` would
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore", "uvicorn.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=FORMAT)
+    quiet_http_lines()
     try:
         cfg = load_run_config(args.config)
         settings = sft_settings(cfg)
@@ -169,10 +169,17 @@ async def close_servers(env: HermesAgentBaseEnv) -> None:
     gone once the set is built, and its checks would retry it for the rest of the stage), and what
     its setup() started (an OpenEnv server, MCP sessions)."""
     await env.close()
+    stop_server_checks(env)
+    for server in env.server.servers:
+        await server.openai.close()
+
+
+def stop_server_checks(env: HermesAgentBaseEnv) -> None:
+    """atroposlib's check of each server, a request a second: once its server is gone, each would be
+    refused and retried until the process ends."""
     for server in env.server.servers:
         if server.check_task is not None:
             server.check_task.cancel()
-        await server.openai.close()
 
 
 def _stop_on_signal() -> asyncio.Event:
@@ -340,6 +347,7 @@ async def served(
     try:
         yield publish, evaluate
     finally:
+        stop_server_checks(env)  # no evaluation comes after this: checking a stopped server fails
         await asyncio.to_thread(server.stop)
 
 

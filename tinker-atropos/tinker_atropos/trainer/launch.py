@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tinker_atropos.backends.base import TrainingBackend
+from tinker_atropos.env_process.logs import FORMAT, quiet_http_lines
 from tinker_atropos.run_files import FINAL_CHECKPOINT_MARK, ExitCode, Outcome, RunResult, finished_sft_state
 from tinker_atropos.trainer.config import ConfigError, RunConfig, load_run_config
 from tinker_atropos.trainer.loop import REGISTER_TIMEOUT_S, registration_for, train
@@ -34,13 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", required=True, help="the run YAML (docs/run-files.md)")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in ("httpx", "httpcore", "uvicorn.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=FORMAT)
+    quiet_http_lines()
     try:
         cfg = load_run_config(args.config)
         registration_for(cfg)  # validates the env fields the trainer needs
