@@ -66,7 +66,7 @@ def no_reward_signal(facts: RunFacts) -> Finding | None:
     shares = series(facts.metrics, "no_signal_share")
     if not shares:
         c = facts.items
-        at_zero = c is not None and c.ties_zero >= t.SOLVED_MIN_TIES and c.ties_zero >= t.SOLVED_TIE_SHARE * c.ties
+        at_zero = c is not None and c.ties_zero >= t.ONE_END_MIN_TIES and c.ties_zero >= t.ONE_END_TIE_SHARE * c.ties
         if not (facts.active and not facts.metrics and (facts.env_drops_equal_groups or at_zero)):
             return None
         dropping = "atroposlib logs 'Scores are the same in a group, skipping' and sends nothing"

@@ -101,11 +101,12 @@ SFT_LOSS_FELL_TO = 0.5
 SFT_SOLVED_ACCURACY = 0.9
 SFT_SOLVED_DROPPED_SHARE = 0.75
 SFT_SOLVED_MIN_GROUPS = 16
-# The training items are solved (tie_rules.items_solved): at least this many groups tied at the top
-# reward, and they are this share of the groups that tied or more. The mcp:time run after a stage that
-# solved its items had every group tie at 1.0; a run learning its items ties at both ends.
-SOLVED_MIN_TIES = 4
-SOLVED_TIE_SHARE = 0.8
+# Ties at one end of the reward, at the top (tie_rules.items_solved: the items are solved) or at zero
+# (rules.no_reward_signal: nothing pays): at least this many groups tied there, and they are this share
+# of the groups that tied or more. The mcp:time run after a stage that solved its items had every group
+# tie at 1.0; a run learning its items ties at both ends.
+ONE_END_MIN_TIES = 4
+ONE_END_TIE_SHARE = 0.8
 # ... and the ties were at least this share of the groups scored: nearly all the rollouts taught nothing.
 # Not half: bench/item_signal.py's mcp:time run after a stage tied 32 of 46 groups, 29 at the top, while
 # the other 30% still had a spread (7 RL steps); "stop and export" was premature there. After a stage

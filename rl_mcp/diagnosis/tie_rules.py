@@ -26,8 +26,8 @@ def ties_at_top(facts: RunFacts) -> bool:
     c = facts.items
     return (
         c is not None
-        and c.ties_top >= t.SOLVED_MIN_TIES
-        and c.ties_top >= t.SOLVED_TIE_SHARE * c.ties
+        and c.ties_top >= t.ONE_END_MIN_TIES
+        and c.ties_top >= t.ONE_END_TIE_SHARE * c.ties
         and c.ties >= t.SOLVED_TIED_GROUPS_SHARE * c.groups
     )
 
