@@ -7,15 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
+from loopback_http import loopback_http
 
 from rl_mcp.runs.env_health import Requests, discarding, read_health, stalled
 from rl_mcp.runs.reply_length import at_cap, config_note, limit, timeouts_line
@@ -189,14 +189,8 @@ class _Unsteady(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def unsteady_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Unsteady)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_http(_Unsteady) as url:
+        yield f"{url}/v1"
 
 
 def test_the_clients_retries_of_model_requests_are_counted_by_their_cause(
