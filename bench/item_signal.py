@@ -5,8 +5,10 @@ wall-clock budget from rl_start_training (the stage included), each a supervised
 environment's demonstrations then RL (bench/sft.py's `sft` arm), through the MCP tools as an agent:
 
 - `today`: `item_window: 0`, every training item in turn, as the product drew them before the draw;
-- `draw`: the product's default draw (solved items retired, unsolved ones deferred; the run ends
-  once every item is retired);
+- `draw`: the draw (solved items retired, unsolved ones deferred; the run ends once every item is
+  retired), each group sampled whole (`probe_replies: 0`);
+- `probe`: the product's defaults: the draw, and a group whose tie is likely begun with a probe of 2
+  replies that stops it when they tie (tinker_atropos.item_draw.probe);
 - `draw1` (only when `--arms` names it): the draw deciding on each item's last group alone
   (`item_window: 1`).
 
@@ -18,7 +20,7 @@ Named item_signal.py, not signal.py: a script in bench/ has bench/ first on its 
 there would stand in for the standard library's `signal` (asyncio imports it).
 
     .venv/bin/python bench/item_signal.py [--environment mcp:time|tool_calculator] [--minutes 20] [--at 10,20]
-                                          [--train-items N] [--arms today,draw,draw1]
+                                          [--train-items N] [--arms today,draw,probe,draw1]
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ from sft import CALCULATOR_EDITS, arm_edits, figures, home_for
 from rl_mcp import interrupts
 from tinker_atropos.run_files import RunFiles, read_jsonl
 
-ARMS: dict[str, dict[str, Any]] = {"today": {"item_window": 0}, "draw": {}, "draw1": {"item_window": 1}}
+ARMS: dict[str, dict[str, Any]] = {
+    "today": {"item_window": 0},
+    "draw": {"probe_replies": 0},
+    "probe": {},
+    "draw1": {"item_window": 1, "probe_replies": 0},
+}
 
 
 def signal_figures(run_dir: Path, started: float) -> str:
@@ -55,7 +62,8 @@ def signal_figures(run_dir: Path, started: float) -> str:
         f"{share:.0%} of reply tokens in tied groups ({items['tied_reply_tokens']} of {items['reply_tokens']}; "
         f"{sum(ties.values())} of {items['groups']} groups tied: "
         f"{ties['top']} at the top, {ties['zero']} at zero); {steps} RL steps; items {items['active']} active, "
-        f"{items['retired']} retired, {items['deferred']} deferred"
+        f"{items['retired']} retired, {items['deferred']} deferred; "
+        f"{items.get('probes_stopped', 0)} of {items.get('probes', 0)} probes stopped their group"
         + ("; every item retired: the run completed" if items.get("all_retired") else "")
         + ended
     )
@@ -91,7 +99,7 @@ def main() -> int:
         default=None,
         help="mcp:time: keep this many of its 64 training tasks, so a budget spans several passes",
     )
-    ap.add_argument("--arms", default="today,draw", help=f"which of {', '.join(ARMS)}, in this order")
+    ap.add_argument("--arms", default="today,probe", help=f"which of {', '.join(ARMS)}, in this order")
     a = ap.parse_args()
     arms = a.arms.split(",")
     if unknown := [name for name in arms if name not in ARMS]:

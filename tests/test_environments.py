@@ -7,6 +7,7 @@ import json
 import os
 from decimal import Decimal
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -354,3 +355,58 @@ async def test_an_eval_runs_at_every_multiple_of_steps_per_eval_a_step_crosses(
         await _close(env)
     lines = (tmp_path / "eval.jsonl").read_text().splitlines() if evaluated else []
     assert [json.loads(line)["step"] for line in lines] == ([new] if evaluated else [])
+
+
+@pytest.mark.anyio
+async def test_a_group_begins_with_a_probe_where_its_item_last_tied(inference_url, tmp_path: Path) -> None:
+    """Real replies from the tiny model, scored as a script says: a probe that ties stops the group
+    before the rest is sampled; one whose replies differ is joined by the rest, one group of the
+    sampler's tokens and logprobs; an item whose last group taught, or an environment that sends its
+    ties to the trainer, is sampled whole."""
+    from tinker_atropos.environments.common import Score
+    from tinker_atropos.environments.letter_repeat import LetterRepeatEnv
+
+    class ScriptedScores(LetterRepeatEnv):
+        script: ClassVar[list[float]] = []
+        sent: ClassVar[list[dict]] = []
+
+        def score(self, task, reply: str) -> Score:
+            reward = self.script.pop(0)
+            return Score(reward, reward >= 1.0)
+
+        async def _send_scored_data_to_api(self, scored_data) -> None:  # what run-api would be sent
+            self.sent.append(scored_data)
+
+    env = _env(ScriptedScores, inference_url, tmp_path, group_size=4, item_window=2, probe_replies=2)
+
+    async def roll(item, scores: list[float]) -> None:
+        env.script[:] = scores
+        env.running_items["u"] = {"item": item}
+        await env.handle_env("u")
+        assert env.script == [], "the group sampled another number of replies than scored"
+
+    try:
+        await env.setup()
+        solved, taught = await env.get_next_item(), await env.get_next_item()
+        await roll(solved, [1.0] * 4)  # an item's first group: whole, tied (dropped)
+        await roll(solved, [1.0, 1.0])  # its last group tied: a probe of 2, tied: stopped there
+        await roll(taught, [1.0] * 4)
+        await roll(taught, [1.0, 0.0, 0.0, 1.0])  # a probe whose replies differ, then the other 2
+        await roll(taught, [0.0, 1.0, 1.0, 1.0])  # its last group taught: whole at once
+        env.config.ensure_scores_are_not_same = False  # the trainer counts ties: no probe
+        await roll(solved, [1.0] * 4)
+    finally:
+        await _close(env)
+    ledger = env.item_draw.ledger
+    assert (ledger.groups, ledger.probes, ledger.probes_stopped) == (6, 2, 1)
+    assert ledger.counts(None)["retired"] == 1 and ledger.tied_reply_tokens < ledger.reply_tokens
+    probed, whole, sent_tie = env.sent
+    assert probed["scores"] == [1.0, 0.0, 0.0, 1.0] and whole["scores"] == [0.0, 1.0, 1.0, 1.0]
+    assert sent_tie["scores"] == [1.0] * 4
+    for key in ("tokens", "masks", "inference_logprobs", "overrides"):
+        assert len(probed[key]) == 4, key
+    assert all(
+        len(t) == len(m) == len(lp) for t, m, lp in zip(probed["tokens"], probed["masks"], probed["inference_logprobs"])
+    )
+    items = json.loads((tmp_path / "items.json").read_text())
+    assert (items["probes"], items["probes_stopped"], items["retired"]) == (2, 1, 1)

@@ -94,3 +94,29 @@ def test_the_draw_is_seeded_and_resumes_from_its_saved_state(seed: int) -> None:
     saved = json.loads(json.dumps(first.state()))  # as the environment's checkpoint holds it
     resumed = ItemDraw.from_state(saved)
     assert head + play(resumed, 80, outcome) == whole and resumed.draws == len(whole)
+
+
+def test_a_probe_where_a_tie_is_likely_and_the_group_joined_after_it() -> None:
+    from tinker_atropos.item_draw.probe import PROBE_MIN_GROUPS, merge_groups, probe_size
+
+    ledger = ItemLedger(window=2)
+    assert probe_size(ledger, "0", 2, 8) == 0  # an item never drawn, in a run without ties yet: whole
+    ledger.record("0", SOLVED)
+    ledger.record("1", UNSOLVED)
+    ledger.record("2", MIXED)
+    assert (probe_size(ledger, "0", 2, 8), probe_size(ledger, "1", 2, 8), probe_size(ledger, "2", 2, 8)) == (2, 2, 0)
+    assert probe_size(ledger, "0", 0, 8) == probe_size(ledger, "0", 8, 8) == probe_size(ItemLedger(0), "0", 2, 8) == 0
+    tied = GroupOutcome("solved", "top", 10)
+    for i in range(PROBE_MIN_GROUPS):
+        ledger.record(str(10 + i), tied if i < 6 else MIXED)
+    assert probe_size(ledger, "99", 2, 8) == 2  # 6 of the run's 11 groups tied: a new item is probed too
+    ledger.record("97", MIXED)
+    ledger.record("98", MIXED)
+    assert probe_size(ledger, "99", 2, 8) == 0  # 6 of 13
+    probe = {"tokens": [[1], [2]], "scores": [1.0, 0.0], "inference_logprobs": [[-0.1], [-0.2]], "group_overrides": {}}
+    rest = {"tokens": [[3], [4]], "scores": [1.0, 1.0], "inference_logprobs": None}
+    assert merge_groups(probe, rest) == {
+        "tokens": [[1], [2], [3], [4]],
+        "scores": [1.0, 0.0, 1.0, 1.0],
+        "group_overrides": {},
+    }

@@ -51,6 +51,7 @@ async def test_a_run_whose_items_are_all_solved_retires_them_and_completes(monke
     assert items["drawn_by"] == "product" and items["all_retired"], items
     assert (items["items"], items["retired_solved"], items["active"], items["deferred_unsolved"]) == (4, 4, 0, 0)
     assert items["tied_at_top"] == items["groups"] >= 8 and items["tied_token_share"] == 1.0
+    assert items["stopped_at_probe"] >= 1  # a group of an item whose last one tied began with 2 replies
     assert results["steps_completed"] < 50 and "retired as solved" in results["reason"]
     assert results["final_weights_exists"], results  # its final weights, saved as at any end
     assert "Completed before total_steps: every training item is retired" in status["next_step"]

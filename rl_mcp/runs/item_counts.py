@@ -23,6 +23,7 @@ class ItemCounts:
     reply_tokens: int
     tied_reply_tokens: int
     zero_refused: int = 0  # ties at zero where every reply's tool calls or actions failed: no valid action
+    probes_stopped: int = 0  # tied groups stopped at their probe, the rest never sampled (item_draw.probe)
 
     @property
     def ties(self) -> int:
@@ -37,11 +38,12 @@ class ItemCounts:
     def line(self) -> str:
         share = self.tied_token_share
         tokens = f" ({share:.0%} of the reply tokens)" if share is not None else ""
+        probes = f"; {self.probes_stopped} tied groups stopped at their first replies" if self.probes_stopped else ""
         return (
             f"{self.ties} of {self.groups} groups tied{tokens}: {self.ties_top} at the top reward, {self.ties_zero} "
             f"at zero ({self.zero_refused} with every action refused), {self.ties_other} in between; items: "
             f"{self.active} active, {self.retired} retired as solved, {self.deferred} deferred as unsolved, "
-            f"of {self.items}"
+            f"of {self.items}{probes}"
         )
 
 
@@ -62,6 +64,7 @@ def read_items(path: Path) -> ItemCounts | None:
             ties_zero=int(ties["zero"]),
             ties_other=int(ties["other"]),
             zero_refused=int(raw.get("zero_refused") or 0),
+            probes_stopped=int(raw.get("probes_stopped") or 0),
             reply_tokens=int(raw["reply_tokens"]),
             tied_reply_tokens=int(raw["tied_reply_tokens"]),
         )

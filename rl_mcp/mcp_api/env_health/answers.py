@@ -81,5 +81,8 @@ class TrainingItems(BaseModel):
         description="... of them, groups where every reply's tool calls or actions failed (no valid action)"
     )
     tied_other: int = Field(description="Groups whose replies all scored the same value in between (dropped)")
+    stopped_at_probe: int = Field(
+        description="... of the tied groups, those stopped at their first replies (probe_replies), the rest unsampled"
+    )
     tied_token_share: float | None = Field(description="The share of sampled reply tokens spent in tied groups")
     summary: str

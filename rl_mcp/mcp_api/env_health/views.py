@@ -75,6 +75,7 @@ def items_view(counts: ItemCounts | None) -> TrainingItems | None:
         tied_at_zero=counts.ties_zero,
         tied_at_zero_refused=counts.zero_refused,
         tied_other=counts.ties_other,
+        stopped_at_probe=counts.probes_stopped,
         tied_token_share=round(share, 4) if share is not None else None,
         summary=counts.line,
     )

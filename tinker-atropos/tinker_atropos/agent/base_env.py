@@ -304,7 +304,7 @@ class HermesAgentBaseEnv(RunEnv):
         self._current_group_tools = self._resolve_tools_for_group()
         demos = self.config.demonstrations_per_group
         demo = self.demonstration(item) if demos else None
-        scripts = [demo if demo is not None and k < demos else None for k in range(self.config.group_size)]
+        scripts = [demo if demo is not None and k < demos else None for k in self.group_replies]
         results = await asyncio.gather(*(self.collect_trajectory(item, script) for script in scripts))
         items = [r[0] for r in results if r[0] is not None]
         if not items:

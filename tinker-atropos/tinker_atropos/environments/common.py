@@ -175,7 +175,7 @@ class ChatTaskEnv(RunEnv):
         """A group of replies: with the sampler's tokens and logprobs (managed server) where
         the server speaks tokens (sglang, vllm); from the reply text alone on an OpenAI-only
         endpoint (e.g. `process` against a hosted model), which is enough to score it."""
-        kwargs = dict(n=self.config.group_size, max_tokens=self.completion_tokens, temperature=self.config.temperature)
+        kwargs = dict(n=len(self.group_replies), max_tokens=self.completion_tokens, temperature=self.config.temperature)
         if not isinstance(self.server.servers[0], OpenAIServer):
             async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
                 await managed.chat_completion(messages=messages, **kwargs)

@@ -13,6 +13,9 @@ It draws the training items of the environments the product owns (`tinker_atropo
 `draw_from(items)` gives the next one, each group's outcome goes to its item's record before
 atroposlib sends or drops the group, and the draw's state is saved as the environment's data position
 at every step it sees (docs/run-files.md), so a resumed run draws on where its parent stopped.
+Where a tie is likely it samples a drawn item's group in two parts (`tinker_atropos.item_draw.probe`):
+`handle_env` asks the environment's `collect_trajectories` for the probe's replies alone
+(`group_replies`), and `handle_send_to_api` stops a probe that tied or asks for the rest of its group.
 
 Its log (logs/env.log) is configured by `tinker_atropos.env_process.logs`, as for every environment.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,10 +34,14 @@ from atroposlib.envs.base import BaseEnv, EvalHandlingEnum
 from tinker_atropos.env_process import atropos_compat, logs
 from tinker_atropos.item_draw.draw import ItemDraw
 from tinker_atropos.item_draw.ledger import ItemLedger, write_items_file
+from tinker_atropos.item_draw.outcomes import group_outcome
+from tinker_atropos.item_draw.probe import merge_groups, probe_size
 from tinker_atropos.run_files import RunFiles
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+# The replies of its group that this rollout task samples (None: all): a probe's first ones, then the rest.
+_group_part: ContextVar[range | None] = ContextVar("group_part", default=None)
 
 
 class RunEnv(BaseEnv):
@@ -75,6 +83,31 @@ class RunEnv(BaseEnv):
         self._drawn[id(item)] = index
         return item
 
+    @property
+    def group_replies(self) -> range:
+        """The indices within its group of the replies `collect_trajectories` samples now: all of them,
+        or a probe's part (the module doc). An environment that samples `len(group_replies)` replies
+        (the demonstration of an agent's group at index 0) is probed; one that samples `group_size` is
+        taken whole as before."""
+        return _group_part.get() or range(self.config.group_size)
+
+    async def handle_env(self, item_uuid: str) -> Any:
+        """atroposlib's rollout of one item, begun with a probe where a tie is likely."""
+        running = self.running_items.get(item_uuid) or {}
+        index = self._drawn.get(id(running.get("item")))
+        size = 0
+        # an environment that sends its tied groups to the trainer (which counts them) is sampled whole
+        if self._draw is not None and index is not None and self.config.ensure_scores_are_not_same:
+            probe = int(getattr(self.config, "probe_replies", 0))
+            size = probe_size(self._draw.ledger, str(index), probe, self.config.group_size)
+        if not size:
+            return await super().handle_env(item_uuid)
+        token = _group_part.set(range(size))
+        try:
+            return await super().handle_env(item_uuid)
+        finally:
+            _group_part.reset(token)
+
     def _item_draw(self, n_items: int) -> ItemDraw:
         if self._draw is None:
             if self._draw_state is not None:
@@ -87,12 +120,37 @@ class RunEnv(BaseEnv):
         return self._draw
 
     async def handle_send_to_api(self, scored_data: Any, item: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """Each group's outcome to its item's record first (atroposlib may drop the group next)."""
+        """Each group's outcome to its item's record first (atroposlib may drop the group next); a
+        probe whose replies differ is joined by the rest of its group, one that tied ends here."""
+        part = _group_part.get()
+        tokens = scored_data.get("tokens") if isinstance(scored_data, dict) else None
+        probed = part is not None and len(tokens or []) == len(part)
+        if probed and (outcome := group_outcome(scored_data)) is not None and outcome.tie is None:
+            scored_data = await self._rest_of_group(item, scored_data)
+            if scored_data is None:
+                return None
         index = self._drawn.get(id(item)) if item is not None else None
         if self._draw is not None and index is not None:
-            self._draw.ledger.record_groups(str(index), scored_data)
+            self._draw.ledger.record_groups(str(index), scored_data, probe=probed)
             self._write_items()
+        if probed and len(scored_data["tokens"]) < self.config.group_size:
+            return None  # a tied probe is the whole group (atroposlib would refuse its size)
         return await super().handle_send_to_api(scored_data, item, *args, **kwargs)
+
+    async def _rest_of_group(self, item: Any, probe: dict[str, Any]) -> dict[str, Any] | None:
+        """The probe's group whole: the replies after the probe's, sampled and scored as the probe's were."""
+        token = _group_part.set(range(len(probe["tokens"]), self.config.group_size))
+        try:
+            rest, backlog = await self.collect_trajectories(item)
+            self.backlog.extend(backlog)
+            if rest:
+                rest = await self.postprocess_histories(rest)
+        finally:
+            _group_part.reset(token)
+        if not isinstance(rest, dict) or not rest.get("tokens"):
+            logger.warning("the rest of a probed group brought no replies: the probe's replies are not trained")
+            return None
+        return merge_groups(probe, rest)
 
     def _write_items(self) -> None:
         run_dir = self.config.data_dir_to_save_evals

@@ -26,9 +26,14 @@ class ItemLedger:
     zero_refused: int = 0  # ties at zero where every reply's actions were refused (no valid action)
     reply_tokens: int = 0
     tied_reply_tokens: int = 0
+    probes: int = 0  # groups sampled in two parts (item_draw.probe): a probe first
+    probes_stopped: int = 0  # ... whose probe tied, so the rest was never sampled
 
-    def record(self, key: str, group: GroupOutcome) -> None:
+    def record(self, key: str, group: GroupOutcome, *, probe: bool = False) -> None:
+        """One group's outcome; `probe`: it began with a probe (a tied one is the whole group)."""
         self.groups += 1
+        self.probes += probe
+        self.probes_stopped += probe and group.tie is not None
         self.reply_tokens += group.reply_tokens
         if group.tie is not None:
             self.ties[group.tie] += 1
@@ -37,11 +42,11 @@ class ItemLedger:
         if self.window > 0:
             self.recent[key] = [*self.recent.get(key, []), group.outcome][-self.window :]
 
-    def record_groups(self, key: str, scored_data: Any) -> None:
+    def record_groups(self, key: str, scored_data: Any, *, probe: bool = False) -> None:
         """What `handle_send_to_api` is given (one ScoredDataGroup or a list of them), each group recorded."""
         for group in scored_data if isinstance(scored_data, list) else [scored_data]:
             if isinstance(group, dict) and (outcome := group_outcome(group)) is not None:
-                self.record(key, outcome)
+                self.record(key, outcome, probe=probe)
 
     def retired(self, key: str) -> bool:
         return self._all(key, "solved")
@@ -82,5 +87,7 @@ def write_items_file(
         "zero_refused": ledger.zero_refused,
         "reply_tokens": ledger.reply_tokens,
         "tied_reply_tokens": ledger.tied_reply_tokens,
+        "probes": ledger.probes,
+        "probes_stopped": ledger.probes_stopped,
     }
     atomic_write_text(path, json.dumps(record))

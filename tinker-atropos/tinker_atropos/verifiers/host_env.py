@@ -119,7 +119,7 @@ class VerifiersHostEnv(ChatTaskEnv):
 
     async def collect_trajectories(self, item: Task) -> tuple[ScoredDataGroup | None, list[Any]]:
         assert isinstance(item, Row)
-        rollouts = await self._group(item, self.config.group_size, self.config.temperature)
+        rollouts = await self._group(item, len(self.group_replies), self.config.temperature)
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], overrides=[], inference_logprobs=[], messages=[])
         for rollout in rollouts:
             reward, metrics = rollout["reward"], rollout["metrics"]
