@@ -106,13 +106,15 @@ def test_a_probe_where_a_tie_is_likely_and_the_group_joined_after_it() -> None:
     ledger.record("2", MIXED)
     assert (probe_size(ledger, "0", 2, 8), probe_size(ledger, "1", 2, 8), probe_size(ledger, "2", 2, 8)) == (2, 2, 0)
     assert probe_size(ledger, "0", 0, 8) == probe_size(ledger, "0", 8, 8) == probe_size(ItemLedger(0), "0", 2, 8) == 0
-    tied = GroupOutcome("solved", "top", 10)
-    for i in range(PROBE_MIN_GROUPS):
-        ledger.record(str(10 + i), tied if i < 6 else MIXED)
-    assert probe_size(ledger, "99", 2, 8) == 2  # 6 of the run's 11 groups tied: a new item is probed too
-    ledger.record("97", MIXED)
-    ledger.record("98", MIXED)
-    assert probe_size(ledger, "99", 2, 8) == 0  # 6 of 13
+    tied, run = GroupOutcome("solved", "top", 10), ItemLedger(window=2)
+    for i in range(PROBE_MIN_GROUPS - 1):
+        run.record(str(i), tied)
+    assert probe_size(run, "new", 2, 8) == 0  # too few groups yet to say that most tie
+    run.record("x", MIXED)
+    assert probe_size(run, "new", 2, 8) == 2  # most of the run's groups tied: a new item is probed too
+    for _ in range(PROBE_MIN_GROUPS):
+        run.record("x", MIXED)
+    assert probe_size(run, "new", 2, 8) == 0  # fewer than half now
     probe = {"tokens": [[1], [2]], "scores": [1.0, 0.0], "inference_logprobs": [[-0.1], [-0.2]], "group_overrides": {}}
     rest = {"tokens": [[3], [4]], "scores": [1.0, 1.0], "inference_logprobs": None}
     assert merge_groups(probe, rest) == {

@@ -19,7 +19,7 @@ from tinker_atropos.item_draw.ledger import ItemLedger
 # at one tie in two, a probe of 2 finds teaching groups for fewer replies than whole groups of 8 do
 # for items answered right up to 7 times in 10.
 PROBE_TIE_SHARE = 0.5
-PROBE_MIN_GROUPS = 8
+PROBE_MIN_GROUPS = 4  # about the groups in flight before the first is scored
 
 
 def probe_size(ledger: ItemLedger, key: str, probe_replies: int, group_size: int) -> int:
