@@ -377,7 +377,9 @@ async def test_a_group_begins_with_a_probe_where_its_item_last_tied(inference_ur
         async def _send_scored_data_to_api(self, scored_data) -> None:  # what run-api would be sent
             self.sent.append(scored_data)
 
-    env = _env(ScriptedScores, inference_url, tmp_path, group_size=4, item_window=2, probe_replies=2)
+    env = _env(
+        ScriptedScores, inference_url, tmp_path, group_size=4, item_window=2, probe_replies=2, max_completion_tokens=4
+    )
 
     async def roll(item, scores: list[float]) -> None:
         env.script[:] = scores
