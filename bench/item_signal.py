@@ -73,6 +73,8 @@ async def the_arms(
     environment: str, minutes: float, marks: list[float], train_items: int | None, arms: list[str]
 ) -> dict[str, list[str]]:
     base = {**(MCP_EDITS if environment == "mcp:time" else CALCULATOR_EDITS), **arm_edits("sft", {}, None)}
+    if environment == "tool_calculator" and train_items:
+        base["num_train_items"] = train_items  # its problems are drawn from the seed: the held-out ones change too
     report: dict[str, list[str]] = {}
 
     async def arm(name: str, edits: dict[str, Any]) -> None:
@@ -97,7 +99,8 @@ def main() -> int:
         "--train-items",
         type=int,
         default=None,
-        help="mcp:time: keep this many of its 64 training tasks, so a budget spans several passes",
+        help="keep this many training items (mcp:time: of its 64 tasks; tool_calculator: num_train_items), "
+        "so a budget spans several passes",
     )
     ap.add_argument("--arms", default="today,probe", help=f"which of {', '.join(ARMS)}, in this order")
     a = ap.parse_args()
