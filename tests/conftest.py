@@ -35,6 +35,20 @@ if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
 
 def pytest_configure(config: pytest.Config) -> None:
     suite_timeline.register(config)
+    _math_attention_where_forced_kernels_lack_amx()
+
+
+def _math_attention_where_forced_kernels_lack_amx() -> None:
+    """torch 2.13's CPU flash attention in bfloat16 packs its blocks for AMX whenever the CPU has it,
+    through a routine built only into the AVX-512 kernels: under the portable or AVX2 kernels (make
+    test's `kernels` passes) on a CPU with AMX it raises "pack_vnni2 is only supported when avx512 is
+    supported" from 64 tokens on. There the tests attend with the math kernel; elsewhere nothing changes."""
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() not in ("default", "avx2"):
+        return
+    import torch
+
+    if torch.cpu._is_amx_tile_supported():
+        torch.backends.cuda.enable_flash_sdp(False)  # the flag of every device's flash attention, CPU's too
 
 
 # Each file's worker-seconds in a full run (`bench/suite_profile.py TIMELINE --write-file-seconds`).
