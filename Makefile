@@ -138,8 +138,8 @@ test: setup lint bytecode
 		status=$$?; $(PY) bench/suite_profile.py .suite-timeline --files 15 --tests 10; exit $$status
 
 bench: $(STAMP) $(SMOLLM2)
-	# suite_profile.py reads a test run's timeline, sft_step.py a stage's examples: each is given one
-	for b in bench/*.py; do case $$b in bench/suite_profile.py|bench/sft_step.py) ;; *) $(PY) $$b || exit 1;; esac; done
+	# suite_profile.py reads a test run's timeline, sft_step.py and step_memory.py a stage's examples: each is given one
+	for b in bench/*.py; do case $$b in bench/suite_profile.py|bench/sft_step.py|bench/step_memory.py) ;; *) $(PY) $$b || exit 1;; esac; done
 
 clean:
 	rm -rf $(VENV) .ci/node .ci/hermes-venv .runtimes .venv-mcp-servers

@@ -1,6 +1,6 @@
 """Does every rollout teach? The draw of training items against today's order, side by side: two runs
-one after the other on one machine (two stages at once do not fit in 24 GiB: one on `mcp:time` peaked
-at 9.4 GB RSS at its last evaluation, and the out-of-memory killer took one of a pair), the same
+one after the other on one machine (two at once would share its 2 cores; before the stage gave its
+steps' freed memory back, bench/step_memory.py, they did not fit in 24 GiB either), the same
 wall-clock budget from rl_start_training (the stage included), each a supervised stage from the
 environment's demonstrations then RL (bench/sft.py's `sft` arm), through the MCP tools as an agent:
 

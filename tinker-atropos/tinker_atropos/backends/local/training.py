@@ -22,6 +22,7 @@ from tinker_atropos.run_files import CheckpointKind
 
 from ..checkpoints import CheckpointStore
 from .engine import BaseModel
+from .heap import release_freed_memory
 from .lora_merge import ADAPTER_FILE, merge_plain_lora
 from .losses import LOSS_INPUTS, elementwise_loss, gradient_mask, loss_config
 from .microbatches import first_trained, plan
@@ -112,6 +113,7 @@ class LocalTrainingClient:
                     )
                 if shared is not None:
                     shared.backward()
+            release_freed_memory()  # the passes' activations, else resident until the process ends
         return types.ForwardBackwardOutput(
             loss_fn_output_type="ArrayRecord",
             loss_fn_outputs=outputs,
