@@ -333,6 +333,22 @@ def test_plan_shares_each_groups_prompt_and_runs_the_rest_whole() -> None:
     assert [r for p in group.passes for r in p] == [0, 1, 2, 3] and all(
         len(p) * (len(rows[p[0]]) - 1000) <= budget for p in group.passes
     )
+    # Where a token's activations are given (a CPU trainer), they bound a pass too: here 90 tokens.
+    rows = [[*long_prompt, *range(5000, 5000 + n)] for n in (40, 38, 36, 34)]
+    assert plan(rows, [1000] * 4, vocab_size=256) == [PromptGroup([[0, 1, 2, 3]], prefix=1000)]
+    heavy = microbatches.ACTIVATIONS_BUDGET // 90
+    assert microbatches.token_budget(256, heavy) == 90
+    assert plan(rows, [1000] * 4, vocab_size=256, token_bytes=heavy) == [PromptGroup([[0, 1], [2, 3]], prefix=1000)]
+
+
+def test_a_cpu_trainer_sizes_its_passes_by_the_models_activations(client) -> None:
+    from tinker_atropos.backends.local.microbatches import activation_bytes
+    from tinker_atropos.backends.local.training import _activation_bytes_on_cpu
+
+    c = client.model.config
+    assert client._token_bytes == activation_bytes(c.hidden_size, c.intermediate_size, c.num_hidden_layers) > 0
+    assert _activation_bytes_on_cpu(c, torch.device("cuda")) == 0  # a GPU's passes: by their logits alone
+    assert _activation_bytes_on_cpu(object(), torch.device("cpu")) == 0  # sizes the config does not name
 
 
 def test_malformed_datum_is_rejected_before_any_gradient(client, base) -> None:

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 
 MICROBATCH_TOKENS = 16384  # padded tokens per forward pass: bounds activation memory
 LOGITS_BUDGET = 1 << 26  # float32 logits per forward pass (256 MB): fewer tokens for big vocabularies
+# Bytes of activations a pass keeps for its backward, where the trainer gives their size (on a CPU,
+# the machine's own memory): SmolLM2-135M's supervised passes of 1280 tokens held 3.2 GB, and passes
+# of ~400 tokens took the same seconds a step (bench/README.md, step_memory.py).
+ACTIVATIONS_BUDGET = 1 << 30
 MIN_SHARED_PREFIX = 8  # shorter shared prefixes are cheaper to recompute than to cache
 MAX_PADDING = 0.25  # a pass's padding at most this share of its real tokens: a long reply (an
 # agent's extra turns) gets a pass of its own rather than padding every short one to its length
@@ -32,15 +36,27 @@ class PromptGroup:
     prefix: int = 0
 
 
-def token_budget(vocab_size: int) -> int:
-    return min(MICROBATCH_TOKENS, LOGITS_BUDGET // vocab_size)
+def activation_bytes(hidden: int, intermediate: int, layers: int) -> int:
+    """What one token's float32 activations kept for the backward take in a decoder, LoRA on every
+    projection: about 12 hidden-sized and 9 MLP-sized tensors a layer (fitted to SmolLM2-135M's
+    measured 2.5 MB a token; tiny-chat's 57 kB a token is under its 80 kB)."""
+    return 4 * layers * (12 * hidden + 9 * intermediate)
 
 
-def plan(tokens: Sequence[Sequence[int]], trained_from: Sequence[int], vocab_size: int) -> list[PromptGroup]:
+def token_budget(vocab_size: int, token_bytes: int = 0) -> int:
+    """Tokens a forward pass may run: its logits under LOGITS_BUDGET and, given `token_bytes` (a
+    token's activations), those under ACTIVATIONS_BUDGET."""
+    cap = ACTIVATIONS_BUDGET // token_bytes if token_bytes else MICROBATCH_TOKENS
+    return max(1, min(MICROBATCH_TOKENS, LOGITS_BUDGET // vocab_size, cap))
+
+
+def plan(
+    tokens: Sequence[Sequence[int]], trained_from: Sequence[int], vocab_size: int, token_bytes: int = 0
+) -> list[PromptGroup]:
     """Rows with the same tokens before their first trained position share that prefix, run once;
     each shared group is cut so that rows x longest reply stays under the token budget. Rows
     sharing nothing (or too little) are packed as before, longest first."""
-    budget, lengths = token_budget(vocab_size), [len(ids) for ids in tokens]
+    budget, lengths = token_budget(vocab_size, token_bytes), [len(ids) for ids in tokens]
     shared: dict[tuple[int, ...], list[int]] = {}
     alone: list[int] = []
     for i, (ids, start) in enumerate(zip(tokens, trained_from, strict=True)):

@@ -25,7 +25,7 @@ from .engine import BaseModel
 from .heap import release_freed_memory
 from .lora_merge import ADAPTER_FILE, merge_plain_lora
 from .losses import LOSS_INPUTS, elementwise_loss, gradient_mask, loss_config
-from .microbatches import first_trained, plan
+from .microbatches import activation_bytes, first_trained, plan
 from .precision import compute_dtype, emulation_warning, float32_head, for_sampling, mixed
 from .sampler import LocalSampler
 from .shared_prompt import SharedPrompt
@@ -67,6 +67,7 @@ class LocalTrainingClient:
             self.model: PeftModel = get_peft_model(model, lora_config(rank))
         self.model.eval()  # no dropout anywhere: trainer logprobs must match the sampler's
         self._fused = fused_parts(self.model.get_base_model())  # None: the model's own logits
+        self._token_bytes = _activation_bytes_on_cpu(self.model.config, self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=0.0)
         self.steps = 0
@@ -102,7 +103,7 @@ class LocalTrainingClient:
         outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
         total = 0.0
         with self._lock, mixed(self.device, self.autocast):
-            for group in plan(tokens, trained_from, self.model.config.vocab_size):
+            for group in plan(tokens, trained_from, self.model.config.vocab_size, self._token_bytes):
                 shared = None
                 if group.prefix:
                     prompt = torch.tensor([tokens[group.passes[0][0]][: group.prefix]], device=self.device)
@@ -250,6 +251,16 @@ class LocalTrainingClient:
         # each step's sampler its own stream, fixed by the run's seed and the step
         seed = self.seed * 1_000_003 + self.steps
         return await asyncio.to_thread(create_sampler, self.base, path, self.compute, seed)
+
+
+def _activation_bytes_on_cpu(config: object, device: torch.device) -> int:
+    """A token's activations where they take the machine's memory (0: passes sized by their logits
+    alone, as on a GPU or for a model whose sizes the config does not name)."""
+    sizes = [getattr(config, k, None) for k in ("hidden_size", "intermediate_size", "num_hidden_layers")]
+    if device.type != "cpu" or not all(isinstance(v, int) and v > 0 for v in sizes):
+        return 0
+    hidden, intermediate, layers = sizes
+    return activation_bytes(hidden, intermediate, layers)
 
 
 def _trained(datum: types.Datum, loss_fn: str) -> list[bool]:
