@@ -114,7 +114,7 @@ class LocalTrainingClient:
                     )
                 if shared is not None:
                     shared.backward()
-            release_freed_memory()  # the passes' activations, else resident until the process ends
+        release_freed_memory()  # the passes' activations, else resident until the process ends
         return types.ForwardBackwardOutput(
             loss_fn_output_type="ArrayRecord",
             loss_fn_outputs=outputs,
