@@ -33,10 +33,14 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as run_dir:
+        return compare(a, Path(run_dir))
+
+
+def compare(a: argparse.Namespace, run_dir: Path) -> int:
+    """Each batch both ways on one client (checkpoints, if any, in `run_dir`)."""
     examples = read_examples(a.examples)
-    client = LocalTrainingClient(
-        load_base_model(SMOLLM2, "cpu"), rank=8, run_dir=Path(tempfile.mkdtemp()), run_name="b", seed=0
-    )
+    client = LocalTrainingClient(load_base_model(SMOLLM2, "cpu"), rank=8, run_dir=run_dir, run_name="b", seed=0)
     adam = types.AdamParams(learning_rate=1e-4)
     shared_min = microbatches.MIN_SHARED_PREFIX
     seconds: dict[str, list[float]] = {"shared": [], "whole": []}

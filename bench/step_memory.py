@@ -25,8 +25,8 @@ def _gb(field: str) -> float:
     return int(line.split()[1]) / 1e6
 
 
-def steps(examples_file: Path, n: int, batch: int, keep_freed: bool) -> None:
-    """One arm, in this process: `n` supervised steps, a line each."""
+def steps(examples_file: Path, n: int, batch: int, keep_freed: bool, run_dir: Path) -> None:
+    """One arm, in this process: `n` supervised steps, a line each (checkpoints, if any, in `run_dir`)."""
     from tinker import types
 
     from tinker_atropos.backends.local import LocalTrainingClient, load_base_model, training
@@ -36,9 +36,7 @@ def steps(examples_file: Path, n: int, batch: int, keep_freed: bool) -> None:
 
     if keep_freed:
         training.release_freed_memory = lambda: False  # as before the change
-    client = LocalTrainingClient(
-        load_base_model(SMOLLM2, "cpu"), rank=16, run_dir=Path(tempfile.mkdtemp()), run_name="b", seed=0
-    )
+    client = LocalTrainingClient(load_base_model(SMOLLM2, "cpu"), rank=16, run_dir=run_dir, run_name="b", seed=0)
     print(f"  model loaded        resident {_gb('VmRSS:'):5.2f} GB", flush=True)
     adam = types.AdamParams(learning_rate=5e-4)
     for k, chunk in enumerate(batches(read_examples(examples_file), batch, n), start=1):
@@ -57,7 +55,8 @@ def main() -> int:
     ap.add_argument("--arm", choices=["given-back", "kept"], help=argparse.SUPPRESS)  # a child's own arm
     a = ap.parse_args()
     if a.arm:
-        steps(a.examples, a.steps, a.batch, keep_freed=a.arm == "kept")
+        with tempfile.TemporaryDirectory() as run_dir:
+            steps(a.examples, a.steps, a.batch, keep_freed=a.arm == "kept", run_dir=Path(run_dir))
         return 0
     for arm in ("given-back", "kept"):
         print(f"{arm}:", flush=True)
