@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo setup test lint bench bytecode install inspector conformance hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers openenv clean
+.PHONY: demo setup test lint bench bytecode install pypi-name inspector conformance hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers openenv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +55,7 @@ $(CHROMIUM):
 browser: $(CHROMIUM)
 
 # The product's runtimes (rl_mcp/runtimes/: the venvs beside the server's own, pinned there) made by
-# the code a user's first call runs, `rl-mcp setup NAME`, here into the checkout's .runtimes/: every
+# the code a user's first call runs, `mcp-server-rl setup NAME`, here into the checkout's .runtimes/: every
 # target below, the tests and the demo find them through RL_MCP_RUNTIMES. Each target is the runtime's
 # record, written last (an interrupted make leaves no record, and the next one makes it whole).
 # verifiers-v1 and SkyRL's engine need Python 3.12 (pyenv's here; `RL_MCP_PYTHON312=...` elsewhere).
@@ -70,7 +70,7 @@ VERIFIERS := .runtimes/verifiers/$(RUNTIME_RECORD)
 VERIFIERS_V1 := .runtimes/verifiers-v1/$(RUNTIME_RECORD)
 OPENENV := .runtimes/openenv/$(RUNTIME_RECORD)
 .runtimes/%/$(RUNTIME_RECORD): $(STAMP)
-	$(VENV)/bin/rl-mcp setup $*
+	$(VENV)/bin/mcp-server-rl setup $*
 
 skyrl-engine: $(SKYRL)
 verifiers: $(VERIFIERS)
@@ -105,7 +105,7 @@ bytecode: $(STAMP)
 	$(PY) -m compileall -q rl_mcp tinker-atropos
 
 demo: $(STAMP) $(SMOLLM2) bytecode
-	$(VENV)/bin/rl-mcp demo
+	$(VENV)/bin/mcp-server-rl demo
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -140,6 +140,11 @@ test: setup lint bytecode
 bench: $(STAMP) $(SMOLLM2)
 	# suite_profile.py reads a test run's timeline, sft_step.py and step_memory.py a stage's examples: each is given one
 	for b in bench/*.py; do case $$b in bench/suite_profile.py|bench/sft_step.py|bench/step_memory.py) ;; *) $(PY) $$b || exit 1;; esac; done
+
+# Before publishing (not part of `make test`: it asks PyPI): is pyproject.toml's name still free, or ours?
+# `pip index versions` and `pip download --no-deps` as a user's installer would; exit 1 if another project holds it
+pypi-name: $(STAMP)
+	$(PY) release/pypi_name.py
 
 clean:
 	rm -rf $(VENV) .ci/node .ci/hermes-venv .runtimes .venv-mcp-servers

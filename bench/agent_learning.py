@@ -1,5 +1,5 @@
 """Does a local model learn to call its tools? SmolLM2-135M-Instruct on `tool_calculator` for M
-minutes, through the MCP tools exactly as an agent (rl-mcp serve over stdio, --profile smollm2).
+minutes, through the MCP tools exactly as an agent (mcp-server-rl serve over stdio, --profile smollm2).
 
 The measure is the held-out eval's `eval_tool_call_share`: the share of greedy rollouts that
 made a well-formed tool call, before the first step (the base model) and at the last eval within

@@ -3,7 +3,7 @@
 1. the wheel (and sdist) built from this checkout (`uv build`);
 2. `uv tool install` of the wheel (uv's cache warm);
 3. the first `tools/list` of a fresh install: the installed server from a warm cache, and
-   `uvx --from <wheel> rl-mcp serve` from an empty uv cache (its install inside the client's window);
+   `uvx --from <wheel> mcp-server-rl serve` from an empty uv cache (its install inside the client's window);
 4. the training runtime made by uv against the same made by pip (`RL_MCP_INSTALLER=pip`), each into
    an empty folder (their caches as this machine has them);
 5. the first `rl_test_inference` after it (letter_repeat, tiny-chat: the local profile).
@@ -76,14 +76,14 @@ def main() -> None:
         timed("wheel and sdist built (uv build)", build, env, rows)
         (wheel,) = (tmp / "dist").glob("*.whl")
         timed("uv tool install of the wheel (warm cache)", [UV, "tool", "install", "-q", str(wheel)], env, rows)
-        server = [str(tmp / "bin" / "rl-mcp"), "serve"]
+        server = [str(tmp / "bin" / "mcp-server-rl"), "serve"]
         rows.append(("first tools/list, installed (warm)", anyio.run(first_answer, server, env, None)))
         cold = {**env, "UV_CACHE_DIR": str(tmp / "empty-uv-cache")}
-        uvx = [UV, "tool", "run", "--from", str(wheel), "rl-mcp", "serve"]
+        uvx = [UV, "tool", "run", "--from", str(wheel), "mcp-server-rl", "serve"]
         rows.append(("first tools/list, uvx --from wheel (empty uv cache)", anyio.run(first_answer, uvx, cold, None)))
         for installer in ("uv", *(() if args.skip_pip else ("pip",))):
             made = {**env, "RL_MCP_RUNTIMES": str(tmp / f"runtimes-{installer}"), "RL_MCP_INSTALLER": installer}
-            setup = [str(tmp / "bin" / "rl-mcp"), "setup", "training"]
+            setup = [str(tmp / "bin" / "mcp-server-rl"), "setup", "training"]
             timed(f"training runtime made with {installer}", setup, made, rows)
         after = {**env, "RL_MCP_RUNTIMES": str(tmp / "runtimes-uv")}
         seconds: list[float] = []

@@ -1,6 +1,6 @@
 """Does training train? SmolLM2-135M-Instruct on the `arithmetic` environment for M minutes.
 
-1. This project, through the MCP tools exactly as an agent: `rl-mcp serve` over stdio on the
+1. This project, through the MCP tools exactly as an agent: `mcp-server-rl serve` over stdio on the
    bundled `smollm2` profile, rl_select_environment arithmetic, rl_edit_config,
    rl_start_training, rl_check_status until the budget is spent, rl_stop_training,
    rl_get_results.

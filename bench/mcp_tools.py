@@ -1,6 +1,6 @@
 """Does a local model learn to use an MCP tool server? SmolLM2-135M-Instruct on `mcp:time`
 (PyPI's mcp-server-time, `make mcp-servers`) for M minutes, through the MCP tools as an agent
-(rl-mcp serve over stdio, --profile smollm2): every tool call a real `tools/call`.
+(mcp-server-rl serve over stdio, --profile smollm2): every tool call a real `tools/call`.
 
 The tasks are time-zone conversions of our own ("It is 09:30 in UTC. What time is it in Tokyo?"),
 to zones without daylight saving so the answer is fixed, each checked by `called`: convert_time

@@ -6,8 +6,8 @@
 #   examples/inspector.sh --method tools/call --tool-name rl_select_environment \
 #       --tool-arg name=letter_repeat      # any other Inspector CLI arguments pass through
 #
-# The server is `uvx rl-mcp serve` over stdio (the package from PyPI), or in a checkout after `make
-# install` its `.venv/bin/rl-mcp serve` (RL_MCP_FROM=uvx|checkout picks one); its state lives in $RL_MCP_HOME
+# The server is `uvx mcp-server-rl serve` over stdio (the package from PyPI), or in a checkout after `make
+# install` its `.venv/bin/mcp-server-rl serve` (RL_MCP_FROM=uvx|checkout picks one); its state lives in $RL_MCP_HOME
 # (default ~/.rl-mcp). Inspector 2.x hands the server almost none of your shell's environment,
 # so this script passes the non-secret settings with -e. Keys (TINKER_API_KEY, WANDB_API_KEY,
 # OPENROUTER_API_KEY) must never go on a command line, where `ps` shows them: put them in a
@@ -15,10 +15,10 @@
 # sources it. Without keys the server runs on the local profile.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-if [ "${RL_MCP_FROM:-}" = uvx ] || { [ "${RL_MCP_FROM:-}" != checkout ] && [ ! -x "$ROOT/.venv/bin/rl-mcp" ]; }; then
-  RL_MCP=(uvx rl-mcp)
+if [ "${RL_MCP_FROM:-}" = uvx ] || { [ "${RL_MCP_FROM:-}" != checkout ] && [ ! -x "$ROOT/.venv/bin/mcp-server-rl" ]; }; then
+  RL_MCP=(uvx mcp-server-rl)
 else
-  RL_MCP=("$ROOT/.venv/bin/rl-mcp")
+  RL_MCP=("$ROOT/.venv/bin/mcp-server-rl")
   [ -x "${RL_MCP[0]}" ] || { echo "no ${RL_MCP[0]}: run 'make install' in $ROOT first" >&2; exit 1; }
 fi
 

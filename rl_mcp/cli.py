@@ -1,4 +1,4 @@
-"""`rl-mcp serve | doctor | demo | export | compare`: the command line.
+"""`mcp-server-rl serve | doctor | demo | export | compare`: the command line.
 
 stdout belongs to the MCP protocol on stdio, so every log line goes to stderr or `--log-file`.
 """
@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
+from rl_mcp.distribution import COMMAND
 from rl_mcp.interrupts import EXIT_SIGNALS
 from rl_mcp.logs import LOG_FORMAT
 
-if TYPE_CHECKING:  # imported where used: `rl-mcp doctor` and `demo` start without the SDK
+if TYPE_CHECKING:  # imported where used: `mcp-server-rl doctor` and `demo` start without the SDK
     from mcp.server.mcpserver import MCPServer
 
     from rl_mcp.app import AppContext
@@ -43,7 +44,7 @@ def is_loopback(host: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rl-mcp", description="MCP server for RL training on Atropos environments.")
+    parser = argparse.ArgumentParser(prog=COMMAND, description="MCP server for RL training on Atropos environments.")
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the MCP server (default)")
     serve.add_argument(

@@ -1,4 +1,4 @@
-"""`rl-mcp compare RUN_ID RUN_ID ...`: rl_compare_runs from the shell, beside a running server (it
+"""`mcp-server-rl compare RUN_ID RUN_ID ...`: rl_compare_runs from the shell, beside a running server (it
 only reads the run registry and the runs' files): a table on stdout, or the tool's answer as JSON
 with --json; --chart PATH writes the chart."""
 
@@ -45,10 +45,10 @@ def run(args: argparse.Namespace) -> int:
         if args.chart is not None:
             args.chart.write_bytes(comparison.chart_png())
     except (UserError, SettingsError) as exc:
-        print(f"rl-mcp compare: {exc}", file=sys.stderr)
+        print(f"mcp-server-rl compare: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"rl-mcp compare: cannot write the chart to {args.chart}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"mcp-server-rl compare: cannot write the chart to {args.chart}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     if args.json:
         from rl_mcp.mcp_api.compare.views import compare_answer

@@ -1,6 +1,6 @@
-"""`rl-mcp demo`: the whole agent workflow, driven through a real MCP client over stdio.
+"""`mcp-server-rl demo`: the whole agent workflow, driven through a real MCP client over stdio.
 
-It starts `rl-mcp serve` as a subprocess exactly as Claude Desktop or Hermes would, then does what
+It starts `mcp-server-rl serve` as a subprocess exactly as Claude Desktop or Hermes would, then does what
 an agent does: list environments, select the learnable one, read and edit its config, test it
 against real inference, train, watch, and collect the results. Everything runs on the local
 profile (no keys, no network); the state dir is separate from the user's `~/.rl-mcp`.
@@ -25,6 +25,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from rl_mcp import interrupts
+from rl_mcp.distribution import COMMAND
 
 ENVIRONMENT = "arithmetic"
 PROFILE = "smollm2"
@@ -55,7 +56,7 @@ class DemoOptions:
 
 def parse_args(argv: list[str] | None) -> DemoOptions:
     parser = argparse.ArgumentParser(
-        prog="rl-mcp demo",
+        prog="mcp-server-rl demo",
         description="Run the whole agent workflow on the local backend through a real MCP client.",
     )
     parser.add_argument(
@@ -105,11 +106,12 @@ def parse_args(argv: list[str] | None) -> DemoOptions:
 
 
 def server_command() -> tuple[str, list[str]]:
-    """The installed `rl-mcp` next to this interpreter, as a client config would name it."""
-    script = Path(sys.executable).with_name("rl-mcp")
+    """The installed `mcp-server-rl` next to this interpreter, as a client config would name it (never an
+    `rl-mcp` found on PATH: PyPI's project of that name is another one)."""
+    script = Path(sys.executable).with_name(COMMAND)
     if script.exists():
         return str(script), ["serve"]
-    found = shutil.which("rl-mcp")
+    found = shutil.which(COMMAND)
     if found:
         return found, ["serve"]
     return sys.executable, ["-m", "rl_mcp", "serve"]

@@ -1,7 +1,7 @@
-"""`rl-mcp doctor`: what this machine has for rl-mcp, without importing anything heavy.
+"""`mcp-server-rl doctor`: what this machine has for rl-mcp, without importing anything heavy.
 
 Packages are looked up by their installed metadata (torch is never imported), keys are reported
-by name only (never their values), and the profile is the one `rl-mcp serve` would use.
+by name only (never their values), and the profile is the one `mcp-server-rl serve` would use.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from rl_mcp.distribution import DISTRIBUTION, OTHER_PROJECT, command_line, installed_version, other_project_version
+
 PACKAGES = ("mcp", "atroposlib", "tinker", "torch", "transformers", "peft", "wandb", "matplotlib")
 
 
@@ -22,6 +24,20 @@ def _version(package: str) -> str | None:
         return version(package)
     except PackageNotFoundError:
         return None
+
+
+def _package_lines() -> list[str]:
+    """This install under its PyPI name, and PyPI's other `rl-mcp` where it sits in the same venv (its
+    `rl-mcp` command may then be the one a shell finds)."""
+    ours = installed_version()
+    lines = [f"{DISTRIBUTION:<13} {ours or 'not installed (run from a source tree)'}: run as `{command_line()}`"]
+    other = other_project_version()
+    if other is not None:
+        lines.append(
+            f"{OTHER_PROJECT:<13} {other}: another project on PyPI (robotics RL), not this server: "
+            f"`pip uninstall {OTHER_PROJECT}`, and start this one as `{command_line('serve')}`"
+        )
+    return lines
 
 
 def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
@@ -38,6 +54,7 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     placeholders = unexpanded_placeholders(raw)
     env = {k: v for k, v in raw.items() if k not in placeholders}
     lines = [f"python        {platform.python_version()} ({sys.executable})"]
+    lines.extend(_package_lines())
     for package in PACKAGES:
         lines.append(f"{package:<13} {_version(package) or 'not installed'}")
     for key in SECRET_ENV_VARS:

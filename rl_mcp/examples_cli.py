@@ -1,4 +1,4 @@
-"""`rl-mcp examples [DEST]`: the examples the docs point to (client configs, the Hermes skill, custom and
+"""`mcp-server-rl examples [DEST]`: the examples the docs point to (client configs, the Hermes skill, custom and
 ported environments), installed with the package under `<prefix>/share/rl-mcp/examples`, copied out."""
 
 from __future__ import annotations
@@ -27,14 +27,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     source = installed_examples()
     if source is None:
-        print("rl-mcp examples: this install has no examples (its package was built without them)", file=sys.stderr)
+        print(
+            "mcp-server-rl examples: this install has no examples (its package was built without them)", file=sys.stderr
+        )
         return 1
     if args.dest is None:
         print(source)
         return 0
     dest: Path = args.dest.expanduser()
     if dest.exists() and any(dest.iterdir()):
-        print(f"rl-mcp examples: {dest} exists and is not empty: name a new folder", file=sys.stderr)
+        print(f"mcp-server-rl examples: {dest} exists and is not empty: name a new folder", file=sys.stderr)
         return 1
     shutil.copytree(source, dest, dirs_exist_ok=True)
     for path in sorted(p for p in dest.rglob("*") if p.is_file()):

@@ -1,4 +1,4 @@
-"""`rl-mcp export RUN_ID`: rl_export_model from the shell, beside a running server (it only reads
+"""`mcp-server-rl export RUN_ID`: rl_export_model from the shell, beside a running server (it only reads
 the run registry), with progress on stderr and the answer as JSON on stdout."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         rec = RunStore(settings.home / "runs.sqlite").get(args.run_id)
         if rec is None:
             raise UserError(
-                f"unknown run id {args.run_id!r} in {settings.home} (rl-mcp serve lists runs: rl_list_runs)"
+                f"unknown run id {args.run_id!r} in {settings.home} (mcp-server-rl serve lists runs: rl_list_runs)"
             )
         checkpoint: str | int | None = int(args.checkpoint) if (args.checkpoint or "").isdigit() else args.checkpoint
         plan = plan_export(rec, checkpoint, args.format, args.dtype, args.out)
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
         outcome = interrupts.run(export)  # a signal stops the export child, then exits 128 + the signal
     except (UserError, SettingsError) as exc:
-        print(f"rl-mcp export: {exc}", file=sys.stderr)
+        print(f"mcp-server-rl export: {exc}", file=sys.stderr)
         return 1
     from rl_mcp.mcp_api.export.views import export_answer
 

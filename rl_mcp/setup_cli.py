@@ -1,4 +1,4 @@
-"""`rl-mcp setup [RUNTIME ...]`: the runtimes made ahead, before a client opens the server (the tools
+"""`mcp-server-rl setup [RUNTIME ...]`: the runtimes made ahead, before a client opens the server (the tools
 make each on first use otherwise), with progress on stderr. The checkout's make targets run it too."""
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ def run(args: argparse.Namespace) -> int:
     asked = args.runtimes or ["training"]
     unknown = [n for n in asked if n not in (*NAMES, "all")]
     if unknown:
-        print(f"rl-mcp setup: unknown runtime {unknown[0]!r}: choose from {', '.join(NAMES)} or all", file=sys.stderr)
+        print(
+            f"mcp-server-rl setup: unknown runtime {unknown[0]!r}: choose from {', '.join(NAMES)} or all",
+            file=sys.stderr,
+        )
         return 2
     names = list(NAMES) if "all" in asked else list(dict.fromkeys(asked))
 
@@ -41,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         interrupts.run(make_all)  # a signal stops the installer; its half-made folder is removed
     except UserError as exc:
-        print(f"rl-mcp setup: {exc}", file=sys.stderr)
+        print(f"mcp-server-rl setup: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 # Variables that would make a test depend on the machine it runs on.
 _LEAKY_ENV = ("RL_MCP_PROFILE", "RL_MCP_ENV_DIRS", "RL_MCP_AUTH_TOKEN", "RL_MCP_INTROSPECT_TIMEOUT")
-# The runtimes `make setup` made (`rl-mcp setup`, in the checkout's .runtimes/), also where pytest runs
+# The runtimes `make setup` made (`mcp-server-rl setup`, in the checkout's .runtimes/), also where pytest runs
 # without make: the tests' servers and children find them here whatever their RL_MCP_HOME.
 os.environ.setdefault("RL_MCP_RUNTIMES", str(ROOT / ".runtimes"))
 
@@ -145,7 +145,7 @@ def _kill_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
 
 
 class ServedProcess:
-    """A running `rl-mcp serve` child: its Popen, URL (sse/http) and stderr log path."""
+    """A running `mcp-server-rl serve` child: its Popen, URL (sse/http) and stderr log path."""
 
     def __init__(self, proc: subprocess.Popen, url: str | None, log: Path) -> None:
         self.proc, self.url, self.log = proc, url, log

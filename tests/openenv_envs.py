@@ -1,5 +1,5 @@
 """OpenEnv environments the tests build with OpenEnv's public API (`openenv init`, `Environment`,
-`MCPEnvironment`, `create_app`), served from the openenv runtime (`make openenv`: `rl-mcp setup openenv`)."""
+`MCPEnvironment`, `create_app`), served from the openenv runtime (`make openenv`: `mcp-server-rl setup openenv`)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,10 @@ KINDS = (
     ("pytest", ("-m pytest", "bin/pytest")),  # a suite a test runs (an example's own tests)
     ("package install", (" pip ", "-m pip", "/uv ", "uv pip")),
     ("warm template", ("rl_mcp.children.warm_template",)),  # imports the heavy libraries, forks children
-    ("rl-mcp server", ("rl_mcp serve", "rl-mcp serve", "rl_mcp demo", "rl-mcp demo")),
+    (
+        "rl-mcp server",
+        ("rl_mcp serve", "mcp-server-rl serve", "rl-mcp serve", "rl_mcp demo", "mcp-server-rl demo", "rl-mcp demo"),
+    ),
     ("environment", ("env_process", " serve", " process")),
     ("model build", ("model_build", "tinker_atropos.models")),
     ("export", ("tinker_atropos.export",)),

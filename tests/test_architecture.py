@@ -15,7 +15,15 @@ PACKAGES = {"rl_mcp": ROOT / "rl_mcp", "tinker_atropos": ROOT / "tinker-atropos"
 LAYERS = [
     (
         "files/settings",
-        ("rl_mcp.errors", "rl_mcp.settings", "rl_mcp.logs", "rl_mcp.statelock", "rl_mcp.tmpdirs", "rl_mcp.interrupts"),
+        (
+            "rl_mcp.errors",
+            "rl_mcp.settings",
+            "rl_mcp.logs",
+            "rl_mcp.statelock",
+            "rl_mcp.tmpdirs",
+            "rl_mcp.interrupts",
+            "rl_mcp.distribution",
+        ),
     ),
     (
         "domain",

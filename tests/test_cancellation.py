@@ -3,7 +3,7 @@ closed on Streamable HTTP) of rl_test_inference, rl_preview_sft or rl_export_mod
 children of that call are gone, its scratch folder is removed, an export's folder is either complete
 or absent (a previous complete export of it is untouched), and the server serves the next call.
 
-Each transport gets one real server process (`rl-mcp serve`) on the local profile (tiny-chat) and runs
+Each transport gets one real server process (`mcp-server-rl serve`) on the local profile (tiny-chat) and runs
 the three cancellations in turn on the agent environment `tool_calculator`, whose `sft` section the
 preview builds, and a completed run's adapter for the export. stdio then runs rl_test_inference and
 rl_export_model again to their end; HTTP, whose cancellation reaches the same handler code by another

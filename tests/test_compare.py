@@ -1,4 +1,4 @@
-"""rl_compare_runs and `rl-mcp compare`: two real local runs that differ in their learning rate,
+"""rl_compare_runs and `mcp-server-rl compare`: two real local runs that differ in their learning rate,
 compared through a real MCP client (while they train and once done) and from the shell; and the
 figures' definitions on run files written for the purpose (ties, step 0, a paid backend's cost)."""
 

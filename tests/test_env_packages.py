@@ -74,7 +74,7 @@ def assert_unchanged(venv: Path, before: list[str]) -> None:
 
 def skip_without(generation: Generation | None) -> None:
     if generation is not None and not generation.python(os.environ).exists():
-        pytest.skip(f"run `rl-mcp setup {generation.runtime}` first (make test does)")
+        pytest.skip(f"run `mcp-server-rl setup {generation.runtime}` first (make test does)")
 
 
 # --- pure ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""examples/ and `rl-mcp demo`: the client configs start a working server, the custom environment's
+"""examples/ and `mcp-server-rl demo`: the client configs start a working server, the custom environment's
 own tests pass, the walkthrough names only real tools, and the demo runs the whole workflow."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from uv import find_uv_bin
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-RL_MCP = Path(sys.executable).with_name("rl-mcp")  # the console script of the venv under test
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+RL_MCP = Path(sys.executable).with_name(PROJECT["name"])  # the console script of the venv under test
 SECRET_NAMES = ("TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "RL_MCP_AUTH_TOKEN")
 ALL_TOOLS = {
     "rl_list_environments", "rl_select_environment", "rl_get_current_config", "rl_edit_config",
@@ -31,7 +32,7 @@ ALL_TOOLS = {
 
 def _resolve_placeholders(value: str, home: Path) -> str:
     return (
-        value.replace("/ABSOLUTE/PATH/TO/rl-mcp/.venv/bin/rl-mcp", str(RL_MCP))
+        value.replace("/ABSOLUTE/PATH/TO/rl-mcp/.venv/bin/mcp-server-rl", str(RL_MCP))
         .replace("/ABSOLUTE/PATH/TO/YOUR/ENVIRONMENTS", str(EXAMPLES / "custom_env"))
         .replace("/ABSOLUTE/PATH/TO/rl-mcp", str(ROOT))
         .replace("/ABSOLUTE/PATH/TO/HOME", str(home))
@@ -57,9 +58,9 @@ MACHINE = {k: os.environ[k] for k in ("PATH", "SSL_CERT_FILE", "SSL_CERT_DIR") i
 
 
 def _uvx_from_checkout(command: str, args: list[str]) -> tuple[str, list[str]]:
-    """`uvx rl-mcp ...` as the registry would launch it, from this checkout (uvx --from <folder>: it
-    builds and installs the package, nothing published)."""
-    assert (command, args[0]) == ("uvx", "rl-mcp"), (command, args)
+    """`uvx NAME ...` as the registry would launch it, from this checkout (uvx --from <folder>: it
+    builds and installs the package, nothing published): NAME is the package's, and its command's."""
+    assert (command, args[0]) == ("uvx", PROJECT["name"]), (command, args)
     return find_uv_bin(), ["tool", "run", "--from", str(ROOT), *args]
 
 
@@ -78,7 +79,7 @@ async def test_claude_desktop_config_starts_a_working_server(tmp_path: Path, nam
         command, args = _uvx_from_checkout(command, args)
         env.update(MACHINE)
     else:
-        assert entry["command"].endswith("/.venv/bin/rl-mcp") and entry["args"][0] == "serve"
+        assert entry["command"].endswith("/.venv/bin/mcp-server-rl") and entry["args"][0] == "serve"
     names = await _environment_names(command, args, env)
     assert {"letter_repeat", "gsm8k_tinker", "word_shout"} <= names
     assert (tmp_path / ".rl-mcp" / "server.log").exists(), "--log-file from the config was honoured"
@@ -88,7 +89,9 @@ async def test_claude_desktop_config_starts_a_working_server(tmp_path: Path, nam
 async def test_hermes_config_starts_a_working_server(tmp_path: Path) -> None:
     servers = yaml.safe_load((EXAMPLES / "hermes" / "config.yaml").read_text())["mcp_servers"]
     assert list(servers)[:2] == ["rl", "rl_checkout"], "the uvx launch line first, the checkout's second"
-    assert servers["rl_checkout"]["enabled"] is False and servers["rl_checkout"]["command"].endswith("/bin/rl-mcp")
+    assert servers["rl_checkout"]["enabled"] is False and servers["rl_checkout"]["command"].endswith(
+        "/bin/mcp-server-rl"
+    )
     entry = servers["rl"]
     for name in SECRET_NAMES:  # keys only by reference, resolved by Hermes from ~/.hermes/.env
         assert entry["env"].get(name, f"${{{name}}}") == f"${{{name}}}"
@@ -139,7 +142,7 @@ def test_custom_environment_tests_pass() -> None:
 def test_server_json_describes_the_package_as_built() -> None:
     """The MCP Registry's entry: this package and version (pyproject.toml's, the one place it is set),
     launched by uvx over stdio; every key the server reads marked secret, none other."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = PROJECT
     described = json.loads((ROOT / "server.json").read_text())
     assert described["$schema"].endswith("/2025-12-11/server.schema.json")
     (package,) = described["packages"]
@@ -149,6 +152,7 @@ def test_server_json_describes_the_package_as_built() -> None:
     secret = {v["name"] for v in package["environmentVariables"] if v["isSecret"]}
     assert secret == {"TINKER_API_KEY", "WANDB_API_KEY", "OPENROUTER_API_KEY", "HF_TOKEN"}
     assert f"mcp-name: {described['name']}" in (ROOT / "README.md").read_text()
+    assert described["name"].endswith(f"/{project['name']}"), described["name"]
 
 
 def test_walkthrough_names_only_real_tools() -> None:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HERMES_VENV = ROOT / ".ci" / "hermes-venv"
 HERMES_PYTHON = HERMES_VENV / "bin" / "python"
 HERMES = HERMES_VENV / "bin" / "hermes"
-RL_MCP = Path(sys.executable).with_name("rl-mcp")  # the console script the example config names
+RL_MCP = Path(sys.executable).with_name("mcp-server-rl")  # the console script the example config names
 SKILL = ROOT / "examples" / "hermes" / "skills" / "rl-training"
 
 pytestmark = [

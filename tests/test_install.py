@@ -1,5 +1,6 @@
-"""The product as users install it: sdist and wheel built from this checkout, the wheel installed with
-`uv tool install` into a folder of its own, started by a real MCP client from another folder with an
+"""The product as users install it: sdist and wheel built from this checkout under the package's PyPI
+name, the wheel installed with `uv tool install` into a folder of its own (its bin folder on PATH, as uv
+asks), started by a real MCP client through the command the client examples launch, from another folder with an
 empty HOME and the checkout hidden (bubblewrap mounts an empty folder over it). Its runtimes are made
 by the tools on first use: the training runtime (a test of letter_repeat on tiny-chat, then a 2-step
 run), and a classic verifiers environment's after an install that was interrupted twice (SIGTERM: it
@@ -12,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 VERIFIERS_DIR = ROOT / "tests" / "byo_envs" / "verifiers"
 UV = find_uv_bin()
 RUN = {"total_steps": 2, "group_size": 4, "batch_size": 8, "steps_per_eval": 100}
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+# what the client examples launch: `uvx NAME serve`, so NAME is the package's and the command's name
+EXAMPLE_COMMAND = json.loads((ROOT / "examples" / "claude_desktop_config.json").read_text())["mcpServers"]["rl-mcp"]
 
 
 @dataclass(frozen=True)
 class Installed:
-    bin: Path  # the tool's `rl-mcp`
+    bin: Path  # the tool's command, by the name the client examples launch
     home: Path  # the user's (empty) HOME
     envs: Path  # a folder of the user's own environments, outside the checkout
     env: dict[str, str]
@@ -57,14 +62,19 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     # the registries' caches may be warm (a user's are, on a second install); HOME is empty
     env.update(HOME=str(tmp / "home"), UV_CACHE_DIR=cache, HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
     env.update(UV_TOOL_DIR=str(tmp / "tools"), UV_TOOL_BIN_DIR=str(tmp / "bin"), RL_MCP_PROFILE="local")
+    env["PATH"] = os.pathsep.join((str(tmp / "bin"), env.get("PATH", os.defpath)))
     (tmp / "home").mkdir()
     subprocess.run([UV, "build", "--quiet", "--out-dir", str(tmp / "dist"), str(ROOT)], env=env, check=True)
     (sdist,), (wheel,) = list((tmp / "dist").glob("*.tar.gz")), list((tmp / "dist").glob("*.whl"))
-    assert sdist.name.startswith("rl_mcp-") and wheel.name.startswith("rl_mcp-")
+    stem = f"{PROJECT['name'].replace('-', '_')}-{PROJECT['version']}"
+    assert sdist.name == f"{stem}.tar.gz" and wheel.name.startswith(f"{stem}-"), (sdist.name, wheel.name)
     subprocess.run([UV, "tool", "install", "--quiet", str(wheel)], env=env, cwd=tmp, check=True)
+    assert EXAMPLE_COMMAND["command"] == "uvx" and EXAMPLE_COMMAND["args"][0] == PROJECT["name"]
+    # the command named as the package (what `uvx NAME` runs), and the old name beside it
+    assert sorted(p.name for p in (tmp / "bin").iterdir()) == sorted([PROJECT["name"], "rl-mcp"])
     envs = tmp / "my-envs"
     shutil.copytree(VERIFIERS_DIR, envs)
-    yield Installed(tmp / "bin" / "rl-mcp", tmp / "home", envs, {**env, "RL_MCP_ENV_DIRS": str(envs)})
+    yield Installed(tmp / "bin" / EXAMPLE_COMMAND["args"][0], tmp / "home", envs, {**env, "RL_MCP_ENV_DIRS": str(envs)})
 
 
 async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -74,7 +84,7 @@ async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
 
 
 def interrupted_setup(installed: Installed, name: str, sig: signal.Signals) -> None:
-    """`rl-mcp setup NAME`, sent `sig` once its installer is at work (not under bubblewrap, which would
+    """`mcp-server-rl setup NAME`, sent `sig` once its installer is at work (not under bubblewrap, which would
     take the signal itself)."""
     argv = [str(installed.bin), "setup", name]
     proc = subprocess.Popen(argv, env=installed.env, stderr=subprocess.PIPE, text=True, cwd=installed.home)
@@ -94,7 +104,8 @@ async def test_an_installed_wheel_makes_its_runtimes_on_first_use_and_trains(ins
     async def progress(value: float, total: float | None, message: str | None) -> None:
         notes.append((value, message or ""))
 
-    command, *args = installed.hidden(str(installed.bin), "serve", "--stop-runs-on-exit")
+    # by its name, found on PATH, as a client launches it
+    command, *args = installed.hidden(installed.bin.name, "serve", "--stop-runs-on-exit")
     params = StdioServerParameters(
         command=command, args=args, env={**installed.env, "RL_MCP_STATUS_MIN_INTERVAL": "0"}, cwd=str(installed.home)
     )
@@ -115,7 +126,8 @@ async def test_an_installed_wheel_makes_its_runtimes_on_first_use_and_trains(ins
             profile = json.loads((await client.read_resource("rl://profile")).contents[0].text)  # type: ignore[union-attr]
             runtimes = {r["name"]: r for r in profile["runtimes"]}
             assert runtimes["training"]["made"] and runtimes["training"]["size_mb"] > 100, runtimes["training"]
-            assert not runtimes["verifiers"]["made"] and runtimes["verifiers"]["command"] == "rl-mcp setup verifiers"
+            verifiers = runtimes["verifiers"]
+            assert not verifiers["made"] and verifiers["command"] == f"{installed.bin.name} setup verifiers", verifiers
             tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=300)
             assert tested["results"][0]["status"] == "ok", tested["results"][0]
             for field, value in RUN.items():
@@ -159,4 +171,5 @@ async def test_an_installed_wheel_makes_its_runtimes_on_first_use_and_trains(ins
         installed.hidden(str(installed.bin), "doctor"), env=installed.env, capture_output=True, text=True, timeout=120
     )
     assert str(ROOT) not in doctor.stdout, doctor.stdout
+    assert f"{PROJECT['name']:<13} {PROJECT['version']}: run as `{installed.bin.name}`" in doctor.stdout, doctor.stdout
     assert "training     " + str(installed.runtimes / "training") in doctor.stdout, doctor.stdout

@@ -1,4 +1,4 @@
-"""200 concurrent tool calls over Streamable HTTP to a real `rl-mcp serve --transport http`.
+"""200 concurrent tool calls over Streamable HTTP to a real `mcp-server-rl serve --transport http`.
 
 Ten clients (both protocol generations, bearer token on) each fire twenty calls at once. Every
 call carries something unique (an unknown run id or environment name), so an answer routed to

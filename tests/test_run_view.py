@@ -1,7 +1,7 @@
 """The live run view (an MCP App) in a real browser.
 
 Debian's headless Chromium, driven by Playwright for Python, loads tests/app_host/host.html: a minimal
-MCP Apps host that iframes the ui:// page read from a live `rl-mcp serve` (Streamable HTTP), speaks the
+MCP Apps host that iframes the ui:// page read from a live `mcp-server-rl serve` (Streamable HTTP), speaks the
 postMessage protocol with it, and relays its tools/call and resources/read to that server through the
 test's MCP client. A real local run trains meanwhile; the curves must grow and the stop button must stop
 it. The screenshot it takes is the one the README shows

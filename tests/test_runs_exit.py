@@ -1,7 +1,7 @@
 """A client quits a stdio server by closing its stdin (as Claude Desktop and Hermes do; the SDK's client
 then sends SIGTERM 2 s later and SIGKILL 2 s after that). With --stop-runs-on-exit nothing of a
 running run is left and it is recorded `stopped` with the reason; without it, runs go on and a
-restarted server re-adopts them. Real `rl-mcp serve` over stdio, real runs on the local profile.
+restarted server re-adopts them. Real `mcp-server-rl serve` over stdio, real runs on the local profile.
 """
 
 from __future__ import annotations

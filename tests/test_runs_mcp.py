@@ -384,7 +384,7 @@ async def test_readopt_rate_limit_and_exit_modes(tmp_path: Path) -> None:
 
 
 class ServerProcess:
-    """`rl-mcp serve --transport http` as a real subprocess, killable like a crashed server."""
+    """`mcp-server-rl serve --transport http` as a real subprocess, killable like a crashed server."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
         from rl_mcp.runs.ports import PortReservations
@@ -464,7 +464,7 @@ async def test_server_killed_and_restarted_readopts_the_run(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("stop_flag", [False, True])
 async def test_sigterm_to_a_stdio_server(tmp_path: Path, stop_flag: bool) -> None:
-    """SIGTERM to `rl-mcp serve` (stdio): runs keep going, or are stopped with --stop-runs-on-exit."""
+    """SIGTERM to `mcp-server-rl serve` (stdio): runs keep going, or are stopped with --stop-runs-on-exit."""
     home = tmp_path / "home"
     trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     server: subprocess.Popen[bytes] | None = None

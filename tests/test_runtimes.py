@@ -32,7 +32,7 @@ async def refused(name: str, env: dict[str, str]) -> str:
         await ensure_runtime(name, env)
     assert time.monotonic() - started < 15, "it fails at once"
     message = str(caught.value)
-    assert f"rl-mcp setup {name}" in message, message
+    assert f"mcp-server-rl setup {name}" in message, message
     return message
 
 

@@ -14,8 +14,8 @@ import pytest
 from mcp import Client
 
 from rl_mcp.app import open_app
+from rl_mcp.distribution import COMMAND
 from rl_mcp.doctor import report
-from rl_mcp.engines.skyrl import SETUP_COMMAND
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.settings import Settings
 
@@ -50,6 +50,9 @@ def _environ(home: Path, **extra: str) -> dict[str, str]:
     env = {**os.environ, "RL_MCP_HOME": str(home), "RL_MCP_PROFILE": "skyrl", **extra}
     env.pop("TINKER_API_KEY", None)
     return env
+
+
+SETUP_COMMAND = f"{COMMAND} setup skyrl-engine"  # by its path where the command is not on PATH
 
 
 async def test_a_missing_engine_venv_names_the_command_that_makes_it(tmp_path: Path) -> None:

@@ -307,7 +307,7 @@ def test_an_engine_that_refuses_is_named_with_where_to_look(
         recorder.close()
     message = str(err.value)
     assert message.startswith(f"The self-hosted Tinker engine at {recorder.url} could not list the models it serves: ")
-    assert message.endswith("; `rl-mcp doctor` shows the engine's state, and the engine's log says why")
+    assert message.endswith("; `mcp-server-rl doctor` shows the engine's state, and the engine's log says why")
     assert "Tinker could not" not in message
 
 

@@ -244,7 +244,7 @@ async def test_list_select_configure_and_refuse_through_mcp(mcp_app, verifiers_e
             started = time.monotonic()
             message = await _err(client, tool, args)
             assert time.monotonic() - started < 10, tool  # refused up front: no child process
-            assert "'echo_taskset' cannot run" in message and "rl-mcp setup verifiers-v1" in message, message
+            assert "'echo_taskset' cannot run" in message and "mcp-server-rl setup verifiers-v1" in message, message
 
 
 @pytest.mark.anyio
@@ -261,4 +261,4 @@ async def test_a_paid_profile_refuses_before_asking_to_spend(
     async with mcp_app(profile="tinker") as (_, server), Client(server, elicitation_callback=on_elicit) as client:
         await _ok(client, "rl_select_environment", {"name": "echo_taskset"})
         message = await _err(client, "rl_start_training")
-    assert "rl-mcp setup verifiers-v1" in message and asked == [] and FAKE_KEY not in message
+    assert "mcp-server-rl setup verifiers-v1" in message and asked == [] and FAKE_KEY not in message

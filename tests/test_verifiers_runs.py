@@ -125,7 +125,7 @@ async def test_a_missing_venv_is_refused_at_once_naming_the_command_that_makes_i
             result = await client.call_tool(tool, args)
             assert result.is_error and time.monotonic() - started < 10, tool
             message = result.content[0].text  # type: ignore[union-attr]
-            assert "'word_count' cannot run" in message and "rl-mcp setup verifiers" in message, message
+            assert "'word_count' cannot run" in message and "mcp-server-rl setup verifiers" in message, message
             assert str(tmp_path / "no-venv" / "bin" / "python") in message and CLASSIC.venv_var in message
 
 
@@ -155,7 +155,7 @@ async def test_an_environment_is_scored_and_trained_from_its_own_code(
 ) -> None:
     generation = V1 if env_name in V1_CASES else CLASSIC
     if not generation.python(os.environ).exists():
-        pytest.skip(f"run `rl-mcp setup {generation.runtime}` first (make test does)")
+        pytest.skip(f"run `mcp-server-rl setup {generation.runtime}` first (make test does)")
     profile, edits, reported, turns = CASES[env_name]
     monkeypatch.setenv("RL_MCP_ENV_DIRS", str(VERIFIERS_DIR))
     chosen = profile if env_name in ON_SMOLLM2 else str(on_tiny_chat(profile, rl_home.parent))
@@ -219,7 +219,7 @@ def installed_package(request: pytest.FixtureRequest, tmp_path: Path) -> Iterato
     generation = GENERATIONS[request.param]
     python = generation.python(os.environ)
     if not python.exists():
-        pytest.skip(f"run `rl-mcp setup {generation.runtime}` first (make test does)")
+        pytest.skip(f"run `mcp-server-rl setup {generation.runtime}` first (make test does)")
     folder, distribution, module = PACKAGES[generation.format]
     source = shutil.copytree(Path(__file__).parent / "byo_envs" / folder, tmp_path / "source")  # builds write there
     quiet = {"check": True, "capture_output": True}
@@ -274,7 +274,9 @@ async def test_an_environment_installed_in_a_verifiers_venv_is_listed_and_runs(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CLASSIC.python(os.environ).exists(), reason="`rl-mcp setup verifiers` first (make test does)")
+@pytest.mark.skipif(
+    not CLASSIC.python(os.environ).exists(), reason="`mcp-server-rl setup verifiers` first (make test does)"
+)
 async def test_episodes_longer_than_the_trainer_takes_are_named_then_fail_the_run(
     rl_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

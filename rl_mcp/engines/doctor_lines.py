@@ -1,4 +1,4 @@
-"""What `rl-mcp doctor` says about a profile's self-hosted engine: its venv, Python 3.12, whether it answers."""
+"""What `mcp-server-rl doctor` says about a profile's self-hosted engine: its venv, Python 3.12, whether it answers."""
 
 from __future__ import annotations
 

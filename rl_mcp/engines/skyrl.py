@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl_mcp.distribution import command_line
 from rl_mcp.errors import UserError
 from rl_mcp.runtimes.pythons import find_python
 from tinker_atropos.venvs import runtime_venv
 
 SKYRL_VERSION = "0.4.0"
 VENV_VAR = "RL_MCP_SKYRL_VENV"
-SETUP_COMMAND = "rl-mcp setup skyrl-engine"
 # The engine logs this once its model is loaded and it takes requests; /healthz answers earlier.
 READY_MARKER = "Starting background engine"
 # Its API server logs this when the engine process exits under it (then exits itself within 10 s).
@@ -108,7 +108,7 @@ class SkyrlSpec:
 
 def default_venv(environ: Mapping[str, str]) -> Path:
     """$RL_MCP_SKYRL_VENV, else the product's `skyrl-engine` runtime (made on the engine's first start,
-    or ahead by `rl-mcp setup skyrl-engine`)."""
+    or ahead by `mcp-server-rl setup skyrl-engine`)."""
     raw = environ.get(VENV_VAR)
     return Path(raw).expanduser().resolve() if raw else runtime_venv("skyrl-engine", environ)
 
@@ -117,15 +117,16 @@ def check_venv(venv: Path, environ: Mapping[str, str]) -> None:
     """EngineSetupError naming the command that makes the venv, or where Python 3.12 was looked for."""
     if (venv / "bin" / "uv").is_file() and (venv / "bin" / "python").exists():
         return
+    setup = command_line("setup", "skyrl-engine")
     if find_python("3.12", environ) is None:
         raise EngineSetupError(
             "SkyRL's Tinker engine needs Python 3.12, and none was found (looked for RL_MCP_PYTHON312, "
             "pyenv's 3.12 and `python3.12` on PATH): install Python 3.12 (or uv, which fetches one), or set "
-            f"RL_MCP_PYTHON312=/path/to/python3.12, then run `{SETUP_COMMAND}`"
+            f"RL_MCP_PYTHON312=/path/to/python3.12, then run `{setup}`"
         )
     named = f"{VENV_VAR} names {venv}, which" if environ.get(VENV_VAR) else f"its runtime {venv}"
     raise EngineSetupError(
-        f"SkyRL's Tinker engine cannot start: {named} is missing or incomplete: run `{SETUP_COMMAND}` "
+        f"SkyRL's Tinker engine cannot start: {named} is missing or incomplete: run `{setup}` "
         "(a few minutes, once), or set RL_MCP_SKYRL_VENV to a venv with skyrl[tinker]==0.4.0, jax and uv"
     )
 

@@ -232,7 +232,7 @@ class Introspector:
         warm_start.prepare(self.settings.python, self.settings.environ)  # for the run a selection leads to
         cmd = [runtime.python, "-m", "rl_mcp.children.introspect", *args]
         what = f"environment {info.name!r} ({info.file}, class {info.class_name})" if info else _PRODUCT_WHAT
-        fix = "Fix the file and select it again" if info else "Check the server's venv (rl-mcp doctor)"
+        fix = "Fix the file and select it again" if info else "Check the server's venv (mcp-server-rl doctor)"
         cwd = info.file.parent if info else self.settings.home
         # Reading a config needs no credentials: keys stay out of environment code run here.
         env = without_secrets(self.settings.environ)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 from functools import partial
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from mcp.server.auth.provider import AccessToken
@@ -22,6 +21,7 @@ from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult
 from pydantic import AnyHttpUrl
 
 from rl_mcp.app import AppContext
+from rl_mcp.distribution import installed_version
 from rl_mcp.mcp_api import descriptions
 from rl_mcp.mcp_api.compare.tools import register_compare_tool
 from rl_mcp.mcp_api.environments.resources import register_config_field, register_environment_resources
@@ -112,7 +112,4 @@ def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MC
 
 
 def _version() -> str:
-    try:
-        return version("rl-mcp")
-    except PackageNotFoundError:
-        return "0.0.0"
+    return installed_version() or "0.0.0"

@@ -1,4 +1,4 @@
-"""Two to eight runs side by side (rl_compare_runs, `rl-mcp compare`): the config fields that
+"""Two to eight runs side by side (rl_compare_runs, `mcp-server-rl compare`): the config fields that
 differ, each run's figures from its files (so far, for a run still going), and the best run.
 
 The figures, precisely (the tool's description says the same):

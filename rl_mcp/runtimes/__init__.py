@@ -1,4 +1,4 @@
-"""The venvs the product needs beside its own, made on first use (`rl-mcp setup` makes them ahead):
+"""The venvs the product needs beside its own, made on first use (`mcp-server-rl setup` makes them ahead):
 the training runtime, verifiers' two generations, OpenEnv's and SkyRL's engine. `catalog.py` says what
 each holds, `maker.py` makes one safely, `installer.py` runs uv or pip, `inventory.py` says what exists."""
 
@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from rl_mcp.distribution import command_line
 from rl_mcp.runtimes import catalog, installer, maker
 from tinker_atropos.venvs import GENERATIONS, server_trains
 
@@ -25,7 +26,7 @@ async def ensure_runtime(name: str, environ: Mapping[str, str], report: installe
             raise maker.RuntimeUnavailable(
                 f"{named.venv_var} names {python.parent.parent}, which has no {python}: point it at a venv with "
                 f"{' '.join(catalog.spec(name).passes[0])}, or unset it and the product makes its own "
-                f"(on first use, or now: `rl-mcp setup {name}`)"
+                f"(on first use, or now: `{command_line('setup', name)}`)"
             )
         return python
     venv = await maker.ensure(catalog.spec(name), dict(environ), report or _quiet)

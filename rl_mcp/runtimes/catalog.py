@@ -1,6 +1,6 @@
 """The runtimes the product makes beside its own venv, each pinned to what the product was tested with.
 
-The server's own install (what `uvx rl-mcp` launches) stays light; the training runtime carries the
+The server's own install (what `uvx mcp-server-rl` launches) stays light; the training runtime carries the
 product's `local` and `smollm2` extras, read from the installed package's own metadata (one list of
 pins: pyproject.toml), and the formats whose pins conflict with the product's get one each.
 """
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from packaging.requirements import Requirement
 
-DISTRIBUTION = "rl-mcp"
+from rl_mcp.distribution import DISTRIBUTION
+
 TRAINING_EXTRAS = ("local", "smollm2")
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rl_mcp.distribution import command_line
 from rl_mcp.runtimes import catalog
 from rl_mcp.runtimes.maker import RECORD, is_made
 from tinker_atropos.venvs import runtime_venv, server_trains
@@ -30,7 +31,7 @@ def runtime_states(environ: Mapping[str, str]) -> list[RuntimeState]:
 
 def _state(name: str, environ: Mapping[str, str]) -> RuntimeState:
     spec = catalog.spec(name)
-    command = f"rl-mcp setup {name}"
+    command = command_line("setup", name)
     if name == "training" and server_trains():
         return RuntimeState(name, spec.purpose, True, sys.prefix, None, command, "the server's own Python has it")
     venv = runtime_venv(name, environ)

@@ -1,6 +1,6 @@
 """A runtime made once, safely: one maker at a time, never half-made, reused offline.
 
-A maker holds `<runtimes>/.locks/<name>.lock` (flock: two servers, or a server and `rl-mcp setup`,
+A maker holds `<runtimes>/.locks/<name>.lock` (flock: two servers, or a server and `mcp-server-rl setup`,
 wait for each other), builds the venv under a temporary name and renames it into place only once every
 install pass succeeded and its record is written; anything else (an error, a cancelled call, a killed
 process: the next maker clears it) leaves no folder of that name. A made runtime is found by its record
@@ -20,6 +20,7 @@ from pathlib import Path
 import anyio
 import httpx
 
+from rl_mcp.distribution import command_line
 from rl_mcp.errors import UserError
 from rl_mcp.runtimes import installer
 from rl_mcp.runtimes.catalog import RuntimeSpec
@@ -87,7 +88,7 @@ class _lock:
 
 
 async def _make(spec: RuntimeSpec, venv: Path, environ: dict[str, str], report: installer.Report) -> None:
-    by_hand = f"rl-mcp setup {spec.name}"
+    by_hand = command_line("setup", spec.name)
     tool = installer.choose(environ)
     base = await _base_python(spec, environ, tool, by_hand)
     _clear_leftovers(venv)

@@ -2,7 +2,7 @@
 
 verifiers' pins conflict with the product's (datasets, regex, openai, mcp) and with each other's
 (0.1.14 vs 0.4.0), and OpenEnv's (fastmcp 3, so mcp < 2) with the product's mcp 2: each has a venv of
-its own, a runtime the product makes on first use (`rl-mcp setup NAME`, rl_mcp/runtimes/) under one
+its own, a runtime the product makes on first use (`mcp-server-rl setup NAME`, rl_mcp/runtimes/) under one
 folder; an environment variable points one elsewhere. The environment process stays on the training
 runtime and runs a child on the other one (verifiers' child, OpenEnv's server).
 """
@@ -41,7 +41,7 @@ def runtime_python(name: str, environ: Mapping[str, str]) -> Path:
 
 @functools.cache
 def server_trains() -> bool:
-    """Whether this Python has the trainer's imports (a checkout's .venv, `pip install rl-mcp[local]`):
+    """Whether this Python has the trainer's imports (a checkout's .venv, `pip install mcp-server-rl[local]`):
     asked at every call that needs the training runtime, answered once a process."""
     return all(importlib.util.find_spec(m) is not None for m in TRAINING_MODULES)
 

@@ -114,7 +114,7 @@ def read_record(venv: Path) -> InstallRecord | None:
 
 
 def installed(home: Path) -> list[InstallRecord]:
-    """Every environment folder installed under this state dir (for `rl-mcp doctor`)."""
+    """Every environment folder installed under this state dir (for `mcp-server-rl doctor`)."""
     records = (read_record(venv) for venv in sorted((home / VENVS_DIR).glob("*")))
     return [r for r in records if r is not None]
 

@@ -1,4 +1,4 @@
-"""The rl_compare_runs answer, built from the domain's comparison (the tool's and `rl-mcp compare --json`'s)."""
+"""The rl_compare_runs answer, built from the domain's comparison (the tool's and `mcp-server-rl compare --json`'s)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rl_export_model answer, built from the export's outcome (the tool's and `rl-mcp export`'s)."""
+"""The rl_export_model answer, built from the export's outcome (the tool's and `mcp-server-rl export`'s)."""
 
 from __future__ import annotations
 

@@ -63,9 +63,9 @@ TINKER = Service(
 def self_hosted_service(url: str) -> Service:
     return Service(
         f"the self-hosted Tinker engine at {url}",
-        "check that the engine is running and has loaded its model (`rl-mcp doctor` shows its state and "
+        "check that the engine is running and has loaded its model (`mcp-server-rl doctor` shows its state and "
         "log), and read the engine's log",
-        "; `rl-mcp doctor` shows the engine's state, and the engine's log says why",
+        "; `mcp-server-rl doctor` shows the engine's state, and the engine's log says why",
     )
 
 
@@ -76,7 +76,7 @@ def engine_url(t: TinkerConfig) -> str:
     if not url:
         raise BackendUnavailable(
             "tinker.self_hosted is set but no engine URL is: set tinker.tinker_base_url to the "
-            "self-hosted Tinker engine's URL (e.g. http://127.0.0.1:8000); `rl-mcp doctor` shows the engine"
+            "self-hosted Tinker engine's URL (e.g. http://127.0.0.1:8000); `mcp-server-rl doctor` shows the engine"
         )
     return url
 

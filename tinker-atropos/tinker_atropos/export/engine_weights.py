@@ -135,13 +135,13 @@ def _download(
         raise EngineWeightsError(
             f"cannot connect to the self-hosted Tinker engine at {base_url} ({exc or 'connection refused'}), "
             f"for {url}: the engine is not running (or not at that address). Start it (the server starts its "
-            "engine with the next run or rl_test_inference on the engine profile; `rl-mcp doctor` shows its "
+            "engine with the next run or rl_test_inference on the engine profile; `mcp-server-rl doctor` shows its "
             "state and address), then retry: its checkpoints stay in its state folder"
         ) from exc
     except httpx.TimeoutException as exc:
         raise EngineWeightsError(
             f"the self-hosted Tinker engine at {base_url} did not answer in time ({type(exc).__name__}) "
-            f"for {url}: check that it is up and not busy (`rl-mcp doctor`, the engine's log), then retry"
+            f"for {url}: check that it is up and not busy (`mcp-server-rl doctor`, the engine's log), then retry"
         ) from exc
     except httpx.HTTPError as exc:
         raise EngineWeightsError(f"downloading {url} failed: {type(exc).__name__}: {exc}") from exc

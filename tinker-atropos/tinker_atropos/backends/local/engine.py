@@ -87,6 +87,6 @@ def load_base_model(name: str, device: str = "auto") -> BaseModel:
         except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...
             raise ModelLoadError(
                 f"cannot load model {name!r}: {exc}. Use tinker.base_model: tiny-chat (built "
-                "offline), smollm2-135m (pip install 'rl-mcp[smollm2]'), or a model folder."
+                "offline), smollm2-135m (pip install 'mcp-server-rl[smollm2]'), or a model folder."
             ) from exc
         return _CACHE[key]
