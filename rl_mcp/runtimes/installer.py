@@ -53,6 +53,12 @@ class Installer:
             argv += ["--torch-backend", "auto"]
         return [*argv, *(["--offline"] if offline else []), *args]
 
+    def uninstall(self, venv: Path, names: Sequence[str]) -> list[str]:
+        python = str(venv / "bin" / "python")
+        if not self.uv:
+            return [python, "-m", "pip", "uninstall", "--yes", *names]
+        return [self.uv, "pip", "uninstall", "--python", python, *names]
+
 
 def find_links(environ: Mapping[str, str]) -> list[str]:
     """The folders or pages pip is told to find wheels in on this machine."""

@@ -32,7 +32,7 @@ PRODUCT_PTH = "_rl_mcp_product.pth"
 INSTALL_TIMEOUT_S = 3600.0
 REGISTRY_PROBE_S = 5.0
 LOCK_POLL_S = 0.2
-FREE_GB = {"training": 4.0, "skyrl-engine": 10.0}
+FREE_GB = {"training": 4.0, "skyrl-engine": 10.0, "vllm": 8.0}
 DEFAULT_FREE_GB = 2.0
 
 
@@ -109,11 +109,14 @@ async def _make(spec: RuntimeSpec, venv: Path, environ: dict[str, str], report: 
         await _step(tool.make_venv(base, scratch, offline=offline), environ, report, spec, by_hand)
         for args in spec.passes:
             await _step(tool.install(scratch, args, environ, offline=offline), environ, report, spec, by_hand)
+        if spec.removes:
+            await _step(tool.uninstall(scratch, spec.removes), environ, report, spec, by_hand)
         if spec.layer_product:
             _layer_product(scratch)
         record = {
             "name": spec.name,
             "passes": [list(p) for p in spec.passes],
+            "removed": list(spec.removes),
             "installer": tool.name,
             "python": base,
             "seconds": round(time.monotonic() - started, 1),

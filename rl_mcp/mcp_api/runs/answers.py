@@ -111,6 +111,11 @@ class LatestMetrics(BaseModel):
     distinct_reply_share: float | None = Field(
         default=None, description="Distinct replies per group / group size (near 1/group_size: collapsed)"
     )
+    sampler_mismatch: float | None = Field(
+        default=None,
+        description="Sampler vllm: mean |trainer - vLLM logprob| per reply token on the same weights (bfloat16 "
+        "kernels against the trainer's; importance ratios absorb a few hundredths)",
+    )
     agent_turns_mean: float | None = Field(default=None, description="Agent environments: turns per rollout")
     agent_tool_calls_mean: float | None = Field(default=None, description="Agent environments: tool calls per rollout")
     agent_tool_errors: int | None = Field(

@@ -138,6 +138,7 @@ def _latest(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> Lates
         eval_step=data["eval_step"],
         no_signal_share=data["no_signal_share"],
         distinct_reply_share=data["distinct_reply_share"],
+        sampler_mismatch=data["sampler_mismatch"],
         agent_turns_mean=data["agent_turns_mean"],
         agent_tool_calls_mean=data["agent_tool_calls_mean"],
         agent_tool_errors=data["agent_tool_errors"],

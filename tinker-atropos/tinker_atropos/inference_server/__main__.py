@@ -14,6 +14,7 @@ SIGTERM/SIGINT shut down gracefully and exit 0.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import signal
 import sys
@@ -83,17 +84,22 @@ def main(argv: list[str] | None = None) -> int:
     cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
     server = make_server(build_app(holder, model_name, _tokenizer(cfg), cap))
     failure: dict[str, int] = {}
+    vllm: list[Any] = []  # the VllmSamplers this server started or attached to (tinker.sampler vllm)
 
     def load() -> None:
         """Load in the background: /health answers 503 until the sampler is in."""
         from tinker_atropos.export.engine_weights import EngineWeightsError
+        from tinker_atropos.vllm_server.process import VllmError
 
         try:
             with tempfile.TemporaryDirectory(prefix="rl-mcp-engine-weights-") as tmp:
                 adapter = _engine_checkpoint(cfg, args.adapter, Path(tmp)) or args.adapter
-                holder.swap(create_base_sampler(cfg, adapter))  # merged in: the folder is not needed after
+                if cfg.tinker.sampler == "vllm":
+                    holder.swap(_vllm_sampler(cfg, adapter, vllm))
+                else:
+                    holder.swap(create_base_sampler(cfg, adapter))  # merged in: the folder is not needed after
             log.info("sampler ready: %s", args.adapter or cfg.tinker.base_model)
-        except (BackendUnavailable, EngineWeightsError) as exc:
+        except (BackendUnavailable, EngineWeightsError, VllmError) as exc:
             log.error("backend unavailable: %s", exc)
             failure["code"] = 3
         except Exception:
@@ -107,8 +113,28 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: sys.exit(0))
     threading.Thread(target=load, name="sampler-load", daemon=True).start()
     log.info("serving %s on http://%s:%d", model_name, host, sock.getsockname()[1])
-    server.run(sockets=[sock])
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for samplers in vllm:
+            asyncio.run(samplers.close())
     return failure.get("code", 0)
+
+
+def _vllm_sampler(cfg: Any, adapter: str | None, started: list[Any]) -> Any:
+    """The base model or `adapter` on vLLM's server (this process's own, or tinker.vllm_url's)."""
+    from tinker_atropos.vllm_server.run import VllmSamplers
+
+    samplers = VllmSamplers.start(cfg)
+    started.append(samplers)
+
+    async def ready() -> Any:
+        await samplers.wait_ready()
+        if adapter is None:
+            return await samplers.for_base()
+        return await samplers.for_weights(str(Path(adapter).resolve()), "test")
+
+    return asyncio.run(ready())
 
 
 if __name__ == "__main__":

@@ -93,6 +93,19 @@ class TinkerConfig(_Strict):
         "about twice and decoding 1.5x as fast, sampler and trainer logprobs ~0.015 nats a token apart); "
         "auto (bfloat16 where the CPU or GPU has it natively, else float32).",
     )
+    sampler: Literal["engine", "vllm"] = Field(
+        "engine",
+        description="What samples the local backend's rollouts, evaluations and inference tests: engine (the "
+        "product's own, in the trainer's process) or vllm (vLLM's OpenAI server, from the vllm runtime: each "
+        "step's adapter loaded into it at runtime).",
+    )
+    vllm_url: str | None = Field(
+        None,
+        pattern=r"^https?://\S+$",
+        description="sampler vllm: a vLLM server the user runs (started with --enable-lora and "
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, the same base model) instead of the run's own; it loads each "
+        "adapter by its path, so it must see this machine's files.",
+    )
     max_token_trainer_length: int = Field(9000, gt=0)
     max_reply_tokens: int = Field(
         DEFAULT_MAX_REPLY_TOKENS,
@@ -155,6 +168,14 @@ class TinkerConfig(_Strict):
                 "loss_fn dro with loss_aggregation seq_mean cannot be computed exactly (its penalty would need a "
                 "weight per reply): use sum, token_mean or constant"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _sampler_fits(self) -> TinkerConfig:
+        if self.sampler == "vllm" and self.backend != "local":
+            raise ValueError("sampler vllm is the local backend's: on the tinker backend Tinker samples; unset it")
+        if self.vllm_url and self.sampler != "vllm":
+            raise ValueError("vllm_url is used by sampler vllm: set sampler: vllm, or unset vllm_url")
         return self
 
     @model_validator(mode="after")

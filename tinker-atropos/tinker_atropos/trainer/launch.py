@@ -1,9 +1,10 @@
 """`launch_training.py --config X.yaml`: the inference server and the trainer, in one process.
 
-Order: load the config -> create the training backend (loads the model) -> bind the inference
-server on tinker.inference_host:inference_port (its /health answers 503 until a sampler is
-installed) -> register with run-api -> train. The trainer installs the first sampler right after
-registration, so /health turns 200 only when the model is loaded and the run is registered.
+Order: load the config -> start vLLM's server when tinker.sampler is vllm (it loads beside the
+trainer's model) -> create the training backend (loads the model) -> bind the inference server on
+tinker.inference_host:inference_port (its /health answers 503 until a sampler is installed) ->
+register with run-api -> train. The trainer installs the first sampler right after registration, so
+/health turns 200 only when the model is loaded (vLLM's too) and the run is registered.
 
 Exit codes: `run_files.ExitCode` (docs/run-files.md). On 0 the last stdout line is
 `FINAL_CHECKPOINT <path>` (a local folder or a tinker:// path). Logs go to stderr.
@@ -19,12 +20,17 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tinker_atropos.backends.base import TrainingBackend
+from tinker_atropos.backends.sampler_source import SamplerSource
 from tinker_atropos.env_process.logs import FORMAT, quiet_http_lines
 from tinker_atropos.run_files import FINAL_CHECKPOINT_MARK, ExitCode, Outcome, RunResult, finished_sft_state
 from tinker_atropos.trainer.config import ConfigError, RunConfig, load_run_config
 from tinker_atropos.trainer.loop import REGISTER_TIMEOUT_S, registration_for, train
+
+if TYPE_CHECKING:
+    from tinker_atropos.vllm_server.run import VllmSamplers
 
 logger = logging.getLogger("tinker_atropos.trainer.launch")
 
@@ -67,18 +73,41 @@ async def _launch(cfg: RunConfig) -> int:
 
     cfg = after_supervised_stage(cfg)
     try:
-        training = await asyncio.to_thread(create_training_backend, cfg)
+        samplers = _vllm_samplers(cfg)  # from this thread: vLLM's guard watches the process that started it
+        try:
+            training = await asyncio.to_thread(create_training_backend, cfg)
+            logger.info("backend %s ready: %s", cfg.tinker.backend, cfg.tinker.base_model)
+            if samplers is not None:
+                await samplers.wait_ready()
+                logger.info("vLLM serving %s at %s", cfg.tinker.base_model, samplers.client.url)
+        except BaseException:
+            if samplers is not None:
+                await samplers.close()
+            raise
     except BackendUnavailable as exc:
         return fail(ExitCode.BACKEND, f"backend unavailable: {exc}")
-    logger.info("backend %s ready: %s", cfg.tinker.backend, cfg.tinker.base_model)
     try:
-        return await _serve_and_train(cfg, training, stop, fail)
+        return await _serve_and_train(cfg, training, stop, fail, samplers)
     finally:
+        if samplers is not None:
+            await samplers.close()
         await asyncio.to_thread(close_backend, training)
 
 
+def _vllm_samplers(cfg: RunConfig) -> VllmSamplers | None:
+    if cfg.tinker.sampler != "vllm":
+        return None
+    from tinker_atropos.vllm_server.run import VllmSamplers
+
+    return VllmSamplers.start(cfg)
+
+
 async def _serve_and_train(
-    cfg: RunConfig, training: TrainingBackend, stop: asyncio.Event, fail: Callable[[int, str], int]
+    cfg: RunConfig,
+    training: TrainingBackend,
+    stop: asyncio.Event,
+    fail: Callable[[int, str], int],
+    samplers: SamplerSource | None,
 ) -> int:
     """The inference server, registration with run-api and the training loop, on a loaded backend."""
     from tinker_atropos.inference_server import (
@@ -107,7 +136,7 @@ async def _serve_and_train(
         except RunApiUnavailable as exc:
             return fail(ExitCode.RUN_API, str(exc))
         logger.info("registered with run-api at %s", cfg.tinker.api_url)
-        result = await train(cfg, training=training, api=api, holder=holder, stop=stop)
+        result = await train(cfg, training=training, api=api, holder=holder, stop=stop, samplers=samplers)
     finally:
         await api.aclose()
         await asyncio.to_thread(server.stop)

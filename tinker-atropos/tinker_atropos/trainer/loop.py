@@ -27,7 +27,7 @@ import numpy as np
 from tinker import types
 
 from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
-from tinker_atropos.backends.factory import create_base_sampler
+from tinker_atropos.backends.sampler_source import BackendSamplers, SamplerSource
 from tinker_atropos.backends.tinker_compat import grad_norm_of, loss_sum_of
 from tinker_atropos.inference_server.holder import FINAL_LABEL, SamplerHolder
 from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult, atomic_write_text, read_json_object
@@ -62,6 +62,7 @@ ALL_RETIRED_REASON = (
 )
 REGISTER_TIMEOUT_S = 60.0
 FIRST_BATCH_GROUPS = 4  # groups of the first batch kept in first_batch.json (a few hundred KB at most)
+MISMATCH_DATUMS = 8  # sequences vLLM scores again each step for sampler_mismatch (a prefill each)
 LATEST_REPLIES = 3  # the best-scored replies of each step kept in latest_replies.json
 
 
@@ -130,6 +131,26 @@ def logprob_drift(
     return total / count if count else None
 
 
+async def sampler_mismatch(
+    sampler: SamplingBackend,
+    output: types.ForwardBackwardOutput,
+    datums: list[types.Datum],
+    completion_masks: list[np.ndarray],
+) -> float | None:
+    """Mean |trainer logprob - `sampler`'s logprob| over the reply tokens of the first MISMATCH_DATUMS
+    datums, `sampler` serving the weights of the trainer's pass (None if the backend reports none)."""
+    picked = [(o, d, m) for o, d, m in zip(output.loss_fn_outputs, datums, completion_masks) if m.any()]
+    picked = picked[:MISMATCH_DATUMS]
+    if not picked or any("logprobs" not in o for o, _, _ in picked):
+        return None
+    scored = await asyncio.gather(*(reply_logprobs(sampler, d, m) for _, d, m in picked))
+    total = sum(
+        float(np.abs(o["logprobs"].to_numpy().reshape(-1) - s)[m].sum()) for (o, _, m), s in zip(picked, scored)
+    )
+    count = sum(int(m.sum()) for _, _, m in picked)
+    return round(total / count, 6)
+
+
 def logprob_means(
     output: types.ForwardBackwardOutput,
     datums: list[types.Datum],
@@ -158,9 +179,11 @@ class Trainer:
         holder: SamplerHolder,
         stop: asyncio.Event,
         sink: MetricsSink,
+        samplers: SamplerSource,
     ) -> None:
         self.cfg = cfg
         self.training = training
+        self.samplers = samplers
         self.api = api
         self.holder = holder
         self.stop = stop
@@ -175,7 +198,7 @@ class Trainer:
     async def publish(self, name: str) -> str:
         """Save sampler weights as `name` and serve them from now on."""
         path = await self.training.save_weights_for_sampler_async(name)
-        self._sampler = await self.training.create_sampling_client_async(path)
+        self._sampler = await self.samplers.for_weights(path, name)
         self.holder.swap(self._sampler, name)
         await asyncio.to_thread(_trim_heap)  # the previous sampler's model copy is free now
         self.checkpoint = path
@@ -268,7 +291,7 @@ class Trainer:
         t = self.cfg.tinker
         conv = groups_to_datums(groups, t.advantage_scale)
         datums = await self._fill_missing_logprobs(conv)
-        loss = drift = lp_ref = lp_train = grad_norm = None
+        loss = drift = lp_ref = lp_train = grad_norm = mismatch = None
         phases = PhaseClock()
         if datums:
             if t.kl_beta > 0:
@@ -282,6 +305,8 @@ class Trainer:
             with phases("optim"):
                 optim = await self.training.optim_step_async(self._adam)
             grad_norm = grad_norm_of(optim.metrics)
+            if t.sampler == "vllm" and self._sampler is not None:  # still the weights of the pass above
+                mismatch = await sampler_mismatch(self._sampler, output, datums, conv.completion_masks)
             with phases("publish"):
                 await self.publish(f"step-{step:06d}")
             if (loss_sum := loss_sum_of(output, datums, engine)) is not None:  # per token, or the aggregated objective
@@ -315,6 +340,7 @@ class Trainer:
             optim_seconds=phases.seconds.get("optim"),
             publish_seconds=phases.seconds.get("publish"),
             reference_seconds=phases.seconds.get("reference"),
+            sampler_mismatch=mismatch,
             agent_turns_mean=conv.agent_turns_mean,
             agent_tool_calls_mean=conv.agent_tool_calls_mean,
             agent_tool_errors=conv.agent_tool_errors,
@@ -358,7 +384,7 @@ class Trainer:
     async def _with_kl_penalty(self, datums: list[types.Datum], masks: list[np.ndarray]) -> list[types.Datum]:
         """The datums with the KL to the base model in their advantages (the base model loaded once)."""
         if self._reference is None:
-            self._reference = await asyncio.to_thread(create_base_sampler, self.cfg)
+            self._reference = await self.samplers.for_base()
         reference = self._reference
         refs = await asyncio.gather(*(reply_logprobs(reference, d, m) for d, m in zip(datums, masks)))
         return with_kl_penalty(datums, masks, refs, self.cfg.tinker.kl_beta)
@@ -403,11 +429,13 @@ async def train(
     api: RunApiClient | None = None,
     holder: SamplerHolder | None = None,
     stop: asyncio.Event | None = None,
+    samplers: SamplerSource | None = None,
 ) -> RunResult:
     """Train for cfg.tinker.total_steps; writes metrics.jsonl and result.json in run_dir.
 
-    launch.py passes the backend, a registered run-api client and the holder its inference
-    server reads; called with the config alone, this builds the backend and registers itself.
+    launch.py passes the backend, a registered run-api client, the holder its inference server reads
+    and where samplers come from (vLLM's server or the backend); called with the config alone, this
+    builds the backend and registers itself.
     """
     run_dir = Path(cfg.tinker.run_dir)
     if training is None:
@@ -428,7 +456,8 @@ async def train(
         learning_rate=cfg.tinker.learning_rate,
         wandb_id=cfg.tinker.wandb_run_id,  # set when resumed: the parent's W&B run goes on
     )
-    trainer = Trainer(cfg, training, api, holder or SamplerHolder(), stop or asyncio.Event(), sink)
+    source = samplers or BackendSamplers(cfg, training)
+    trainer = Trainer(cfg, training, api, holder or SamplerHolder(), stop or asyncio.Event(), sink, source)
     try:
         result = await trainer.run()
     finally:

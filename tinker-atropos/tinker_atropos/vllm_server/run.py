@@ -1,0 +1,114 @@
+"""The vLLM server a run (or an inference test) samples from: its own, started beside the trainer and
+stopped with it, or the one at `tinker.vllm_url` that the user runs elsewhere (adapters loaded there by
+path, so that server must see this machine's files).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from pathlib import Path
+
+from tinker_atropos.backends.base import BackendUnavailable
+from tinker_atropos.models.paths import model_ref
+from tinker_atropos.trainer.config import RunConfig
+from tinker_atropos.venvs import runtime_python
+from tinker_atropos.vllm_server.adapters import LoadedAdapters
+from tinker_atropos.vllm_server.process import VllmError, VllmProcess, VllmSpec
+from tinker_atropos.vllm_server.sampler import VllmClient, VllmSampler
+
+CONTEXT_CAP = 8192  # the longest context served: a CPU's KV cache holds a few of SmolLM2's 8192
+
+
+def max_model_len(model: str, cfg: RunConfig) -> int:
+    """The model's context (its config.json), at most the trainer's longest sequence and CONTEXT_CAP."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+        positions = int(config.get("max_position_embeddings") or CONTEXT_CAP)
+    except (OSError, ValueError):
+        positions = CONTEXT_CAP
+    return min(positions, cfg.tinker.max_token_trainer_length, CONTEXT_CAP)
+
+
+def free_port(host: str) -> int:
+    """A port free now on `host` (vLLM binds it a few seconds later; the run's own ports come from the server)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def adapters_kept(cfg: RunConfig) -> int:
+    """Adapters loaded at once: the newest, those rollouts may still sample from (the run's staleness),
+    and one being loaded."""
+    return int(cfg.env.get("max_batches_offpolicy") or 1) + 2
+
+
+class VllmSamplers:
+    """The run's samplers on vLLM: the base model, and each saved adapter loaded under its label."""
+
+    def __init__(self, cfg: RunConfig, process: VllmProcess | None, url: str, length: int) -> None:
+        self.cfg = cfg
+        self.process = process
+        self.client = VllmClient(url)
+        self.length = length
+        self.adapters = LoadedAdapters(self.client, cfg.tinker.run_name, adapters_kept(cfg), length)
+        self._base_name: str | None = None
+
+    @classmethod
+    def start(cls, cfg: RunConfig) -> VllmSamplers:
+        """Start the run's own server (ready later: `wait_ready`), or attach to `tinker.vllm_url`."""
+        t = cfg.tinker
+        model = model_ref(t.base_model)
+        length = max_model_len(model, cfg)
+        if t.vllm_url:
+            return cls(cfg, None, t.vllm_url, length)
+        python = runtime_python("vllm", os.environ)
+        if not python.exists():
+            raise BackendUnavailable(
+                f"tinker.sampler is vllm, and the vllm runtime is not made ({python.parent.parent}): run "
+                "`mcp-server-rl setup vllm` (a few minutes, once), or set tinker.sampler: engine"
+            )
+        spec = VllmSpec(
+            python=python,
+            model=model,
+            served_name=t.base_model,
+            port=free_port(t.inference_host),
+            lora_rank=t.lora_rank,
+            max_loras=adapters_kept(cfg),
+            max_model_len=length,
+            host=t.inference_host,
+            gpu=t.device == "cuda",
+        )
+        process = VllmProcess(spec, Path(t.run_dir) / "logs" / "vllm.log")
+        return cls(cfg, process, process.url, length)
+
+    async def wait_ready(self) -> None:
+        if self.process is not None:
+            try:
+                await asyncio.to_thread(self.process.wait_ready)
+            except VllmError as exc:
+                raise BackendUnavailable(str(exc)) from exc
+
+    async def for_weights(self, path: str, label: str) -> VllmSampler:
+        return await self.adapters.serve(path, label)
+
+    async def for_base(self) -> VllmSampler:
+        if self._base_name is None:
+            models = await self.client.models()
+            bases = [m["id"] for m in models if not m.get("parent")]
+            if not bases:
+                raise VllmError(f"vLLM's server at {self.client.url} lists no base model")
+            self._base_name = bases[0]
+        return VllmSampler(self.client, self._base_name, self.length)
+
+    async def close(self) -> None:
+        """Unload this run's adapters (a shared server keeps serving others), then stop its own server."""
+        try:
+            if self.process is None:
+                await self.adapters.unload_all()
+        finally:
+            await self.client.aclose()
+            if self.process is not None:
+                await asyncio.to_thread(self.process.stop)
