@@ -8,14 +8,17 @@ evaluation's shape (64 arithmetic items, 16 and then 64 at a time as the local p
 them, greedy) on both servers, and how many
 greedy replies the two servers give alike on a fixed prompt set. Last, the sampler in float32
 against `local_compute: bfloat16` on an agent-shaped batch, one thread as in a trainer's process.
+With `--vllm`, instead: the engine (float32 and mixed bfloat16) against vLLM's server (the vllm
+runtime, `make vllm`), each behind the product's inference server as a run samples, side by side.
 
-    .venv/bin/python bench/inference_throughput.py [--levels 1 4 16 64] [--tokens 64]
+    .venv/bin/python bench/inference_throughput.py [--levels 1 4 16 64] [--tokens 64] [--vllm]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
@@ -29,6 +32,11 @@ from tinker import types
 from tinker_atropos.backends.local import LocalSampler, LocalTrainingClient, create_sampler, load_base_model
 from tinker_atropos.environments.arithmetic_data import question, split
 from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
+from tinker_atropos.models.paths import model_dir
+from tinker_atropos.venvs import runtime_python
+from tinker_atropos.vllm_server.process import VllmProcess, VllmSpec
+from tinker_atropos.vllm_server.run import free_port
+from tinker_atropos.vllm_server.sampler import VllmClient, VllmSampler
 
 MODEL = "smollm2-135m"
 EVAL_WORKERS = 64  # the local profiles' max_eval_workers: a whole held-out set in flight at once
@@ -157,6 +165,58 @@ def precision(base: Any, tokens: int) -> None:
         )
 
 
+def start_vllm(folder: Path) -> tuple[VllmProcess, VllmSampler]:
+    """vLLM's server on SmolLM2 (bfloat16, LoRA enabled as a run has it) and a sampler of its base model."""
+    spec = VllmSpec(runtime_python("vllm", os.environ), str(model_dir(MODEL)), MODEL, free_port("127.0.0.1"),
+                    lora_rank=16, max_loras=3, max_model_len=4096)  # fmt: skip
+    started = time.perf_counter()
+    process = VllmProcess(spec, folder / "vllm.log")
+    process.wait_ready()
+    print(f"vLLM's server answered /health after {time.perf_counter() - started:.0f} s")
+    return process, VllmSampler(VllmClient(process.url), MODEL, spec.max_model_len)
+
+
+async def against_vllm(levels: list[int], tokens: int) -> None:
+    """The engine (float32 and mixed bfloat16) and vLLM, each behind the product's inference server, as a
+    run samples: chat completions at each level in flight, then a held-out evaluation's shape."""
+    base = load_base_model(MODEL, "cpu")
+    with tempfile.TemporaryDirectory() as scratch:
+        process, vllm = start_vllm(Path(scratch))
+        samplers = {
+            "engine fp32": create_sampler(base),
+            "engine bf16": create_sampler(base, None, "bfloat16"),
+            "vllm": vllm,
+        }
+        servers = {
+            n: serve_in_thread(build_app(SamplerHolder(s), MODEL, base.tokenizer), "127.0.0.1", 0)
+            for n, s in samplers.items()
+        }
+        try:
+            print(
+                f"{'in flight':>9} "
+                + " ".join(f"{n:>12}" for n in servers)
+                + "   vllm / best engine (completion tok/s)"
+            )
+            for level in levels:
+                chats = [[{"role": "user", "content": TOPICS[i % len(TOPICS)]}] for i in range(level)]
+                rates = {n: (await load(h.url, chats, tokens, 1.0))["tok_s"] for n, h in servers.items()}
+                best = max(rates["engine fp32"], rates["engine bf16"])
+                print(
+                    f"{level:>9} " + " ".join(f"{r:>12.1f}" for r in rates.values()) + f"   x{rates['vllm'] / best:.2f}"
+                )
+            _, heldout = split(level=1, eval_size=64, eval_seed=1234, num_train=0, seed=0)
+            chats = [[{"role": "user", "content": question(text)}] for text, _ in heldout]
+            walls = {n: await bounded(h.url, chats, 16, EVAL_WORKERS) for n, h in servers.items()}
+            print(
+                "held-out eval shape, 64 items at once (greedy): "
+                + ", ".join(f"{n} {w:.1f} s" for n, w in walls.items())
+            )
+        finally:
+            for h in servers.values():
+                h.stop()
+            process.stop()
+
+
 async def main(levels: list[int], tokens: int) -> None:
     base = load_base_model(MODEL, "cpu")
     serial = LocalSampler(base.copy_model(), base.tokenizer, base.eos_token_ids, base.max_positions)
@@ -202,8 +262,11 @@ if __name__ == "__main__":
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--precision-only", action="store_true", help="only the float32/bfloat16 sampler section")
+    parser.add_argument(
+        "--vllm", action="store_true", help="the engine against vLLM's server instead (the vllm runtime: `make vllm`)"
+    )
     args = parser.parse_args()
     if args.precision_only:
         precision(load_base_model(MODEL, "cpu"), args.tokens)
     else:
-        asyncio.run(main(args.levels, args.tokens))
+        asyncio.run(against_vllm(args.levels, args.tokens) if args.vllm else main(args.levels, args.tokens))

@@ -7,6 +7,8 @@
 1b. With --skyrl, the same through self-hosted Tinker: the `skyrl` profile, whose runs train through
    the tinker SDK on SkyRL's Tinker-API engine (JAX on this CPU), the same settings and budget; its
    final weights come out through rl_export_model (downloaded from the engine) to be scored.
+1c. With --vllm, this project's run samples with vLLM's server (the smollm2 profile with
+   `tinker.sampler: vllm`, written into the bench's home; the vllm runtime: `make vllm`).
 2. TRL's GRPOTrainer (bench/baselines/trl_grpo.py, installed into .venv-bench from
    bench/baselines/requirements-trl.txt): the same model, task, reward, group size, batch,
    learning rate, LoRA rank and budget.
@@ -17,7 +19,7 @@ eval, without the model load and without the evals (the run's periodic evals, re
 are then scored by the same code (bench/baselines/heldout.py: the held-out set, prompt and greedy
 decoding); the run's own evals give its curve.
 
-    .venv/bin/python bench/learning.py [--minutes 30] [--skip-trl] [--skip-ours] [--skyrl] [--trl-threads N]
+    .venv/bin/python bench/learning.py [--minutes 30] [--skip-trl] [--skip-ours] [--skyrl] [--vllm] [--trl-threads N]
 
 Without --skip-*, the two sides run one after the other, each alone. To run them side by side,
 start one process with --skip-trl and one with --skip-ours --trl-threads 1.
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import yaml
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -249,12 +252,23 @@ def points(r: dict[str, Any]) -> float:
     return 100 * (r["after"] - r["before"])
 
 
+def vllm_profile(home: Path) -> str:
+    """The smollm2 profile with its runs sampled by vLLM's server (`tinker.sampler: vllm`), as a file."""
+    profile = yaml.safe_load((ROOT / "rl_mcp" / "profiles" / "smollm2.yaml").read_text())
+    profile["name"] = "smollm2-vllm"
+    profile["locked"]["tinker"]["sampler"] = "vllm"
+    path = home / "smollm2-vllm.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return str(path)
+
+
 async def all_sides(a: argparse.Namespace, home: Path) -> dict[str, dict[str, Any]]:
     """This project's figures (local backend, then self-hosted Tinker with --skyrl), then TRL's."""
     sides: dict[str, dict[str, Any]] = {}
     if not a.skip_ours:
-        sides["rl-mcp"] = await ours(a.minutes, home / "local")
-        log(f"ours: {json.dumps(sides['rl-mcp'])}")
+        name, profile = ("rl-mcp (vLLM)", vllm_profile(home)) if a.vllm else ("rl-mcp", "smollm2")
+        sides[name] = await ours(a.minutes, home / "local", profile=profile)
+        log(f"ours: {json.dumps(sides[name])}")
     if a.skyrl:
         sides[SKYRL_SIDE] = await ours(a.minutes, home / "skyrl", profile="skyrl")
         log(f"skyrl: {json.dumps(sides[SKYRL_SIDE])}")
@@ -269,6 +283,7 @@ def main() -> int:
     ap.add_argument("--skip-trl", action="store_true")
     ap.add_argument("--skip-ours", action="store_true")
     ap.add_argument("--skyrl", action="store_true", help="also train through self-hosted Tinker (skyrl profile)")
+    ap.add_argument("--vllm", action="store_true", help="ours samples with vLLM's server (tinker.sampler: vllm)")
     ap.add_argument(
         "--trl-threads", type=int, default=0, help="TRL's torch threads: 1 beside rl-mcp, 0 (every core) alone"
     )
