@@ -127,7 +127,7 @@ def server_environment(home: Path, profile: str = PROFILE) -> dict[str, str]:
         "WANDB_MODE": "disabled",
         "PYTHONUNBUFFERED": "1",
     }
-    for passthrough in ("TINKER_ATROPOS_CACHE", "RL_MCP_ENV_DIRS", "TMPDIR"):
+    for passthrough in ("TINKER_ATROPOS_CACHE", "RL_MCP_ENV_DIRS", "RL_MCP_RUNTIMES", "TMPDIR"):
         if passthrough in os.environ:
             env[passthrough] = os.environ[passthrough]
     return env

@@ -167,8 +167,9 @@ async def test_a_run_samples_on_vllm_with_each_steps_adapter(tmp_path: Path, sha
     served = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
     assert not {s for s in served if s.startswith(name)}, f"the run unloads its adapters from a shared server: {served}"
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    mismatches = [m.get("sampler_mismatch") for m in metrics]
-    assert all(v is not None and v < MISMATCH_TOLERANCE for v in mismatches), mismatches  # same tokens, same weights
+    mismatches = [m.get("sampler_mismatch") for m in metrics]  # a step's, in the next step's line once vLLM answered
+    measured = [v for v in mismatches[1:] if v is not None]
+    assert mismatches[0] is None and measured and max(measured) < MISMATCH_TOLERANCE, mismatches
     assert metrics[0]["logprob_drift"] < MISMATCH_TOLERANCE, metrics[0]  # step 1 trains on the weights it sampled
     assert status["latest"]["sampler_mismatch"] == mismatches[-1], status["latest"]
 

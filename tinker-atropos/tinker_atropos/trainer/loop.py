@@ -62,7 +62,7 @@ ALL_RETIRED_REASON = (
 )
 REGISTER_TIMEOUT_S = 60.0
 FIRST_BATCH_GROUPS = 4  # groups of the first batch kept in first_batch.json (a few hundred KB at most)
-MISMATCH_DATUMS = 8  # sequences vLLM scores again each step for sampler_mismatch (a prefill each)
+MISMATCH_DATUMS = 4  # sequences vLLM scores again each step for sampler_mismatch (a prefill each)
 LATEST_REPLIES = 3  # the best-scored replies of each step kept in latest_replies.json
 
 
@@ -194,6 +194,8 @@ class Trainer:
         self._sampler: SamplingBackend | None = None
         self._reference: SamplingBackend | None = None  # the base model, for kl_beta (loaded on first use)
         self._adam = adam_params(cfg)
+        # sampler vllm: vLLM scoring a step's sequences for sampler_mismatch while the next step runs
+        self._mismatch: asyncio.Task[float | None] | None = None
 
     async def publish(self, name: str) -> str:
         """Save sampler weights as `name` and serve them from now on."""
@@ -221,7 +223,7 @@ class Trainer:
             final_ckpt, final_state = await self._save_final(bounded=True)
             return self._result(Outcome.FAILED, final_ckpt, final_state, f"{type(exc).__name__}: {exc}")
         finally:
-            for task in watchers:
+            for task in [*watchers, *([self._mismatch] if self._mismatch else [])]:
                 task.cancel()
         solved = self.steps_done < total and not self.stop.is_set()
         stopped = self.steps_done < total and not solved
@@ -306,7 +308,9 @@ class Trainer:
                 optim = await self.training.optim_step_async(self._adam)
             grad_norm = grad_norm_of(optim.metrics)
             if t.sampler == "vllm" and self._sampler is not None:  # still the weights of the pass above
-                mismatch = await sampler_mismatch(self._sampler, output, datums, conv.completion_masks)
+                mismatch = self._previous_mismatch()
+                scored = sampler_mismatch(self._sampler, output, datums, conv.completion_masks)
+                self._mismatch = asyncio.create_task(scored)
             with phases("publish"):
                 await self.publish(f"step-{step:06d}")
             if (loss_sum := loss_sum_of(output, datums, engine)) is not None:  # per token, or the aggregated objective
@@ -380,6 +384,19 @@ class Trainer:
 
         await asyncio.gather(*(score(k) for k in conv.missing_logprobs))
         return datums
+
+    def _previous_mismatch(self) -> float | None:
+        """The previous step's sampler_mismatch where vLLM has scored it by now (it queues behind the
+        rollouts vLLM is generating: waiting for it cost ~10 s a step on a 2-core CPU)."""
+        task, self._mismatch = self._mismatch, None
+        if task is None or not task.done():
+            if task is not None:
+                task.cancel()
+            return None
+        if task.cancelled() or task.exception() is not None:
+            logger.warning("vLLM could not score the step's sequences for sampler_mismatch: %r", task.exception())
+            return None
+        return task.result()
 
     async def _with_kl_penalty(self, datums: list[types.Datum], masks: list[np.ndarray]) -> list[types.Datum]:
         """The datums with the KL to the base model in their advantages (the base model loaded once)."""

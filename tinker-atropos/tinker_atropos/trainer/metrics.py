@@ -45,9 +45,10 @@ class StepMetrics:
       `step_seconds` is the batch conversion and scoring sequences that came without sampler
       logprobs (an agent environment's demonstrations).
     - `sampler_mismatch` (sampler vllm only, else left out of the line): mean |trainer logprob - vLLM's
-      logprob| over the reply tokens of up to MISMATCH_DATUMS of the step's sequences, vLLM scoring them
-      with the adapter of the very weights the trainer's pass used: the samplers' own disagreement
-      (bfloat16 kernels against the trainer's), apart from the policy's change that `logprob_drift` has.
+      logprob| over the reply tokens of up to MISMATCH_DATUMS of the previous step's sequences, vLLM
+      scoring them with the adapter of the very weights that step's pass used (while this step ran: the
+      step never waits for it): the samplers' own disagreement (bfloat16 kernels against the trainer's),
+      apart from the policy's change that `logprob_drift` has. Left out where vLLM had not answered.
     - `agent_*`: from agentic environments' per-rollout overrides (batches.BatchConversion);
       left out of the line when no sequence reports them. W&B gets them as `agent/turns_mean`, `agent/tool_calls_mean`,
       `agent/tool_errors`.

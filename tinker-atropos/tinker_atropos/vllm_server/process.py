@@ -98,6 +98,10 @@ class VllmProcess:
     """A started vLLM server: its guard's process, its URL and its log."""
 
     def __init__(self, spec: VllmSpec, log_path: Path, environ: dict[str, str] | None = None) -> None:
+        if not spec.python.exists():
+            raise VllmError(
+                f"no vLLM runtime at {spec.python.parent.parent}: run `mcp-server-rl setup vllm` (a few minutes, once)"
+            )
         self.spec = spec
         self.url = f"http://{spec.host}:{spec.port}"
         self.log_path = log_path
