@@ -108,6 +108,10 @@ SCENARIOS: dict[str, tuple[Build, ...]] = {
         run(rows(6, logprob_drift=0.5)),  # importance_sampling: ppo
         run(rows(6, logprob_drift=0.5), tinker={"loss_fn": "ppo"}),  # ppo: a lower learning rate
     ),
+    "sampler_mismatch_grows": (
+        run(rows(12, sampler_mismatch=lambda s: 0.005 if s <= 4 else 0.08)),  # cispo
+        run(rows(12, sampler_mismatch=lambda s: 0.005 if s <= 4 else 0.08), tinker={"loss_fn": "cispo"}),  # lr
+    ),
     "stalled": (run(STALLED, active=True, now=STALLED[-1]["time"] + 600, env_drops_equal_groups=True),),
     "groups_discarded": (
         discarding(too_long=True),
