@@ -32,6 +32,7 @@ from tinker_atropos.models.paths import TINY_CHAT
 from tinker_atropos.venvs import runtime_python
 from tinker_atropos.vllm_server.guard import group_members
 from tinker_atropos.vllm_server.process import VllmError, VllmProcess, VllmSpec, command, kv_cache_gb, served_rank
+from tinker_atropos.vllm_server.run import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = runtime_python("vllm", os.environ)
@@ -100,21 +101,15 @@ def test_the_guard_ends_the_whole_group_when_told_and_when_its_parent_dies() -> 
 def shared_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmProcess]:
     """One vLLM server on tiny-chat for the module, as a user's deployment beside the runs."""
     model = ensure_model(TINY_CHAT)
-    spec = VllmSpec(VLLM_PYTHON, str(model), TINY_CHAT, _free_port(), lora_rank=16, max_loras=4, max_model_len=1024)
+    spec = VllmSpec(
+        VLLM_PYTHON, str(model), TINY_CHAT, free_port("127.0.0.1"), lora_rank=16, max_loras=4, max_model_len=1024
+    )
     server = VllmProcess(spec, tmp_path_factory.mktemp("vllm") / "vllm.log")
     try:
         server.wait_ready()
         yield server
     finally:
         server.stop()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _profile(folder: Path, **tinker: str) -> Path:
