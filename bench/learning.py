@@ -24,7 +24,9 @@ decoding); the run's own evals give its curve.
 Without --skip-*, the two sides run one after the other, each alone. To run them side by side,
 start one process with --skip-trl and one with --skip-ours --trl-threads 1.
 
-The last line: `eval accuracy before X after Y (+Z points) in M min` (this project).
+This project's run gets the budget as its own `max_training_minutes` (its learning-rate schedule
+decays over them) and ends itself; its last and its best checkpoint (by the validation split) are both
+scored on the held-out set. The last line: this project's figures as one JSON object.
 """
 
 from __future__ import annotations
@@ -73,11 +75,13 @@ def log(text: str) -> None:
 
 
 def training_seconds(run_dir: Path) -> float:
-    """Seconds trained so far: from the end of the step-0 eval, less the evals since (0 before)."""
-    evals = [e for e in read_jsonl(run_dir / "eval.jsonl") if not e.get("final")]
-    if not evals or evals[0]["step"] != 0:
+    """Seconds trained so far: from the end of the step-0 evals (held-out and validation), less the
+    evals since (0 before)."""
+    evals = [e for name in ("eval.jsonl", "validation.jsonl") for e in read_jsonl(run_dir / name) if not e.get("final")]
+    zero = [e["time"] for e in evals if e["step"] == 0]
+    if not zero:
         return 0.0
-    return time.time() - evals[0]["time"] - sum(e["seconds"] for e in evals[1:])
+    return time.time() - max(zero) - sum(e["seconds"] for e in evals if e["time"] > max(zero))
 
 
 def checkout_server(home: Path, profile: str, env: dict[str, str]) -> StdioServerParameters:
@@ -109,12 +113,15 @@ async def train_through_mcp(
     training_clock: bool = False,
     profile: str = "smollm2",
     may_complete: bool = False,
-) -> tuple[Path, Path]:
+    checkpoints: tuple[str, ...] = ("final",),
+) -> tuple[Path, dict[str, Path]]:
     """Select, edit, start and watch a run on `profile` for `minutes`, then stop it: returns its run
-    directory and its final weights as a PEFT adapter folder. The minutes count from
-    rl_start_training, or with `training_clock` as training_seconds counts them. `may_complete`: a run
-    that completes before the budget (every item retired) ends the watch; else it is an error."""
+    directory and its `checkpoints` (final, best) as PEFT adapter folders. The minutes count from
+    rl_start_training, or with `training_clock` as training_seconds counts them; a run given its own
+    budget (`max_training_minutes` in `edits`) ends itself. `may_complete`: a run that completes
+    before the budget (every item retired) ends the watch; else it is an error."""
     params = checkout_server(home, profile, server_environment(home))
+    may_complete = may_complete or "max_training_minutes" in edits
     async with Client(params, read_timeout_seconds=900) as client:
         await call(client, "rl_select_environment", {"name": environment})
         for field, value in {**edits, "total_steps": 100_000}.items():
@@ -123,6 +130,7 @@ async def train_through_mcp(
         run_id, run_dir = started["run_id"], Path(started["run_dir"])
         t0 = time.monotonic()
         log(f"{environment}: run {run_id} in {run_dir}")
+        status: dict[str, Any] = {}
         while (training_seconds(run_dir) if training_clock else time.monotonic() - t0) < minutes * 60:
             status, _ = await call(client, "rl_check_status", {"run_id": run_id})
             if may_complete and status.get("status") == "completed":
@@ -130,10 +138,18 @@ async def train_through_mcp(
             if status.get("status") in ("failed", "lost", "completed", "stopped"):
                 raise RuntimeError(f"run ended early: {status.get('status')} {status.get('error')}")
             await anyio.sleep(5)
-        await call(client, "rl_stop_training", {"run_id": run_id})
-        final = {"run_id": run_id, "format": "adapter", "checkpoint": "final"}
-        exported, _ = await call(client, "rl_export_model", final)
-    return run_dir, Path(exported["folder"])
+        ended = ("completed", "failed", "stopped", "lost")
+        while "max_training_minutes" in edits and status.get("status") not in ended:  # it ends itself
+            status, _ = await call(client, "rl_check_status", {"run_id": run_id})
+            await anyio.sleep(2)
+        if status.get("status") not in ended:
+            await call(client, "rl_stop_training", {"run_id": run_id})
+        folders = {}
+        for checkpoint in checkpoints:
+            wanted = {"run_id": run_id, "format": "adapter", "checkpoint": checkpoint}
+            exported, _ = await call(client, "rl_export_model", wanted)
+            folders[checkpoint] = Path(exported["folder"])
+    return run_dir, folders
 
 
 def overrides(items: list[str]) -> dict[str, Any]:
@@ -162,16 +178,30 @@ def step_figures(metrics: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def ours(minutes: float, home: Path, profile: str = "smollm2") -> dict[str, Any]:
-    edits = {**SETTINGS, **OURS_ONLY}
+    """The run on its own budget of training minutes (its learning-rate schedule decays over them), its
+    last and its best checkpoint (by validation) both scored on the held-out set by heldout.py."""
+    edits = {**SETTINGS, **OURS_ONLY, "max_training_minutes": minutes}
     if profile == "skyrl":
         edits.pop("lora_rank")  # the profile locks it, at the same rank
-    run_dir, final = await train_through_mcp(minutes, home, "arithmetic", edits, training_clock=True, profile=profile)
+    run_dir, folders = await train_through_mcp(
+        minutes, home, "arithmetic", edits, training_clock=True, profile=profile, checkpoints=("final", "best")
+    )
     metrics, evals = read_run(run_dir)
+    validation = read_jsonl(run_dir / "validation.jsonl")
+    after = await held_out_accuracy(folders["final"])
+    same = [(folders[c] / "adapter_model.safetensors").read_bytes() for c in ("final", "best")]
+    best = after if same[0] == same[1] else await held_out_accuracy(folders["best"])
+    trained = [e for e in validation if e["step"] > 0]
     return {
         "before": evals[0]["eval_accuracy"],
-        "after": await held_out_accuracy(final),
-        "in_run_evals": {e["step"]: e["eval_accuracy"] for e in evals},
-        "eval_seconds": sum(e["seconds"] for e in evals[1:]),
+        "after": after,
+        "after_best": best,
+        "best_checkpoint": folders["best"].name,
+        "validation_by_step": {e["step"]: e["eval_accuracy"] for e in validation},
+        "validation_peak": max((e["eval_accuracy"] for e in trained), default=None),
+        "validation_final": trained[-1]["eval_accuracy"] if trained else None,
+        "held_out_by_step": {e["step"]: e["eval_accuracy"] for e in evals},
+        "eval_seconds": sum(e["seconds"] for e in [*evals, *validation] if e["step"] > 0),
         **step_figures(metrics),
         "run_dir": str(run_dir),
     }
@@ -304,17 +334,21 @@ def main() -> int:
             f"({points(base):+.1f} points) in {a.minutes:g} min, {base['steps']} steps, "
             f"median step {base['median_step_seconds']:.1f} s ({points(base) / a.minutes:+.2f} points/min)"
         )
+        print(json.dumps({"side": "TRL", "seed": a.seed, **base}))
     for name, mine in sides.items():
         phases = ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in mine["median_phase_seconds"].items())
         print(
             f"{name}: {mine['steps']} steps, median step {mine['median_step_seconds']} s ({phases}), "
             f"{mine['eval_seconds']:.0f} s in evals off the clock ({points(mine) / a.minutes:+.2f} points/min); "
-            f"in-run evals by step: {mine['in_run_evals']}"
+            f"validation by step: {mine['validation_by_step']} (peak {mine['validation_peak']}, final "
+            f"{mine['validation_final']}); best checkpoint {mine['best_checkpoint']}"
         )
+        best = 100 * (mine["after_best"] - mine["before"])
         print(
             f"{name}: eval accuracy before {mine['before']:.3f} after {mine['after']:.3f} "
-            f"({points(mine):+.1f} points) in {a.minutes:g} min"
+            f"({points(mine):+.1f} points) in {a.minutes:g} min; best checkpoint {mine['after_best']:.3f} ({best:+.1f})"
         )
+        print(json.dumps({"side": name, "seed": a.seed, **{k: v for k, v in mine.items() if k != "run_dir"}}))
     return 0
 
 

@@ -66,6 +66,7 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos",
     "tinker_atropos.agent",
     "tinker_atropos.agent.trajectory",
+    "tinker_atropos.best_checkpoint",
     "tinker_atropos.export",
     "tinker_atropos.export.hub",
     "tinker_atropos.export.model_facts",

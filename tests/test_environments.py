@@ -191,7 +191,11 @@ async def test_gsm8k_offline_uses_generated_problems_and_scores_replies(
     )
     try:
         await env.setup()
-        assert [t.prompt for t in env.train_tasks] == [p.question for p in generate_problems(50, 0)]
+        generated = [p.question for p in generate_problems(50, 0)]
+        validation = {t.prompt for t in env.validation_tasks}  # drawn from the pool, then not trained on
+        assert len(validation) == 2 and [t.prompt for t in env.train_tasks] == [
+            q for q in generated if q not in validation
+        ]
         item = await env.get_next_item()
         group, _ = await env.collect_trajectories(item)
         await env.evaluate()
@@ -199,7 +203,7 @@ async def test_gsm8k_offline_uses_generated_problems_and_scores_replies(
         await _close(env)
     assert len(group["tokens"]) == 2 and group["scores"] == [0.0, 0.0]  # random weights: wrong
     assert env.score(item, f"so the answer is\n#### {item.answer}").correct
-    assert json.loads((tmp_path / "eval.jsonl").read_text())["num_items"] == 2
+    assert json.loads((tmp_path / "validation.jsonl").read_text())["num_items"] == 2  # the periodic evaluation
 
 
 @pytest.mark.anyio

@@ -69,7 +69,7 @@ async def test_a_smollm2_run_exports_as_adapter_merged_and_gguf(rl_home: Path) -
             assert progress.seen[-1] == (1.0, 1.0, "done"), progress.seen  # its fractions, rising to the end
             check = answer["check"]
             assert check["prompts"] >= 1 and check["matches"] >= check["required"], answer
-            assert answer["checkpoint_step"] == 2 and "best held-out eval" in answer["chosen_because"]
+            assert answer["checkpoint_step"] == 2 and "best validation accuracy" in answer["chosen_because"]
             for f in answer["files"]:
                 assert Path(f["path"]).stat().st_size == f["bytes"] > 0
             card = Path(answer["model_card"]).read_text()

@@ -134,9 +134,9 @@ def test_wandb_gets_the_seed_names_beside_ours(tmp_path: Path) -> None:
         def log(self, values: dict[str, Any], step: int) -> None:
             logged.append(values)
 
-    sink = MetricsSink(tmp_path, learning_rate=4e-5)
+    sink = MetricsSink(tmp_path)
     sink._wandb = FakeRun()
-    metrics = StepMetrics(1, 3, 0.0, 0.5, 0.25, 0.1, None, 0.0, 0.3, 0.01, 8, 8, 100, 1.0, None)
+    metrics = StepMetrics(1, 3, 0.0, 0.5, 0.25, 0.1, None, 0.0, 0.3, 0.01, 8, 8, 100, 1.0, None, learning_rate=4e-5)
     sink.log(metrics, logprobs=(-1.5, -1.25))
     values = logged[0]
     assert values["reward_mean"] == 0.25 and values["reward/mean"] == 0.25  # today's and the seed's

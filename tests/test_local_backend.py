@@ -200,6 +200,8 @@ def test_gradients_accumulate_until_optim_step(client, base) -> None:
     before = [p.detach().clone() for p in client.params]
     metrics = client.optim_step(types.AdamParams(learning_rate=1e-3, grad_clip_norm=0.5)).metrics
     assert metrics["grad_norm"] > 0
+    # each step's rate is the one its AdamParams carry (a schedule's value: trainer/lr_schedule.py)
+    assert metrics["learning_rate"] == 1e-3 and {g["lr"] for g in client.optimizer.param_groups} == {1e-3}
     assert all(p.grad is None for p in client.params)
     assert any(not torch.equal(a, p) for a, p in zip(before, client.params))
 

@@ -290,7 +290,8 @@ async def story(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Story
 # --- A: the engine starts with it (stage engine); stopped once a training state is saved ----------
 async def test_a_run_starts_the_engine_and_trains_through_the_tinker_sdk(story: Story) -> None:
     client = story.client
-    await select(client, "letter_repeat", **LETTERS)
+    # a warmup of 2 steps: 1/3 and 2/3 of the rate, sent to the engine in each step's AdamParams
+    await select(client, "letter_repeat", **LETTERS, lr_schedule="linear", lr_warmup_steps=2)
     a = story.runs["A"] = await call(client, "rl_start_training")
     config = yaml.safe_load(Path(a["config_path"]).read_text())["tinker"]
     assert config["backend"] == "tinker" and config["self_hosted"] is True
@@ -303,6 +304,7 @@ async def test_a_run_starts_the_engine_and_trains_through_the_tinker_sdk(story: 
             await anyio.sleep(1.0)
     assert (await call(client, "rl_stop_training", run_id=a["run_id"]))["status"] == "stopped"
     first = metrics_of(a)[0]
+    assert first["learning_rate"] == pytest.approx(config["learning_rate"] / 3)
     # the engine returns no forward_backward metrics: the loss is its elementwise losses' sum
     assert first["loss"] is not None and first["grad_norm"] is not None and first["grad_norm"] > 0, first
     # every input of the diagnosis rules arrives on this path: the grad norm under SkyRL's key, the

@@ -34,6 +34,7 @@ DOC_FIELDS = [
     "distinct_reply_share",
     "token_entropy",
     "grad_norm",
+    "learning_rate",
     "wait_seconds",
     "forward_backward_seconds",
     "optim_seconds",
@@ -108,6 +109,8 @@ def test_result_json_is_written_whole(tmp_path):
         "wandb_url": None,
         "error": None,
         "reason": None,
+        "best_checkpoint": None,
+        "best_step": None,
     }
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["result.json"]
 

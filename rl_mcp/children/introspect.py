@@ -18,6 +18,11 @@ from typing import Any
 TRAINING_FIELDS = (
     "lora_rank",
     "learning_rate",
+    "lr_schedule",
+    "lr_warmup_steps",
+    "lr_floor",
+    "max_training_minutes",
+    "keep_best",
     "beta1",
     "beta2",
     "eps",

@@ -11,6 +11,7 @@ from rl_mcp.diagnosis.findings import Evidence
 from rl_mcp.runs.env_health import Discards, Requests
 from rl_mcp.runs.item_counts import ItemCounts
 from rl_mcp.runs.metrics import Points
+from tinker_atropos.best_checkpoint import BEST
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,13 @@ class RunFacts:
     sft_steps: list[dict[str, Any]] = field(default_factory=list)  # its supervised stage's steps
     groups_scored: int | None = None  # the groups its environment scored in all (env_health.json)
     items: ItemCounts | None = None  # its training items and the groups that tied (items.json)
+    validation: list[dict[str, Any]] = field(default_factory=list)  # validation.jsonl
+
+    @property
+    def curve(self) -> list[dict[str, Any]]:
+        """The periodic evaluations: the validation set's where the run has one, else the held-out set's
+        (its line for the best checkpoint aside)."""
+        return self.validation or [e for e in self.evals if e.get("checkpoint") != BEST]
 
 
 def window(points: Points) -> int:

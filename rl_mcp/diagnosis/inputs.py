@@ -55,6 +55,7 @@ def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> 
         run_id=rec.run_id,
         metrics=metrics,
         evals=cache.evals(rec),
+        validation=cache.validation(rec),
         env=env,
         tinker=tinker,
         active=rec.active,

@@ -15,16 +15,17 @@ from typing import Any
 from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.agent_rules import no_tool_calls
 from rl_mcp.diagnosis.collapse import collapse_evidence, converged
+from rl_mcp.diagnosis.curve_rules import eval_metric, eval_regressed
 from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, sample_replies, span_of, window
 from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
-from rl_mcp.diagnosis.next_steps import edit, lower_learning_rate
+from rl_mcp.diagnosis.next_steps import edit
 from rl_mcp.diagnosis.openenv_rules import episodes_never_done
 from rl_mcp.diagnosis.request_rules import requests_time_out
 from rl_mcp.diagnosis.sampler_rules import sampler_mismatch_grows
 from rl_mcp.diagnosis.sft_rules import sft_left_no_signal, sft_memorized, sft_taught_no_tool_calls
 from rl_mcp.diagnosis.tie_rules import items_solved, ties_at_top, ties_evidence
 from rl_mcp.diagnosis.update_rules import loss_unstable, off_policy_drift
-from rl_mcp.runs.metrics import Points, series
+from rl_mcp.runs.metrics import series
 
 
 def _test_reward(facts: RunFacts, why: str) -> NextStep:
@@ -140,18 +141,10 @@ def groups_narrowing(facts: RunFacts) -> Finding | None:
 # --- evaluation -----------------------------------------------------------------------------
 
 
-def _eval_metric(evals: list[dict[str, Any]]) -> tuple[str, Points]:
-    """eval_accuracy where it moves, else eval_reward_mean (a small model's accuracy stays at 0)."""
-    accuracy = series(evals, "eval_accuracy")
-    if len({v for _, v in accuracy}) > 1 or not series(evals, "eval_reward_mean"):
-        return "eval_accuracy", accuracy
-    return "eval_reward_mean", series(evals, "eval_reward_mean")
-
-
 def reward_up_eval_flat(facts: RunFacts) -> Finding | None:
-    """Training reward up, held-out eval flat or down: overfitting, or a reward the replies game."""
+    """Training reward up, the evaluations flat or down: overfitting, or a reward the replies game."""
     rewards = series(facts.metrics, "reward_mean")
-    name, evals = _eval_metric(facts.evals)
+    name, evals = eval_metric(facts.curve)
     if len(rewards) < t.MIN_TREND_STEPS or len(evals) < 2 or evals[-1][0] <= evals[0][0]:
         return None
     w = window(rewards)
@@ -185,34 +178,6 @@ def reward_up_eval_flat(facts: RunFacts) -> Finding | None:
             ),
             *sample_replies(facts),
         ],
-    )
-
-
-def eval_regressed(facts: RunFacts) -> Finding | None:
-    """The newest held-out eval fell below the run's best: the best checkpoint is the one to keep."""
-    name, evals = _eval_metric(facts.evals)
-    if len(evals) < 2:
-        return None
-    best = max(evals, key=lambda p: (p[1], -p[0]))
-    last = evals[-1]
-    if last[0] <= best[0] or best[1] - last[1] < t.EVAL_REGRESSION_DROP:
-        return None
-    summary = f"{name} best {best[1]:.3f} at step {best[0]}, now {last[1]:.3f} at step {last[0]}"
-    if best[0] == 0:
-        next_step = lower_learning_rate(facts, "training made the base model worse: take smaller steps")
-    else:
-        next_step = NextStep(
-            "rl_export_model",
-            {"run_id": facts.run_id, "checkpoint": best[0]},
-            f"keep step {best[0]}'s weights, the best held-out eval, not the final ones; "
-            f"rl_start_training(resume_from='{facts.run_id}', checkpoint_step=...) continues from a saved state",
-        )
-    return Finding(
-        "eval_regressed",
-        "warning",
-        f"Held-out eval regressed from its best (step {best[0]})",
-        next_step,
-        [evidence_of(name, evals, summary)],
     )
 
 

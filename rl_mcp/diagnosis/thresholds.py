@@ -55,6 +55,7 @@ QUOTED_REPLY_CHARS = 200
 # A held-out eval this far below the run's best: a regression worth keeping the best checkpoint for
 # (one item of a 12-item eval set is 0.083, so one flipped item does not fire).
 EVAL_REGRESSION_DROP = 0.1
+FALL_EVALUATIONS = 2  # evaluations after the best, the last two of them below it by the drop: a fall that holds
 
 # A gradient norm in the latest steps this many times the median of the steps before it: the
 # updates blow up now (a warning; a learning run's norm falls as it converges).

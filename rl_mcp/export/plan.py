@@ -1,4 +1,4 @@
-"""What an export will do: the run's checkpoint (a step, `final`, or `best` by held-out eval), the
+"""What an export will do: the run's checkpoint (a step, `final`, or `best` by validation), the
 format and its dtype, the output folder, and the prompts the export is checked on."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from typing import Any, Literal
 
 from rl_mcp.errors import UserError
 from rl_mcp.inference.run_weights import RunCheckpoint, sampler_checkpoints
+from rl_mcp.runs.checkpoint_choice import checkpoint_choice
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.store import RunRecord
+from tinker_atropos.best_checkpoint import weights_name
 from tinker_atropos.run_files import CheckpointKind, RunFiles, read_checkpoints, read_jsonl
 
 Format = Literal["adapter", "merged", "gguf"]
@@ -58,10 +60,19 @@ def plan_export(
             f"run {rec.run_id} has no saved weights (no sampler checkpoint in its folder): wait for its first "
             "step (rl_check_status), or export another run (rl_list_runs)"
         )
-    chosen, why = _choose(rec, saved, checkpoint)
+    chosen, why = _choose(rec, saved, checkpoint, keep_best=bool(tinker.get("keep_best", True)))
     backend = str(tinker.get("backend") or "local")
     self_hosted = backend == "tinker" and bool(tinker.get("self_hosted"))
-    state = _tinker_state(rec, chosen) if backend == "tinker" and not self_hosted else None
+    state = None
+    if backend == "tinker" and not self_hosted:
+        try:
+            state = _tinker_state(rec, chosen)
+        except ExportError:
+            if checkpoint is not None or chosen.name == "final":
+                raise
+            why = f"the final weights: the best by validation ({chosen.name}) has no training state Tinker exports from"
+            chosen = next((c for c in reversed(saved) if c.name == "final"), saved[-1])
+            state = _tinker_state(rec, chosen)
     label = f"{chosen.name}-{fmt}" + (f"-{dtype}" if dtype else "")
     return ExportPlan(
         run_id=rec.run_id,
@@ -81,7 +92,9 @@ def plan_export(
     )
 
 
-def _choose(rec: RunRecord, saved: list[RunCheckpoint], wanted: str | int | None) -> tuple[RunCheckpoint, str]:
+def _choose(
+    rec: RunRecord, saved: list[RunCheckpoint], wanted: str | int | None, *, keep_best: bool
+) -> tuple[RunCheckpoint, str]:
     steps = [c.step for c in saved if c.step is not None]
     if isinstance(wanted, int):
         for c in reversed(saved):
@@ -90,26 +103,33 @@ def _choose(rec: RunRecord, saved: list[RunCheckpoint], wanted: str | int | None
         raise ExportError(
             f"run {rec.run_id} has no checkpoint at step {wanted}; saved steps: {', '.join(map(str, steps)) or 'none'}"
         )
-    evals = [
-        e for e in read_jsonl(RunFiles(Path(rec.run_dir)).evals) if isinstance(e.get("eval_accuracy"), int | float)
-    ]
-    by_step = {c.step: c for c in saved if c.step}  # step 0 is the base model, not a trained checkpoint
-    scored = [(float(e["eval_accuracy"]), int(e["step"])) for e in evals if e.get("step") in by_step]
-    if wanted == "best" or (wanted is None and scored):
-        if not scored:
+    files = RunFiles(Path(rec.run_dir))
+    choice = checkpoint_choice(read_jsonl(files.validation), read_jsonl(files.evals), keep_best)
+    if wanted == "best" or (wanted is None and choice is not None and keep_best):
+        if choice is None or choice.best is None:
             raise ExportError(
-                f"run {rec.run_id} has no held-out evaluation of a trained checkpoint, so no 'best': "
-                "export checkpoint='final' or a step"
+                f"run {rec.run_id} has no validation evaluation of a trained checkpoint, so no 'best' (its "
+                "environment has no validation set, or no periodic evaluation ran): export checkpoint='final' or a step"
             )
-        accuracy, step = max(scored)  # ties: the later step
-        why = f"best held-out eval accuracy ({accuracy:.3f} at step {step}; {len(scored)} trained checkpoint(s) scored)"
-        base = next((float(e["eval_accuracy"]) for e in evals if e.get("step") == 0), None)
-        if base is not None and base > accuracy:
+        best = choice.best
+        found = next((c for c in reversed(saved) if c.name == best.weights), None)
+        if found is None and "/" in best.weights and Path(best.weights).is_dir():  # a resumed run's parent's
+            found = RunCheckpoint(best.step, weights_name(best.step), best.weights)
+        if found is None:
+            raise ExportError(
+                f"run {rec.run_id}'s best checkpoint {best.weights} is not on disk: export 'final' or a step"
+            )
+        why = f"best validation accuracy ({best.validation_accuracy:.3f} at step {best.step})"
+        if best.held_out_accuracy is not None:
+            why += f", held-out {best.held_out_accuracy:.3f}"
+        base = next((float(e["eval_accuracy"]) for e in read_jsonl(files.validation) if e.get("step") == 0), None)
+        if base is not None and best.validation_accuracy is not None and base > best.validation_accuracy:
             why += f"; the base model scored {base:.3f} before training: training did not improve it"
-        return by_step[step], why
+        return found, why
     if wanted in (None, "final"):
         final = next((c for c in reversed(saved) if c.name == "final"), saved[-1])
-        return final, "the final weights" if wanted == "final" else "the final weights (the run has no evaluation)"
+        why = "keep_best is off" if not keep_best else "the run has no validation evaluation"
+        return final, "the final weights" if wanted == "final" else f"the final weights ({why})"
     raise ExportError(f"checkpoint {wanted!r} is not 'best', 'final' or a step number")
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rl_mcp.runs.store import RunRecord
+from tinker_atropos.best_checkpoint import BEST
 from tinker_atropos.run_files import JsonlReader
 
 LATEST_KEYS = ("loss", "reward_mean", "reward_std", "percent_correct", "logprob_drift", "tokens")
@@ -31,13 +32,19 @@ def downsample(rows: list[T], max_points: int) -> list[T]:
     return [rows[i] for i in idx]
 
 
-def latest_metrics(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> dict[str, Any]:
-    """The newest step's headline numbers plus the newest eval accuracy."""
+def latest_metrics(
+    metrics: list[dict[str, Any]], evals: list[dict[str, Any]], validation: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The newest step's headline numbers plus the newest held-out and validation accuracies."""
     out: dict[str, Any] = {k: None for k in (*LATEST_KEYS, *AGENT_KEYS, *SIGNAL_KEYS)}
     if metrics:
         out.update({k: metrics[-1].get(k) for k in out})
-    out["eval_accuracy"] = evals[-1].get("eval_accuracy") if evals else None
-    out["eval_step"] = evals[-1].get("step") if evals else None
+    held = [e for e in evals if e.get("checkpoint") != BEST]  # the best checkpoint's line is not the newest weights
+    out["eval_accuracy"] = held[-1].get("eval_accuracy") if held else None
+    out["eval_step"] = held[-1].get("step") if held else None
+    validation = validation or []
+    out["validation_accuracy"] = validation[-1].get("eval_accuracy") if validation else None
+    out["validation_step"] = validation[-1].get("step") if validation else None
     return out
 
 
@@ -78,7 +85,12 @@ class EvalSummary:
 
 
 def eval_summary(evals: list[dict[str, Any]]) -> EvalSummary | None:
-    rows = [(int(e.get("step") or 0), float(a)) for e in evals if isinstance(a := e.get("eval_accuracy"), (int, float))]
+    """The held-out set's evaluations of the run's weights in order (the best checkpoint's line aside)."""
+    rows = [
+        (int(e.get("step") or 0), float(a))
+        for e in evals
+        if isinstance(a := e.get("eval_accuracy"), (int, float)) and e.get("checkpoint") != BEST
+    ]
     if not rows:
         return None
     first, last = rows[0], rows[-1]
@@ -136,8 +148,11 @@ class MetricsCache:
     def evals(self, rec: RunRecord) -> list[dict[str, Any]]:
         return self.rows(rec.files.evals)
 
+    def validation(self, rec: RunRecord) -> list[dict[str, Any]]:
+        return self.rows(rec.files.validation)
+
     def forget(self, rec: RunRecord) -> None:
         """Drop a settled run's readers (read again, once, if asked for later)."""
         with self._lock:
-            for path in (rec.files.metrics, rec.files.evals):
+            for path in (rec.files.metrics, rec.files.evals, rec.files.validation):
                 self._readers.pop(path, None)

@@ -34,11 +34,13 @@ from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.live import Lineage, RunPlan
 from rl_mcp.runs.preflight import RunError
 from rl_mcp.runs.store import RunRecord
+from tinker_atropos.best_checkpoint import weights_path
 from tinker_atropos.run_files import (
     RunFiles,
     TrainingState,
     atomic_write_text,
     latest_env_position,
+    read_checkpoints,
     read_jsonl,
     read_training_states,
     stopped_sft,
@@ -226,8 +228,16 @@ def seed_run_folder(parent: RunRecord, step: int, files: RunFiles, env_wandb_nam
     source = parent.files
     if source.sft_dir.is_dir():
         shutil.copytree(source.sft_dir, files.sft_dir, dirs_exist_ok=True)
-    for src, dst in ((source.metrics, files.metrics), (source.evals, files.evals)):
+    parent_weights = read_checkpoints(Path(parent.run_dir), parent.run_name)
+    for src, dst in (
+        (source.metrics, files.metrics),
+        (source.evals, files.evals),
+        (source.validation, files.validation),
+    ):
         rows = [r for r in read_jsonl(src) if _step_of(r) is not None and _step_of(r) <= step]  # type: ignore[operator]
+        for row in rows:  # the parent's weights by path: the best checkpoint may be one of them
+            if isinstance(name := row.get("weights"), str) and (path := weights_path(name, parent_weights)):
+                row["weights"] = path
         if rows:
             atomic_write_text(dst, "".join(json.dumps(r) + "\n" for r in rows))
     parent_env_name = _env_wandb_name(parent)

@@ -151,7 +151,13 @@ class RunFiles:
 
     @property
     def evals(self) -> Path:
+        """The held-out set's evaluations: before the first step and at the end (and of the best checkpoint)."""
         return self.run_dir / "eval.jsonl"
+
+    @property
+    def validation(self) -> Path:
+        """The validation set's evaluations: before the first step, every steps_per_eval steps, at the end."""
+        return self.run_dir / "validation.jsonl"
 
     @property
     def items(self) -> Path:
@@ -373,7 +379,9 @@ class RunResult:
     backend: str
     wandb_url: str | None = None
     error: str | None = None
-    reason: str | None = None  # why a run completed before total_steps (every training item solved)
+    reason: str | None = None  # why a run completed before total_steps (items solved, minutes spent)
+    best_checkpoint: str | None = None  # keep_best: the sampler weights of the best validation score
+    best_step: int | None = None
 
     def write(self, run_dir: Path) -> Path:
         path = RunFiles(run_dir).result

@@ -22,7 +22,7 @@ class ExportResult(BaseModel):
     run_id: str
     checkpoint: str = Field(description="The checkpoint exported (step-NNNNNN or final)")
     checkpoint_step: int | None
-    chosen_because: str = Field(description="Why this checkpoint: as asked, final, or best by held-out eval")
+    chosen_because: str = Field(description="Why this checkpoint: as asked, final, or best by validation (keep_best)")
     format: Literal["adapter", "merged", "gguf"]
     dtype: str | None
     folder: str

@@ -12,10 +12,10 @@ elsewhere: Hermes with a local model, Ollama, llama.cpp, transformers, or the Hu
 </when_to_use>
 
 <what_it_does>
-Picks the checkpoint (`best` by held-out eval where the run has evaluations, else `final`, or a
-step), converts it in a child process with progress notifications, loads the export back and
-checks that its greedy replies to the environment's own prompts equal the trained policy's
-(adapter and merged float32: all; lossy dtypes: at least half), writes a README.md model card with
+Picks the checkpoint (`best` by the validation set where the run keeps it and has one, never by the
+held-out set; else `final`, or a step), converts it in a child process with progress notifications,
+loads the export back and checks that its greedy replies to the environment's own prompts equal
+the trained policy's (adapter and merged float32: all; lossy dtypes: at least half), writes a README.md model card with
 the reward curve, and with `hub_repo` pushes the folder to the Hub (token from HF_TOKEN, never
 echoed). Tinker runs: the weights are exported by Tinker from the run's saved training state and
 downloaded first (needs TINKER_API_KEY and the network); a self-hosted engine's runs: the

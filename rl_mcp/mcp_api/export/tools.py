@@ -37,7 +37,8 @@ def register_export_tool(server: MCPServer, app: AppContext) -> None:
         checkpoint: Annotated[
             Literal["best", "final"] | Annotated[int, Field(strict=True, ge=0)] | None,
             Field(
-                description="'best' (held-out eval), 'final', or a step; default: best where evals exist, else final"
+                description="'best' (by validation), 'final' (the last), or a step; default: best where the run "
+                "keeps it (keep_best) and has validation evaluations, else final"
             ),
         ] = None,
         dtype: Annotated[

@@ -103,8 +103,15 @@ class LatestMetrics(BaseModel):
     reward_mean: float | None
     reward_std: float | None
     percent_correct: float | None = Field(description="None when the environment does not report it")
-    eval_accuracy: float | None = Field(description="The newest evaluation's accuracy, if any")
+    eval_accuracy: float | None = Field(
+        description="The held-out set's newest accuracy: before the first step, then at the end (or every "
+        "steps_per_eval steps where the environment has no validation set)"
+    )
     eval_step: int | None
+    validation_accuracy: float | None = Field(
+        default=None, description="The validation set's newest accuracy (every steps_per_eval steps)"
+    )
+    validation_step: int | None = None
     no_signal_share: float | None = Field(
         default=None, description="Share of the step's groups whose replies all scored the same (no learning signal)"
     )
@@ -191,6 +198,20 @@ class HistoryPoint(BaseModel):
     percent_correct: float | None
 
 
+class CheckpointScoresView(BaseModel):
+    step: int
+    weights: str = Field(description="The sampler weights' name in checkpoints (step-000030)")
+    validation_accuracy: float | None
+    held_out_accuracy: float | None = Field(description="None where the held-out set has not scored these weights")
+
+
+class CheckpointChoiceView(BaseModel):
+    best: CheckpointScoresView | None
+    last: CheckpointScoresView | None
+    handed_out: Literal["best", "last"] = Field(description="What final_weights and rl_export_model's default are")
+    summary: str
+
+
 class RunResults(Diagnosed):
     run_id: str
     status: vocab.RunStatus
@@ -206,6 +227,14 @@ class RunResults(Diagnosed):
     eval_summary: str | None = Field(
         default=None,
         description="The held-out eval before -> after training (step 0 is before the first update), and the best",
+    )
+    validation: list[dict[str, Any]] = Field(
+        default_factory=list, description="validation.jsonl rows (step, eval_accuracy, weights, ...)"
+    )
+    checkpoint_choice: CheckpointChoiceView | None = Field(
+        default=None,
+        description="The best checkpoint by validation and the last one, each with its validation and held-out "
+        "accuracy, and which of them results and rl_export_model use (keep_best); None without a validation set",
     )
     checkpoints: list[dict[str, Any]] = Field(description="Saved sampler weights and states, oldest first")
     final_weights: str | None = Field(description="Final sampler weights: tinker:// path or local adapter folder")

@@ -50,8 +50,8 @@ Status of one training run: progress, latest metrics, process states and recent 
 <returns>
 status (starting, running, stopping, completed, failed, stopped, lost), the start stage or the
 failing one with the error and the end of that process's log, step / total_steps, running time,
-ETA, latest metrics (reward mean, loss, percent correct, eval accuracy), each process's state and
-exit code, the last lines of each log, and the W&B URL when online. `findings`: what the metrics
+ETA, latest metrics (reward mean, loss, percent correct, held-out and validation accuracy), each
+process's state and exit code, the last lines of each log, and the W&B URL when online. `findings`: what the metrics
 say is wrong (no reward signal, narrowing groups, eval flat or regressing, unstable loss, drift,
 a stall, groups the environment discards), each with its evidence and a ready `next_step` call;
 subscribers to the run's resources also get each one once as a log message (logger
@@ -92,8 +92,11 @@ and a reward and loss curve image.
 
 <returns>
 final metrics; the per-step history (reward mean/std, loss, percent correct; evenly downsampled
-for long runs); evaluations; checkpoints; `final_weights` (a tinker:// path on Tinker, an adapter
-folder for the local backend) and whether it exists; the W&B summary and URL when online, else
+for long runs); evaluations: `evals` (the held-out set, before the first step and at the end) and
+`validation` (every steps_per_eval steps); `checkpoint_choice`: the best checkpoint by validation
+beside the last one, each with its validation and held-out accuracy; checkpoints; `final_weights`
+(the weights the run hands out: its best by validation with keep_best, the default, else its last;
+a tinker:// path on Tinker, an adapter folder for the local backend) and whether it exists; the W&B summary and URL when online, else
 the offline W&B folder (`wandb sync <dir>` uploads it later); `findings`, the run's diagnosis
 (as in rl_check_status). A PNG of the curves comes as an image next to the structured result.
 Works on running runs too (partial results).

@@ -16,6 +16,8 @@ from rl_mcp.mcp_api.env_health.views import items_view, requests_view
 from rl_mcp.mcp_api.findings.views import findings_view
 from rl_mcp.mcp_api.runs import descriptions
 from rl_mcp.mcp_api.runs.answers import (
+    CheckpointChoiceView,
+    CheckpointScoresView,
     HistoryPoint,
     LatestMetrics,
     Lineage,
@@ -30,6 +32,7 @@ from rl_mcp.mcp_api.runs.answers import (
     TrainingStateView,
 )
 from rl_mcp.processes import Child
+from rl_mcp.runs.checkpoint_choice import CheckpointChoice, checkpoint_choice
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.env_health import EnvError, read_health
 from rl_mcp.runs.item_counts import read_items
@@ -44,7 +47,14 @@ from rl_mcp.runs.metrics import (
 from rl_mcp.runs.sft_stage import sft_progress
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.settings import Settings
-from tinker_atropos.run_files import SFT_STAGE, ProcessName, read_checkpoints, read_result, read_training_states
+from tinker_atropos.best_checkpoint import weights_path
+from tinker_atropos.run_files import (
+    SFT_STAGE,
+    ProcessName,
+    read_checkpoints,
+    read_result,
+    read_training_states,
+)
 
 STATUS_LOG_LINES = 8
 MAX_HISTORY_POINTS = 200
@@ -94,12 +104,16 @@ def summary(rec: RunRecord, cache: MetricsCache) -> RunSummary:
     )
 
 
+def _tinker_section(rec: RunRecord) -> dict[str, Any]:
+    try:
+        return dict(read_run_config(rec.config_path).get("tinker") or {})
+    except RUN_CONFIG_ERRORS:
+        return {}
+
+
 def wandb_identity(rec: RunRecord) -> tuple[str | None, str | None]:
     """The run's W&B project and run name, from its config (the names Hermes' RL tool answers with)."""
-    try:
-        tinker = read_run_config(rec.config_path).get("tinker") or {}
-    except RUN_CONFIG_ERRORS:
-        tinker = {}
+    tinker = _tinker_section(rec)
     project = tinker.get("wandb_project")
     return str(project) if project else None, str(tinker.get("run_name") or rec.run_name or "") or None
 
@@ -124,10 +138,12 @@ def started(rec: RunRecord) -> RunStarted:
     )
 
 
-def _latest(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> LatestMetrics | None:
+def _latest(
+    metrics: list[dict[str, Any]], evals: list[dict[str, Any]], validation: list[dict[str, Any]]
+) -> LatestMetrics | None:
     if not metrics and not evals:
         return None
-    data = latest_metrics(metrics, evals)
+    data = latest_metrics(metrics, evals, validation)
     return LatestMetrics(
         step=_step(metrics) if metrics else None,
         loss=data["loss"],
@@ -136,6 +152,8 @@ def _latest(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> Lates
         percent_correct=data["percent_correct"],
         eval_accuracy=data["eval_accuracy"],
         eval_step=data["eval_step"],
+        validation_accuracy=data["validation_accuracy"],
+        validation_step=data["validation_step"],
         no_signal_share=data["no_signal_share"],
         distinct_reply_share=data["distinct_reply_share"],
         sampler_mismatch=data["sampler_mismatch"],
@@ -206,7 +224,7 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
         total_steps=rec.total_steps,
         running_seconds=running_s,
         eta_seconds=eta_seconds(metrics, rec.total_steps) if rec.active else None,
-        latest=_latest(metrics, evals),
+        latest=_latest(metrics, evals, cache.validation(rec)),
         sft=sft_view(rec),
         processes=processes_view(rec, children),
         environment_error=_env_error_view(env_error),
@@ -245,10 +263,13 @@ def rate_limited(rec: RunRecord, wait_s: float) -> RunStatus:
 
 def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -> RunResults:
     run_dir = Path(rec.run_dir)
-    metrics, evals = cache.metrics(rec), cache.evals(rec)
+    metrics, evals, validation = cache.metrics(rec), cache.evals(rec), cache.validation(rec)
     result = read_result(run_dir) or {}
     checkpoints = read_checkpoints(run_dir, rec.run_name)
+    choice = checkpoint_choice(validation, evals, keep_best=_keeps_best(rec))
     final = result.get("final_checkpoint") or (metrics[-1].get("checkpoint") if metrics else None)
+    if choice is not None and choice.handed_out == "best" and choice.best is not None:
+        final = result.get("best_checkpoint") or weights_path(choice.best.weights, checkpoints) or final
     exists = Path(final).is_dir() if final and not str(final).startswith("tinker://") else None
     offline = rec.files.wandb_dir
     history = [
@@ -280,12 +301,14 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         backend=result.get("backend"),
         steps_completed=_step(metrics),
         total_steps=rec.total_steps,
-        final_metrics=_latest(metrics, evals),
+        final_metrics=_latest(metrics, evals, validation),
         sft=sft_view(rec),
         history=history,
         history_total_steps=len(metrics),
         evals=evals[-MAX_HISTORY_POINTS:],
         eval_summary=ev.text if (ev := eval_summary(evals)) else None,
+        validation=validation[-MAX_HISTORY_POINTS:],
+        checkpoint_choice=_choice_view(choice),
         checkpoints=checkpoints[-MAX_HISTORY_POINTS:],
         final_weights=final,
         final_weights_exists=exists,
@@ -305,6 +328,19 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
     )
 
 
+def _keeps_best(rec: RunRecord) -> bool:
+    return bool(_tinker_section(rec).get("keep_best", True))
+
+
+def _choice_view(choice: CheckpointChoice | None) -> CheckpointChoiceView | None:
+    if choice is None:
+        return None
+    scores = lambda c: CheckpointScoresView(**asdict(c)) if c else None  # noqa: E731
+    return CheckpointChoiceView(
+        best=scores(choice.best), last=scores(choice.last), handed_out=choice.handed_out, summary=choice.text
+    )
+
+
 def metrics_document(rec: RunRecord, cache: MetricsCache) -> dict[str, Any]:
     """rl://runs/{id}/metrics: the downsampled history and evals, as JSON."""
     metrics = cache.metrics(rec)
@@ -315,4 +351,5 @@ def metrics_document(rec: RunRecord, cache: MetricsCache) -> dict[str, Any]:
         "steps": len(metrics),
         "history": downsample(metrics, MAX_HISTORY_POINTS),
         "evals": cache.evals(rec)[-MAX_HISTORY_POINTS:],
+        "validation": cache.validation(rec)[-MAX_HISTORY_POINTS:],
     }

@@ -160,6 +160,8 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
             {
                 "status": "ok",
                 "sampler": holder.label,
+                "step": holder.steps,
+                "weights": holder.weights,
                 "generated_tokens": getattr(sampler, "generated_tokens", None),
                 "decoding": getattr(sampler, "decoding", None),
                 "reply_cap": asdict(cap) if cap is not None else None,

@@ -7,6 +7,8 @@ import threading
 from tinker_atropos.backends.base import SamplingBackend
 
 FINAL_LABEL = "final"  # /health's `sampler` once the trainer has no more steps to take
+BEST_LABEL = "best"  # then the run's best checkpoint by validation, for the held-out set to score it
+DONE_LABEL = "done"  # then: no more evaluations are waited for
 
 
 class SamplerNotReady(RuntimeError):
@@ -25,6 +27,8 @@ class SamplerHolder:
         self._sampler = sampler
         self._version = 0 if sampler is None else 1
         self._label: str | None = None
+        self._weights: str | None = None  # the newest step-N weights' name (a relabel keeps it)
+        self._steps: int | None = None  # the trainer's steps taken (a step with nothing to train publishes none)
 
     def swap(self, sampler: SamplingBackend, label: str | None = None) -> int:
         """Install `sampler` for every later request; returns the new version number. `label`
@@ -33,6 +37,8 @@ class SamplerHolder:
             self._sampler = sampler
             self._version += 1
             self._label = label
+            if label and label.startswith("step-"):
+                self._weights = label
             return self._version
 
     def relabel(self, label: str) -> None:
@@ -44,6 +50,22 @@ class SamplerHolder:
     def label(self) -> str | None:
         with self._lock:
             return self._label
+
+    @property
+    def weights(self) -> str | None:
+        """The name of the newest step-N weights published (what `final` serves)."""
+        with self._lock:
+            return self._weights
+
+    @property
+    def steps(self) -> int | None:
+        with self._lock:
+            return self._steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        with self._lock:
+            self._steps = value
 
     def current(self) -> tuple[SamplingBackend, int]:
         """The sampler to use for one whole request, with its version."""

@@ -37,6 +37,28 @@ class TinkerConfig(_Strict):
     base_model: str = Field("tiny-chat", min_length=1)
     lora_rank: int = Field(32, gt=0)
     learning_rate: float = Field(4.0e-5, gt=0)
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant",
+        description="The learning rate over the run's budget (total_steps, or max_training_minutes where those "
+        "run out first): constant, or a linear or cosine decay from learning_rate to lr_floor x learning_rate "
+        "after lr_warmup_steps. Each step's rate is in metrics.jsonl (learning_rate).",
+    )
+    lr_warmup_steps: int = Field(0, ge=0, description="Steps whose rate rises linearly to learning_rate first.")
+    lr_floor: float = Field(
+        0.1, ge=0, le=1, description="linear / cosine: the rate at the end of the budget, as a share of learning_rate."
+    )
+    max_training_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="A budget in training minutes (from the first batch, the periodic evaluations not counted): "
+        "the run completes when it is spent, if total_steps do not end it first. null: steps only.",
+    )
+    keep_best: bool = Field(
+        True,
+        description="Choose the run's best checkpoint by its validation score (never the held-out set's): at the "
+        "end the held-out set scores it too, and rl_get_results and rl_export_model use it by default. false: "
+        "the last checkpoint is the result.",
+    )
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.95, ge=0, lt=1)
     eps: float = Field(1.0e-8, gt=0)
@@ -176,6 +198,14 @@ class TinkerConfig(_Strict):
             raise ValueError("sampler vllm is the local backend's: on the tinker backend Tinker samples; unset it")
         if self.vllm_url and self.sampler != "vllm":
             raise ValueError("vllm_url is used by sampler vllm: set sampler: vllm, or unset vllm_url")
+        return self
+
+    @model_validator(mode="after")
+    def _schedule_fits(self) -> TinkerConfig:
+        if self.lr_warmup_steps >= self.total_steps:
+            raise ValueError(
+                f"lr_warmup_steps ({self.lr_warmup_steps}) must be below total_steps ({self.total_steps}): lower it"
+            )
         return self
 
     @model_validator(mode="after")

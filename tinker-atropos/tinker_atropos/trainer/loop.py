@@ -29,15 +29,27 @@ from tinker import types
 from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
 from tinker_atropos.backends.sampler_source import BackendSamplers, SamplerSource
 from tinker_atropos.backends.tinker_compat import grad_norm_of, loss_sum_of
-from tinker_atropos.inference_server.holder import FINAL_LABEL, SamplerHolder
-from tinker_atropos.run_files import JsonlReader, Outcome, RunFiles, RunResult, atomic_write_text, read_json_object
+from tinker_atropos.best_checkpoint import BEST, Scored, best_of, weights_name, weights_path
+from tinker_atropos.inference_server.holder import BEST_LABEL, DONE_LABEL, FINAL_LABEL, SamplerHolder
+from tinker_atropos.run_files import (
+    JsonlReader,
+    Outcome,
+    RunFiles,
+    RunResult,
+    atomic_write_text,
+    read_checkpoints,
+    read_json_object,
+    read_jsonl,
+)
 from tinker_atropos.trainer.batches import (
     BatchConversion,
     for_loss,
     groups_to_datums,
     with_sampler_logprobs,
 )
+from tinker_atropos.trainer.budget import TrainingClock
 from tinker_atropos.trainer.config import ConfigError, RunConfig
+from tinker_atropos.trainer.lr_schedule import budget_progress, learning_rate_at
 from tinker_atropos.trainer.metrics import MetricsSink, PhaseClock, StepMetrics
 from tinker_atropos.trainer.objective import (
     aggregated,
@@ -60,6 +72,7 @@ ALL_RETIRED_REASON = (
     "every training item is retired as solved: each reply of its last groups solved it (items.json), so no "
     "group could teach; the final weights are the result"
 )
+TIME_SPENT_REASON = "its max_training_minutes are spent"
 REGISTER_TIMEOUT_S = 60.0
 FIRST_BATCH_GROUPS = 4  # groups of the first batch kept in first_batch.json (a few hundred KB at most)
 MISMATCH_DATUMS = 4  # sequences vLLM scores again each step for sampler_mismatch (a prefill each)
@@ -194,6 +207,10 @@ class Trainer:
         self._sampler: SamplingBackend | None = None
         self._reference: SamplingBackend | None = None  # the base model, for kl_beta (loaded on first use)
         self._adam = adam_params(cfg)
+        self.clock = TrainingClock(Path(cfg.tinker.run_dir), cfg.tinker.max_training_minutes)
+        self.best: Scored | None = None  # keep_best: the checkpoint the run hands out, chosen at its end
+        self.best_path: str | None = None
+        self._progress = 0.0  # through the run's budget (trainer/lr_schedule.py)
         # sampler vllm: vLLM scoring a step's sequences for sampler_mismatch while the next step runs
         self._mismatch: asyncio.Task[float | None] | None = None
 
@@ -211,12 +228,14 @@ class Trainer:
         waiting_over = asyncio.Event()  # a stop, or no item left to draw: no batch is coming
         watchers = [asyncio.create_task(self._watch(waiting_over))]
         try:
-            await self.publish("step-000000")  # the policy before any update; /health -> 200
-            while self.steps_done < total and not waiting_over.is_set():
+            self.holder.steps = self.steps_done
+            await self.publish(weights_name(self.steps_done))  # the policy before any update; /health -> 200
+            while self.steps_done < total and not waiting_over.is_set() and not self.clock.spent():
                 waited = time.monotonic()
                 groups = await self.api.next_batch(waiting_over)
                 if groups is None:
                     break
+                self.clock.start()
                 await self._run_step(self.steps_done + 1, groups, time.monotonic() - waited)
         except Exception as exc:
             logger.exception("training failed at step %d", self.steps_done + 1)
@@ -225,17 +244,20 @@ class Trainer:
         finally:
             for task in [*watchers, *([self._mismatch] if self._mismatch else [])]:
                 task.cancel()
-        solved = self.steps_done < total and not self.stop.is_set()
-        stopped = self.steps_done < total and not solved
+        timed = self.steps_done < total and self.clock.spent() and not self.stop.is_set()
+        solved = self.steps_done < total and not self.stop.is_set() and not timed
+        stopped = self.steps_done < total and not solved and not timed
         if stopped:
             logger.info("stop requested after %d/%d steps: saving", self.steps_done, total)
         elif solved:
             logger.info("every training item is retired as solved after %d/%d steps: ending", self.steps_done, total)
+        elif timed:
+            logger.info("max_training_minutes spent after %d/%d steps: ending", self.steps_done, total)
         final_ckpt, final_state = await self._save_final(bounded=stopped)
         if not stopped and not solved:
             await self._serve_final_eval()  # the environment evaluates at its last step; a solved one has none
         result = self._result(Outcome.STOPPED if stopped else Outcome.COMPLETED, final_ckpt, final_state, None)
-        result.reason = ALL_RETIRED_REASON if solved else None
+        result.reason = ALL_RETIRED_REASON if solved else TIME_SPENT_REASON if timed else None
         return result
 
     async def _watch(self, waiting_over: asyncio.Event) -> None:
@@ -252,21 +274,46 @@ class Trainer:
 
     async def _serve_final_eval(self) -> None:
         """Keep serving the final weights until the environment has evaluated them (it asks for
-        that with `eval_at_end` in its config), bounded in time and by a stop request."""
+        that with `eval_at_end` in its config), then, with keep_best, the best checkpoint by validation
+        until the held-out set has scored it too; bounded in time and by a stop request."""
         if not self.cfg.env.get("eval_at_end") or not self.cfg.env.get("eval_size", 1):
             return
         self.holder.relabel(FINAL_LABEL)
-        total = self.cfg.tinker.total_steps
-        evals = JsonlReader(RunFiles(Path(self.cfg.tinker.run_dir)).evals)
+        files = RunFiles(Path(self.cfg.tinker.run_dir))
         timeout_s = float(os.environ.get("TINKER_ATROPOS_FINAL_EVAL_TIMEOUT_S", FINAL_EVAL_TIMEOUT_S))
         logger.info("serving the final weights for the environment's final evaluation (up to %.0f s)", timeout_s)
         deadline = time.monotonic() + timeout_s
+        last = self.steps_done
+        if not await self._held_out_line(
+            files, deadline, lambda row: row.get("step") == last and not row.get("checkpoint")
+        ):
+            logger.warning("no final evaluation within %.0f s; ending without it", timeout_s)
+            return
+        logger.info("final evaluation written")
+        best = best_of(read_jsonl(files.validation)) if self.cfg.tinker.keep_best else None
+        path = self._sampler_weights(best.weights) if best else None
+        if best is not None and path is None:
+            logger.warning("the best checkpoint %s is not on record: the last one is the result", best.weights)
+        elif best is not None:
+            self.best, self.best_path = best, path
+            logger.info("best checkpoint: %s (validation %.3f)", best.weights, best.accuracy)
+            if best.weights != weights_name(last):  # the held-out set scores it as well
+                self.holder.swap(await self.samplers.for_weights(path, BEST_LABEL), BEST_LABEL)
+                await self._held_out_line(files, deadline, lambda row: row.get("checkpoint") == BEST)
+        self.holder.relabel(DONE_LABEL)
+
+    async def _held_out_line(self, files: RunFiles, deadline: float, wanted: Any) -> bool:
+        """Wait until eval.jsonl has a final line `wanted` accepts (False at the deadline or a stop)."""
+        evals = JsonlReader(files.evals)
         while time.monotonic() < deadline and not self.stop.is_set():
-            if any(row.get("final") and row.get("step") == total for row in evals.refresh()):
-                logger.info("final evaluation written")
-                return
+            if any(row.get("final") and wanted(row) for row in evals.refresh()):
+                return True
             await asyncio.sleep(0.1)
-        logger.warning("no final evaluation within %.0f s; ending without it", timeout_s)
+        return False
+
+    def _sampler_weights(self, name: str) -> str | None:
+        """The path of the sampler weights `name` (this run's, or by path its parent's)."""
+        return weights_path(name, read_checkpoints(Path(self.cfg.tinker.run_dir), self.cfg.tinker.run_name))
 
     async def _run_step(self, step: int, groups: list[dict[str, Any]], wait_seconds: float) -> None:
         """Run one step; when stop is set meanwhile, grant it STEP_GRACE_S, then abandon it."""
@@ -294,6 +341,9 @@ class Trainer:
         conv = groups_to_datums(groups, t.advantage_scale)
         datums = await self._fill_missing_logprobs(conv)
         loss = drift = lp_ref = lp_train = grad_norm = mismatch = None
+        # never back: an evaluation's seconds leave the clock only once its line is written
+        self._progress = max(self._progress, budget_progress(t, step, self.clock.seconds()))
+        learning_rate = learning_rate_at(t, step, self._progress)
         phases = PhaseClock()
         if datums:
             if t.kl_beta > 0:
@@ -305,19 +355,22 @@ class Trainer:
             with phases("forward_backward"):
                 output = await self.training.forward_backward_async(trained, t.loss_fn, loss_fn_config(t, factors[0]))
             with phases("optim"):
-                optim = await self.training.optim_step_async(self._adam)
+                optim = await self.training.optim_step_async(
+                    self._adam.model_copy(update={"learning_rate": learning_rate})
+                )
             grad_norm = grad_norm_of(optim.metrics)
             if t.sampler == "vllm" and self._sampler is not None:  # still the weights of the pass above
                 mismatch = self._previous_mismatch()
                 scored = sampler_mismatch(self._sampler, output, datums, conv.completion_masks)
                 self._mismatch = asyncio.create_task(scored)
             with phases("publish"):
-                await self.publish(f"step-{step:06d}")
+                await self.publish(weights_name(step))
             if (loss_sum := loss_sum_of(output, datums, engine)) is not None:  # per token, or the aggregated objective
                 loss = loss_sum / max(conv.completion_tokens, 1) if t.loss_aggregation == "sum" else loss_sum
             drift = logprob_drift(output, datums, conv.completion_masks)
             lp_ref, lp_train = logprob_means(output, datums, conv.completion_masks)
         self.steps_done = step
+        self.holder.steps = step
         metrics = StepMetrics(
             step=step,
             total_steps=self.cfg.tinker.total_steps,
@@ -339,6 +392,7 @@ class Trainer:
             distinct_reply_share=None if conv.distinct_reply_share is None else round(conv.distinct_reply_share, 4),
             token_entropy=None if conv.token_entropy is None else round(conv.token_entropy, 4),
             grad_norm=grad_norm,
+            learning_rate=learning_rate if datums else None,
             wait_seconds=round(wait_seconds, 4),
             forward_backward_seconds=phases.seconds.get("forward_backward"),
             optim_seconds=phases.seconds.get("optim"),
@@ -436,6 +490,8 @@ class Trainer:
             backend=self.cfg.tinker.backend,
             wandb_url=self.sink.wandb_url,
             error=error,
+            best_checkpoint=self.best_path if self.best else None,
+            best_step=self.best.step if self.best else None,
         )
 
 
@@ -470,7 +526,6 @@ async def train(
         group=cfg.tinker.wandb_group or cfg.tinker.run_name,  # the group the env logs to
         run_name=cfg.tinker.run_name,
         config=_public_config(cfg),
-        learning_rate=cfg.tinker.learning_rate,
         wandb_id=cfg.tinker.wandb_run_id,  # set when resumed: the parent's W&B run goes on
     )
     source = samplers or BackendSamplers(cfg, training)

@@ -38,6 +38,7 @@ class StepMetrics:
       estimate of the policy's entropy per token (batches.BatchConversion); falls as replies collapse.
     - `grad_norm`: the gradient's global norm before clipping, as the backend's optim_step reports
       it (the local backend does; None where a backend does not, and on a step with nothing to train).
+    - `learning_rate`: the rate of the step's update (its lr_schedule's value; None with nothing to train).
     - `checkpoint`: the sampler weights serving after this step (folder or tinker:// path).
     - `wait_seconds`: waiting for the batch (rollouts the environment had not finished during the
       previous step); then the step's own phases: `forward_backward_seconds`, `optim_seconds` and
@@ -76,6 +77,7 @@ class StepMetrics:
     distinct_reply_share: float | None = None
     token_entropy: float | None = None
     grad_norm: float | None = None
+    learning_rate: float | None = None
     wait_seconds: float | None = None
     forward_backward_seconds: float | None = None
     optim_seconds: float | None = None
@@ -146,10 +148,8 @@ class MetricsSink:
         group: str | None = None,
         run_name: str | None = None,
         config: dict[str, Any] | None = None,
-        learning_rate: float | None = None,
         wandb_id: str | None = None,
     ) -> None:
-        self.learning_rate = learning_rate
         self._file = JsonlWriter(RunFiles(run_dir).metrics)
         self.path = self._file.path
         self._wandb: Any = None
@@ -194,7 +194,7 @@ class MetricsSink:
             try:
                 values = {k.replace("agent_", "agent/", 1): v for k, v in record.items() if isinstance(v, (int, float))}
                 values.update({f"env/{k}": v for k, v in (metrics.env_metrics or {}).items()})
-                values.update(seed_wandb_names(record, self.learning_rate, logprobs))
+                values.update(seed_wandb_names(record, record.get("learning_rate"), logprobs))
                 self._wandb.log(values, step=metrics.step)
             except Exception as exc:
                 logger.warning("W&B log failed (%s); W&B switched off for this run", exc)

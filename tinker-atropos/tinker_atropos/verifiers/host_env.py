@@ -11,9 +11,7 @@ environment's eval dataset (its train dataset when it has none).
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -160,20 +158,11 @@ class VerifiersHostEnv(ChatTaskEnv):
             self.tokenizer.encode(reply, add_special_tokens=False),
         )
 
-    async def evaluate(self, *args: Any, final: bool = False, **kwargs: Any) -> None:
-        """Greedy rollouts of the eval rows; one line appended to eval.jsonl."""
-        if not self.eval_tasks:
-            return
-        gate = asyncio.Semaphore(max(1, self.config.max_eval_workers))
-
-        async def one(row: Task) -> Score:
-            assert isinstance(row, Row)
-            async with gate:
-                reward = float((await self._group(row, 1, 0.0))[0]["reward"])
-            return Score(reward, reward >= 1.0)
-
-        started = time.monotonic()
-        self.write_eval(await asyncio.gather(*(one(t) for t in self.eval_tasks)), started, final)
+    async def score_greedy(self, task: Task) -> Score:
+        """One greedy rollout of an eval row, scored by the environment's rubric."""
+        assert isinstance(task, Row)
+        reward = float((await self._group(task, 1, 0.0))[0]["reward"])
+        return Score(reward, reward >= 1.0)
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         metrics = dict(wandb_metrics or {})
