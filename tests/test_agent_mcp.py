@@ -73,8 +73,14 @@ async def test_agent_environment_is_tested_and_trained_through_the_tools(rl_home
     for m in lines:
         assert 1 <= m["agent_turns_mean"] <= 2 and m["agent_tool_calls_mean"] >= 0 and m["agent_tool_errors"] >= 0
     # the base model's eval before the first rollout: accuracy and the share that called a tool
-    before = json.loads((Path(started["run_dir"]) / "eval.jsonl").read_text().splitlines()[0])
+    held = [json.loads(x) for x in (Path(started["run_dir"]) / "eval.jsonl").read_text().splitlines()]
+    before = held[0]
     assert before["step"] == 0 and before["num_items"] == 2 and 0.0 <= before["eval_tool_call_share"] <= 1.0
+    # its validation set (drawn from the training problems) every steps_per_eval steps; the held-out set
+    # before the first step and on the final weights
+    validation = [json.loads(x) for x in (Path(started["run_dir"]) / "validation.jsonl").read_text().splitlines()]
+    assert validation[0]["step"] == 0 and validation[-1]["final"] and validation[-1]["step"] == 5, validation
+    assert any(e["final"] and e["step"] == 5 and not e.get("checkpoint") for e in held), held
 
 
 async def test_tools_unsandboxed_for_want_of_bwrap_say_so_in_the_answer(rl_home: Path) -> None:

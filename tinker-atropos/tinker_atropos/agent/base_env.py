@@ -39,9 +39,10 @@ from tinker_atropos.agent.sandboxes import SandboxConfig, resolve_backend
 from tinker_atropos.agent.tool_calls import parse_tool_calls
 from tinker_atropos.agent.tools import TOOL_SCHEMAS, ToolContext, ToolResult, select_tools
 from tinker_atropos.agent.trajectory import format_trajectory
+from tinker_atropos.environments.evaluations import EvalSplit
 from tinker_atropos.environments.run_env import RunEnv
 from tinker_atropos.item_draw.settings import DrawSettings
-from tinker_atropos.run_files import RunFiles, append_jsonl, finished_sft_state
+from tinker_atropos.run_files import finished_sft_state
 from tinker_atropos.sft.settings import SftSettings
 
 logger = logging.getLogger(__name__)
@@ -115,6 +116,11 @@ class HermesAgentEnvConfig(BaseEnvConfig, DrawSettings):
         default=True,
         description="Run evaluate() on the base model (eval.jsonl step 0) before the first rollout of a fresh run.",
     )
+    eval_at_end: bool = Field(
+        default=False,
+        description="Score the final weights on the held-out set (eval_items) once the trainer has taken its last "
+        "step, and where the environment has validation_items, the best checkpoint by them too (the trainer waits).",
+    )
     default_result_size_chars: int = Field(
         default=DEFAULT_RESULT_SIZE_CHARS,
         ge=1,
@@ -171,6 +177,7 @@ class HermesAgentBaseEnv(RunEnv):
         self._agent_stats: list[tuple[int, int, int]] = []  # (turns, tool calls, tool errors)
         self.eval_tags: dict[str, Any] = {}  # added to each eval.jsonl line (the supervised stage's)
         self.train_items: list[Any] = []  # what get_next_item draws from (setup() fills it)
+        self.validation_items: list[Any] = []  # the validation set, where setup() draws one
 
     # --- tools ---------------------------------------------------------------------------
 
@@ -330,7 +337,7 @@ class HermesAgentBaseEnv(RunEnv):
         """Registered: on a fresh run, the base model's score comes first (eval.jsonl step 0)."""
         await super().register_env()
         if self.config.eval_before_training and self.curr_step == 0 and not self._evaluated_by_sft():
-            await self.evaluate()
+            await (self.evaluate_both() if self.validation_items else self.evaluate())
 
     def _evaluated_by_sft(self) -> bool:
         """The run's supervised stage evaluated the weights RL starts from, as its last act."""
@@ -339,8 +346,30 @@ class HermesAgentBaseEnv(RunEnv):
 
     # --- evaluation helper -----------------------------------------------------------------
 
-    async def evaluate_agent(self, items: list[Item], temperature: float = 0.0) -> dict[str, Any]:
-        """Roll out `items` (eval split), append one line to eval.jsonl, return it."""
+    def validation_set(self) -> list[Any]:
+        return self.validation_items
+
+    def held_out_set(self) -> list[Any]:
+        return list(getattr(self, "eval_items", None) or [])
+
+    async def evaluate_set(
+        self, items: list[Any], split: EvalSplit, *, final: bool = False, checkpoint: str | None = None
+    ) -> None:
+        if items:
+            await self.evaluate_agent(items, split=split, final=final, checkpoint=checkpoint)
+
+    async def evaluate_agent(
+        self,
+        items: list[Item],
+        temperature: float = 0.0,
+        *,
+        split: EvalSplit = "held_out",
+        final: bool = False,
+        checkpoint: str | None = None,
+    ) -> dict[str, Any]:
+        """Roll out `items` (eval split), append one line to the split's file (eval.jsonl for the
+        held-out set, validation.jsonl), return it."""
+        target = await self.evaluation_target(final, checkpoint)
         gate = asyncio.Semaphore(max(1, self.config.max_eval_workers))
         self._current_group_tools = self._resolve_tools_for_group()
 
@@ -353,8 +382,6 @@ class HermesAgentBaseEnv(RunEnv):
         done = await asyncio.gather(*(one(i) for i in items))
         n = max(len(done), 1)
         record = {
-            "step": self.curr_step,
-            "time": time.time(),
             "seconds": round(time.monotonic() - started, 3),
             "eval_accuracy": sum(c for _, _, c in done) / n,
             "eval_reward_mean": sum(r for _, r, _ in done) / n,
@@ -364,9 +391,7 @@ class HermesAgentBaseEnv(RunEnv):
             "num_items": len(done),
             **self.eval_tags,
         }
-        if self.config.data_dir_to_save_evals:
-            append_jsonl(RunFiles(Path(self.config.data_dir_to_save_evals)).evals, record)
-        return record
+        return self.write_evaluation(split, target, record, final, checkpoint)
 
     # --- logging -------------------------------------------------------------------------
 

@@ -1,8 +1,6 @@
 """What the bundled chat environments share: one prompt -> a group of sampled replies through
 atroposlib's managed server (real tokens + sampler logprobs), a reward per reply, and greedy
-evaluations (docs/run-files.md): the validation split (splits.py) before the first step, every
-steps_per_eval steps and at the end, in validation.jsonl; the held-out set before the first step
-and at the end only, and once more on the run's best checkpoint, in eval.jsonl.
+evaluations of its validation split (splits.py) and its held-out set (evaluations.py says when).
 
 A subclass supplies its items, the chat messages for an item, and the reward of a reply.
 """
@@ -10,33 +8,20 @@ A subclass supplies its items, the chat messages for an item, and the reward of 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from atroposlib.envs.base import APIServerConfig, BaseEnvConfig, ScoredDataGroup
 from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from pydantic import Field
 
-from tinker_atropos.best_checkpoint import BEST, best_of
+from tinker_atropos.environments.evaluations import EvalSplit
 from tinker_atropos.environments.run_env import RunEnv
-from tinker_atropos.environments.splits import carve_validation
-from tinker_atropos.http_tls import shared_tls
-from tinker_atropos.inference_server.holder import BEST_LABEL, DONE_LABEL, FINAL_LABEL
+from tinker_atropos.environments.splits import ValidationSettings, carve_validation
 from tinker_atropos.item_draw.settings import DrawSettings
 from tinker_atropos.models.paths import SMOLLM2, TINY_CHAT, model_ref
-from tinker_atropos.run_files import RunFiles, append_jsonl, read_jsonl
-
-logger = logging.getLogger(__name__)
-
-# the final eval: how often the trainer is asked whether it serves its last weights, and how long it
-# may stay unreachable before it is taken for gone
-FINAL_POLL_S, FINAL_UNREACHABLE_S = 0.2, 10.0
-EvalSplit = Literal["validation", "held_out"]  # validation.jsonl, eval.jsonl
-FINAL_WATCH_S = 1.0  # how often a running environment asks whether the trainer has ended (a time budget)
 
 
 @dataclass(frozen=True)
@@ -63,7 +48,7 @@ class Score:
     correct: bool
 
 
-class ChatTaskConfig(BaseEnvConfig, DrawSettings):
+class ChatTaskConfig(BaseEnvConfig, DrawSettings, ValidationSettings):
     max_completion_tokens: int = Field(
         default=256,
         ge=1,
@@ -72,13 +57,6 @@ class ChatTaskConfig(BaseEnvConfig, DrawSettings):
     temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature for training rollouts.")
     eval_size: int = Field(
         default=32, ge=0, description="Items of the held-out set, scored (greedy) before the first step and at the end."
-    )
-    validation_size: int | None = Field(
-        default=None,
-        ge=0,
-        description="Items drawn from the training pool (no longer trained on) as the validation set, scored "
-        "every steps_per_eval steps: it picks the run's best checkpoint. null: eval_size; 0: no validation "
-        "set (the periodic evaluations then score the held-out set).",
     )
     seed: int = Field(default=0, description="Seed for the item order and any generated data.")
     eval_before_training: bool = Field(
@@ -163,7 +141,7 @@ class ChatTaskEnv(RunEnv):
     def load_validation(self, train: list[Task], held_out: list[Task]) -> tuple[list[Task], list[Task]]:
         """(training, validation): drawn from the training pool unless an environment has its own."""
         cfg = self.config
-        size = cfg.eval_size if cfg.validation_size is None else cfg.validation_size
+        size = cfg.validation_items(cfg.eval_size)
         return carve_validation(train, size, cfg.seed, lambda task: task.prompt, held_out)
 
     # --- BaseEnv ---
@@ -231,120 +209,25 @@ class ChatTaskEnv(RunEnv):
         """Registered: on a fresh run, the base model's scores come first (step 0 of both files)."""
         await super().register_env()
         if self.config.eval_before_training and self.curr_step == 0:
-            await self._evaluate_on(self.validation_tasks, "validation")
-            await self._evaluate_on(self.eval_tasks, "held_out")
-
-    async def env_manager(self) -> None:
-        """atroposlib returns once every step's rollouts are queued; the final weights come later, or
-        before that where the run ends on its time budget (the trainer then serves them early)."""
-        if not self.config.eval_at_end:  # (the tasks are not loaded yet: atroposlib's manager runs setup)
-            await super().env_manager()
-            return
-        manager = asyncio.create_task(super().env_manager())
-        watcher = asyncio.create_task(self._final_label_seen())
-        await asyncio.wait({manager, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if watcher.done():  # the trainer ended first: no more rollouts
-            for task in [manager, *self.workers]:
-                task.cancel()
-            await asyncio.gather(manager, return_exceptions=True)
-        else:
-            watcher.cancel()
-            manager.result()
-            if not await self._final_weights_served():
-                return
-        logger.info("%s: the trainer serves its final weights: the final evaluations", self.name)
-        await self._final_evaluations()
-
-    async def _final_evaluations(self) -> None:
-        """The last weights on both sets (validation first: the trainer picks the best checkpoint once
-        the held-out line is there), then the best checkpoint on the held-out set if the trainer serves it."""
-        await self._evaluate_on(self.validation_tasks, "validation", final=True)
-        await self._evaluate_on(self.eval_tasks, "held_out", final=True)
-        if self.validation_tasks and self.eval_tasks and await self._label_after_final() == BEST_LABEL:
-            await self._evaluate_on(self.eval_tasks, "held_out", final=True, checkpoint=BEST)
-
-    async def _health(self, client: Any) -> dict[str, Any]:
-        url = self.server.servers[0].config.base_url.removesuffix("/").removesuffix("/v1") + "/health"
-        answer: dict[str, Any] = (await client.get(url)).json()
-        return answer
-
-    async def _final_label_seen(self) -> None:
-        """Returns once the trainer serves its final weights (polled while the rollouts run)."""
-        import httpx
-
-        async with httpx.AsyncClient(timeout=5.0, trust_env=False, verify=shared_tls()) as client:
-            while True:
-                try:
-                    if (await self._health(client)).get("sampler") == FINAL_LABEL:
-                        return
-                except (httpx.HTTPError, ValueError):
-                    pass
-                await asyncio.sleep(FINAL_WATCH_S)
-
-    async def _label_after_final(self, timeout_s: float = 600.0) -> str | None:
-        """What the trainer serves once the final evaluations are written: `best` (its best checkpoint,
-        for the held-out set), `done`, or None when it says neither in time or is gone."""
-        return await self._wait_for_label((BEST_LABEL, DONE_LABEL), timeout_s)
-
-    async def _served_weights(self) -> tuple[int | None, str | None]:
-        """(the trainer's steps, the name of the weights it serves) from /health; (None, None) where
-        the server is not the product's (a hosted endpoint)."""
-        import httpx
-
-        try:
-            async with httpx.AsyncClient(timeout=5.0, trust_env=False, verify=shared_tls()) as client:
-                health = await self._health(client)
-        except (httpx.HTTPError, ValueError):
-            return None, None
-        step = health.get("step")
-        if not isinstance(step, int):
-            return None, None
-        return step, (BEST if health.get("sampler") == BEST_LABEL else health.get("weights"))
-
-    async def _final_weights_served(self, timeout_s: float = 3600.0) -> bool:
-        """Wait until the trainer serves its last weights (/health says `final`); False when it
-        never does, or its server stays unreachable for 10 s (the trainer is gone)."""
-        return await self._wait_for_label((FINAL_LABEL,), timeout_s) == FINAL_LABEL
-
-    async def _wait_for_label(self, labels: tuple[str, ...], timeout_s: float) -> str | None:
-        """The first of `labels` /health names within `timeout_s`; None on the timeout, or once the
-        server has been unreachable for FINAL_UNREACHABLE_S (the trainer is gone)."""
-        import httpx
-
-        deadline = time.monotonic() + timeout_s
-        reached = time.monotonic()  # when the trainer's server last answered
-        async with httpx.AsyncClient(timeout=5.0, trust_env=False, verify=shared_tls()) as client:
-            while time.monotonic() < deadline and time.monotonic() - reached < FINAL_UNREACHABLE_S:
-                try:
-                    if (label := (await self._health(client)).get("sampler")) in labels:
-                        return str(label)
-                    reached = time.monotonic()
-                except (httpx.HTTPError, ValueError):
-                    pass
-                await asyncio.sleep(FINAL_POLL_S)  # the final eval starts within this of the last step
-        return None
+            await self.evaluate_both()
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """The periodic evaluation (every steps_per_eval steps): the validation set where the
-        environment has one, else the held-out set."""
-        if self.validation_tasks:
-            await self._evaluate_on(self.validation_tasks, "validation")
-        else:
-            await self._evaluate_on(self.eval_tasks, "held_out")
+        """The periodic evaluation (every steps_per_eval steps): evaluations.RunEvaluations."""
+        await self.evaluate_periodic()
 
-    async def _evaluate_on(
-        self, tasks: list[Task], split: EvalSplit, *, final: bool = False, checkpoint: str | None = None
+    def validation_set(self) -> list[Task]:
+        return self.validation_tasks
+
+    def held_out_set(self) -> list[Task]:
+        return self.eval_tasks
+
+    async def evaluate_set(
+        self, items: list[Task], split: EvalSplit, *, final: bool = False, checkpoint: str | None = None
     ) -> None:
-        """Greedy replies to `tasks`; one line appended to the split's file (docs/run-files.md)."""
-        if not tasks or self.config.data_dir_to_save_evals is None:
+        """Greedy replies to `items`; one line appended to the split's file (docs/run-files.md)."""
+        if not items or self.config.data_dir_to_save_evals is None:
             return
-        files = RunFiles(Path(self.config.data_dir_to_save_evals))
-        step, weights = await self._served_weights()
-        if checkpoint == BEST:  # the weights the trainer picked by the same rule
-            best = best_of(read_jsonl(files.validation))
-            step, weights = (best.step, best.weights) if best else (step, None)
-        elif step is None:  # not the product's server: the environment's own count
-            step = self.config.total_steps if final else self.curr_step
+        target = await self.evaluation_target(final, checkpoint)
         gate = asyncio.Semaphore(max(1, self.config.max_eval_workers))
 
         async def one(task: Task) -> Score:
@@ -352,19 +235,14 @@ class ChatTaskEnv(RunEnv):
                 return await self.score_greedy(task)
 
         started = time.monotonic()
-        scores = await asyncio.gather(*(one(t) for t in tasks))
+        scores = await asyncio.gather(*(one(t) for t in items))
         record = {
-            "step": step,
-            "final": final,
-            "time": time.time(),
             "seconds": round(time.monotonic() - started, 3),
             "eval_accuracy": sum(s.correct for s in scores) / len(scores),
             "eval_reward_mean": sum(s.reward for s in scores) / len(scores),
             "num_items": len(scores),
-            "weights": weights,
-            **({"checkpoint": checkpoint} if checkpoint else {}),
         }
-        append_jsonl(files.validation if split == "validation" else files.evals, record)
+        self.write_evaluation(split, target, record, final, checkpoint)
 
     async def score_greedy(self, task: Task) -> Score:
         """One greedy reply to `task`, scored (an evaluation's unit of work)."""

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from atroposlib.envs.base import BaseEnv, EvalHandlingEnum
 
 from tinker_atropos.env_process import atropos_compat, logs
+from tinker_atropos.environments.evaluations import RunEvaluations
 from tinker_atropos.item_draw.draw import ItemDraw
 from tinker_atropos.item_draw.ledger import ItemLedger, write_items_file
 from tinker_atropos.item_draw.outcomes import group_outcome
@@ -44,8 +45,8 @@ T = TypeVar("T")
 _group_part: ContextVar[range | None] = ContextVar("group_part", default=None)
 
 
-class RunEnv(BaseEnv):
-    """BaseEnv for the one environment process of a run."""
+class RunEnv(RunEvaluations, BaseEnv):
+    """BaseEnv for the one environment process of a run; how it evaluates: evaluations.py."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         atropos_compat.apply()

@@ -12,8 +12,25 @@ import random
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
+from pydantic import BaseModel, Field
+
 T = TypeVar("T")
 MIN_POOL_SHARE = 4  # the pool keeps at least this many times the validation set's items: else no split
+
+
+class ValidationSettings(BaseModel):
+    """The split's size, shared by the chat and the agent environments that generate their items."""
+
+    validation_size: int | None = Field(
+        default=None,
+        ge=0,
+        description="Items drawn from the training pool (no longer trained on) as the validation set, scored "
+        "every steps_per_eval steps: it picks the run's best checkpoint. null: eval_size; 0: no validation "
+        "set (the periodic evaluations then score the held-out set).",
+    )
+
+    def validation_items(self, eval_size: int) -> int:
+        return eval_size if self.validation_size is None else self.validation_size
 
 
 def carve_validation(

@@ -39,6 +39,7 @@ from tinker_atropos.agent.loop import AgentResult, tool_error
 from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call, new_call_id
 from tinker_atropos.agent.tools import ToolContext, ToolResult
 from tinker_atropos.environments.common import local_server_defaults
+from tinker_atropos.environments.splits import ValidationSettings, carve_validation
 from tinker_atropos.models.paths import SMOLLM2
 
 CALCULATOR = {
@@ -103,9 +104,11 @@ class Problem:
         return int(calculate(self.expression))
 
 
-class ToolCalculatorConfig(HermesAgentEnvConfig):
+class ToolCalculatorConfig(HermesAgentEnvConfig, ValidationSettings):
     num_train_items: int = Field(default=512, ge=1)
-    eval_size: int = Field(default=16, ge=0, description="Problems in each periodic evaluation (greedy).")
+    eval_size: int = Field(
+        default=16, ge=0, description="Held-out problems, scored (greedy) before the first step and at the end."
+    )
     operators: str = Field(default="+-", min_length=1, description="Operators to draw from (+-*).")
     seed: int = Field(default=0)
 
@@ -127,6 +130,7 @@ class ToolCalculatorEnv(HermesAgentBaseEnv):
             max_turn_tokens=48,
             agent_temperature=1.0,
             steps_per_eval=10,
+            eval_at_end=True,
             use_wandb=False,
             system_prompt="You can call tools. Call the calculator, then answer with the number.",
             demonstrations_per_group=1,  # SmolLM2 never emits a tool call unprompted: show it one per group
@@ -140,8 +144,12 @@ class ToolCalculatorEnv(HermesAgentBaseEnv):
         def draw() -> Problem:
             return Problem(rng.randint(10, 99), rng.choice(cfg.operators), rng.randint(10, 99))
 
-        self.train_items = [draw() for _ in range(cfg.num_train_items)]
+        train = [draw() for _ in range(cfg.num_train_items)]
         self.eval_items = [draw() for _ in range(cfg.eval_size)]
+        size = cfg.validation_items(cfg.eval_size)
+        self.train_items, self.validation_items = carve_validation(
+            train, size, cfg.seed, lambda p: p.expression, self.eval_items
+        )
 
     def format_prompt(self, item: Problem) -> str:
         return f"What is {item.expression}? Use the calculator tool."
@@ -167,7 +175,7 @@ class ToolCalculatorEnv(HermesAgentBaseEnv):
         return _final_number(result) == item.answer
 
     async def evaluate(self, *args, **kwargs) -> None:
-        await self.evaluate_agent(self.eval_items)
+        await self.evaluate_periodic()
 
 
 def _final_number(result: AgentResult) -> float | None:
