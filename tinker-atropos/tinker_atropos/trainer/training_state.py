@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from tinker_atropos.backends.base import TrainingBackend
-from tinker_atropos.run_files import TrainingState, read_training_states, write_training_states
+from tinker_atropos.best_checkpoint import best_of
+from tinker_atropos.run_files import RunFiles, TrainingState, read_jsonl, read_training_states, write_training_states
 from tinker_atropos.trainer.config import RunConfig, TinkerConfig
 
 logger = logging.getLogger(__name__)
@@ -74,7 +76,13 @@ class StateKeeper:
         return path
 
     def _bounded(self, states: list[TrainingState]) -> tuple[list[TrainingState], list[TrainingState]]:
-        periodic = sorted((s for s in states if s.name not in KEPT_NAMES), key=lambda s: (s.step, s.time))
+        """The newest keep_states periodic states, and with keep_best the one at the best validation
+        step so far (Tinker exports a run's weights from its states)."""
+        best = best_of(read_jsonl(RunFiles(Path(self.run_dir)).validation)) if self.cfg.tinker.keep_best else None
+        kept_steps = {best.step} if best else set()
+        periodic = sorted(
+            (s for s in states if s.name not in KEPT_NAMES and s.step not in kept_steps), key=lambda s: (s.step, s.time)
+        )
         dropped = periodic[: max(len(periodic) - self.cfg.tinker.keep_states, 0)]
         kept = [s for s in states if s not in dropped]
         return sorted(kept, key=lambda s: (s.step, s.time)), dropped
