@@ -95,6 +95,11 @@ def test_latest_eta_and_result(tmp_path: Path) -> None:
     assert latest["loss"] == 0.1 * 3 and latest["reward_mean"] == 0.3 and latest["eval_accuracy"] == 0.4
     assert latest["percent_correct"] is None
     assert eta_seconds(metrics, 10) == 14.0
+    # a budget of training minutes ends it sooner: 0.1 min = 6 s from the first step's start (t=102), 4 s past
+    assert eta_seconds([{**m, "step_seconds": 0.0} for m in metrics], 10, budget_minutes=0.1) == 2.0
+    # ... and its latest held-out and validation accuracies side by side
+    both = latest_metrics(metrics, [{"step": 0, "eval_accuracy": 0.1}], [{"step": 3, "eval_accuracy": 0.5}])
+    assert (both["eval_accuracy"], both["validation_accuracy"], both["validation_step"]) == (0.1, 0.5, 3)
     assert eta_seconds(metrics, 3) == 0.0
     assert eta_seconds([], 3) is None
     assert read_result(tmp_path) is None

@@ -98,8 +98,19 @@ def eval_summary(evals: list[dict[str, Any]]) -> EvalSummary | None:
     return EvalSummary(first[1], first[0], last[1], last[0], best[1], best[0])
 
 
-def eta_seconds(metrics: list[dict[str, Any]], total_steps: int) -> float | None:
-    """Remaining steps times the mean wall time per step seen so far."""
+def eta_seconds(metrics: list[dict[str, Any]], total_steps: int, budget_minutes: float | None = None) -> float | None:
+    """Remaining steps times the mean wall time per step seen so far; no later than the rest of a
+    budget of training minutes (counted from the first step's start, evaluations included: an upper bound)."""
+    eta = _steps_eta(metrics, total_steps)
+    if budget_minutes is None or not metrics or eta is None:
+        return eta
+    first = metrics[0]
+    started = float(first.get("time") or 0.0) - float(first.get("step_seconds") or 0.0)
+    left = max(budget_minutes * 60 - (float(metrics[-1].get("time") or started) - started), 0.0)
+    return round(min(eta, left), 1)
+
+
+def _steps_eta(metrics: list[dict[str, Any]], total_steps: int) -> float | None:
     if not metrics:
         return None
     done = int(metrics[-1].get("step", len(metrics)))

@@ -96,9 +96,9 @@ for long runs); evaluations: `evals` (the held-out set, before the first step an
 `validation` (every steps_per_eval steps); `checkpoint_choice`: the best checkpoint by validation
 beside the last one, each with its validation and held-out accuracy; checkpoints; `final_weights`
 (the weights the run hands out: its best by validation with keep_best, the default, else its last;
-a tinker:// path on Tinker, an adapter folder for the local backend) and whether it exists; the W&B summary and URL when online, else
-the offline W&B folder (`wandb sync <dir>` uploads it later); `findings`, the run's diagnosis
-(as in rl_check_status). A PNG of the curves comes as an image next to the structured result.
+a tinker:// path on Tinker, an adapter folder for the local backend) and whether it exists; the
+W&B summary and URL when online, else the offline W&B folder (`wandb sync <dir>` uploads it
+later); `findings`, the run's diagnosis (as in rl_check_status). A PNG of the curves comes as an image next to the structured result.
 Works on running runs too (partial results).
 </returns>
 

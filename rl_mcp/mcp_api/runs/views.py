@@ -223,7 +223,7 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
         step=_step(metrics),
         total_steps=rec.total_steps,
         running_seconds=running_s,
-        eta_seconds=eta_seconds(metrics, rec.total_steps) if rec.active else None,
+        eta_seconds=eta_seconds(metrics, rec.total_steps, _budget_minutes(rec)) if rec.active else None,
         latest=_latest(metrics, evals, cache.validation(rec)),
         sft=sft_view(rec),
         processes=processes_view(rec, children),
@@ -326,6 +326,11 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         reason=result.get("reason"),
         next_step=hint,
     )
+
+
+def _budget_minutes(rec: RunRecord) -> float | None:
+    minutes = _tinker_section(rec).get("max_training_minutes")
+    return float(minutes) if isinstance(minutes, int | float) else None
 
 
 def _keeps_best(rec: RunRecord) -> bool:
