@@ -98,8 +98,8 @@ beside the last one, each with its validation and held-out accuracy; checkpoints
 (the weights the run hands out: its best by validation with keep_best, the default, else its last;
 a tinker:// path on Tinker, an adapter folder for the local backend) and whether it exists; the
 W&B summary and URL when online, else the offline W&B folder (`wandb sync <dir>` uploads it
-later); `findings`, the run's diagnosis (as in rl_check_status). A PNG of the curves comes as an image next to the structured result.
-Works on running runs too (partial results).
+later); `findings`, the run's diagnosis (as in rl_check_status). A PNG of the curves comes as an
+image next to the structured result. Works on running runs too (partial results).
 </returns>
 
 <next_step>
