@@ -10,14 +10,20 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from tinker_atropos.best_checkpoint import BEST
+
 Points = Sequence[tuple[int, float]]  # (step, value)
 
 
 def reward_loss_png(
-    history: list[dict[str, Any]], *, evals: list[dict[str, Any]] | None = None, title: str = ""
+    history: list[dict[str, Any]],
+    *,
+    evals: list[dict[str, Any]] | None = None,
+    validation: list[dict[str, Any]] | None = None,
+    title: str = "",
 ) -> bytes:
-    """Reward mean (with +/- std band) and loss against step, and the held-out eval accuracy when
-    the run has evaluations."""
+    """Reward mean (with +/- std band) and loss against step, and the eval accuracy when the run has
+    evaluations: the validation curve, the held-out set's points (the best checkpoint's a star)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,8 +34,16 @@ def reward_loss_png(
     std = [_num(row.get("reward_std")) or 0.0 for row in history]
     loss = [_num(row.get("loss")) for row in history]
 
-    sft_points, eval_points = eval_series(evals or [])
-    panels = 3 if eval_points or sft_points else 2
+    sft_points, eval_points = eval_series([e for e in evals or [] if e.get("checkpoint") != BEST])
+    best_points = [
+        (int(e["step"]), a)
+        for e in evals or []
+        if e.get("checkpoint") == BEST and (a := _num(e.get("eval_accuracy"))) is not None
+    ]
+    val_points = [
+        (int(e.get("step") or 0), a) for e in validation or [] if (a := _num(e.get("eval_accuracy"))) is not None
+    ]
+    panels = 3 if eval_points or sft_points or val_points else 2
     fig = Figure(figsize=(4 * panels, 3.2), dpi=100)
     axes = fig.subplots(1, panels)
     ax_r, ax_l = axes[0], axes[1]
@@ -41,15 +55,27 @@ def reward_loss_png(
     ax_r.set(title="reward mean", xlabel="step")
     ax_l.plot(steps, loss, marker="o", markersize=2, color="tab:red")
     ax_l.set(title="loss", xlabel="step")
-    if eval_points or sft_points:
+    if eval_points or sft_points or val_points:
         ax_e = axes[2]
         if sft_points:  # the stage's steps before RL's step 0, where it hands over
             ax_e.plot(*zip(*sft_points), marker="s", linestyle="--", color="tab:orange", label="supervised stage")
             eval_points = [sft_points[-1], *eval_points]
-        if len(eval_points) > (1 if sft_points else 0):
-            ax_e.plot(*zip(*eval_points), marker="o", color="tab:green", label="RL")
-        ax_e.set(title="held-out eval accuracy", xlabel="step", ylim=(0, 1))
-        if sft_points:
+        if val_points:
+            ax_e.plot(*zip(*val_points), marker=".", color="tab:purple", label="validation")
+        if len(eval_points) > (1 if sft_points else 0) or val_points:  # beside a validation curve: points only
+            style = {"linestyle": "none"} if val_points else {}
+            ax_e.plot(*zip(*eval_points), marker="o", color="tab:green", label="held-out", **style)
+        if best_points:
+            ax_e.plot(
+                *zip(*best_points),
+                marker="*",
+                markersize=10,
+                linestyle="none",
+                color="tab:green",
+                label="best (held-out)",
+            )
+        ax_e.set(title="eval accuracy", xlabel="step", ylim=(0, 1))
+        if sft_points or val_points:
             ax_e.legend(fontsize=7)
     for ax in axes:
         ax.grid(alpha=0.3)

@@ -13,6 +13,7 @@ import yaml
 from rl_mcp.export.plan import ExportPlan
 from rl_mcp.plots import reward_loss_png
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
+from tinker_atropos.best_checkpoint import BEST
 from tinker_atropos.export.model_facts import base_facts
 from tinker_atropos.run_files import RunFiles, read_jsonl
 
@@ -21,8 +22,9 @@ CURVE = "reward_curve.png"
 
 def write_card(plan: ExportPlan, load_command: str, verification: dict[str, Any]) -> Path:
     files = RunFiles(plan.run_dir)
-    metrics, evals = read_jsonl(files.metrics), read_jsonl(files.evals)
-    (plan.out / CURVE).write_bytes(reward_loss_png(metrics, evals=evals, title=f"{plan.run_id} ({plan.environment})"))
+    metrics, evals, validation = read_jsonl(files.metrics), read_jsonl(files.evals), read_jsonl(files.validation)
+    title = f"{plan.run_id} ({plan.environment})"
+    (plan.out / CURVE).write_bytes(reward_loss_png(metrics, evals=evals, validation=validation, title=title))
     facts = base_facts(plan.base_model)
     lines = [
         "---",
@@ -82,17 +84,21 @@ def write_card(plan: ExportPlan, load_command: str, verification: dict[str, Any]
 
 
 def _eval_lines(evals: list[dict[str, Any]]) -> list[str]:
-    scored = [e for e in evals if isinstance(e.get("eval_accuracy"), int | float)]
+    scored = [e for e in evals if isinstance(e.get("eval_accuracy"), int | float) and e.get("checkpoint") != BEST]
     if not scored:
         return ["No held-out evaluation was run."]
     first, last = scored[0], scored[-1]
     best = max(scored, key=lambda e: e["eval_accuracy"])
     items = last.get("num_items") or first.get("num_items")
-    return [
+    line = (
         f"Accuracy on {items or 'the'} held-out items: {first['eval_accuracy']:.3f} at step {first.get('step', 0)} "
         f"(before training) -> {last['eval_accuracy']:.3f} at step {last.get('step')}; best "
         f"{best['eval_accuracy']:.3f} at step {best.get('step')}."
-    ]
+    )
+    chosen = next((e for e in evals if e.get("checkpoint") == BEST), None)
+    if chosen is not None:  # chosen on the validation set, scored on the held-out one once
+        line += f" The best checkpoint by validation (step {chosen.get('step')}): {chosen['eval_accuracy']:.3f}."
+    return [line]
 
 
 def _reward_lines(metrics: list[dict[str, Any]]) -> list[str]:

@@ -195,8 +195,10 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         if metrics:
             from rl_mcp.plots import reward_loss_png  # matplotlib: imported on first use
 
-            evals = cache.evals(rec)
-            png = await anyio.to_thread.run_sync(lambda: reward_loss_png(metrics, evals=evals, title=rec.run_id))
+            evals, validation = cache.evals(rec), cache.validation(rec)
+            png = await anyio.to_thread.run_sync(
+                lambda: reward_loss_png(metrics, evals=evals, validation=validation, title=rec.run_id)
+            )
             content.append(ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png"))
         content.extend(run_links(run_id))
         return CallToolResult(content=content, structured_content=result.model_dump(mode="json"))
