@@ -30,7 +30,7 @@ from test_runs_mcp import alive, call, configure, environ, serving, tree_pids, w
 from tinker_atropos.models import ensure_model
 from tinker_atropos.models.paths import TINY_CHAT
 from tinker_atropos.venvs import runtime_python
-from tinker_atropos.vllm_server.guard import group_members
+from tinker_atropos.vllm_server.guard import group_members, guarded
 from tinker_atropos.vllm_server.process import VllmError, VllmProcess, VllmSpec, command, kv_cache_gb, served_rank
 from tinker_atropos.vllm_server.run import free_port
 
@@ -60,10 +60,6 @@ def test_served_rank_kv_cache_and_command_line() -> None:
     assert "--enable-lora" in argv and "--gpu-memory-utilization" not in argv
 
 
-def _guarded(argv: list[str]) -> list[str]:
-    return [sys.executable, "-m", "tinker_atropos.vllm_server.guard", "--", *argv]
-
-
 SPAWNS_TWO = ["bash", "-c", "sleep 300 & sleep 300 & wait"]  # a server whose own children outlive it
 
 
@@ -75,7 +71,7 @@ def _wait_gone(pgid: int, timeout: float = 30.0) -> list[int]:
 
 
 def test_the_guard_ends_the_whole_group_when_told_and_when_its_parent_dies() -> None:
-    guard = subprocess.Popen(_guarded(SPAWNS_TWO))
+    guard = subprocess.Popen(guarded(SPAWNS_TWO))
     time.sleep(1.0)
     assert len(group_members(guard.pid)) == 4, "the guard leads a group: itself, bash and two sleeps"
     guard.send_signal(signal.SIGTERM)
@@ -84,7 +80,7 @@ def test_the_guard_ends_the_whole_group_when_told_and_when_its_parent_dies() -> 
 
     # its parent SIGKILLed: the guard sees its parent change and ends the group
     parent = subprocess.Popen(
-        [sys.executable, "-c", f"import subprocess, time; p = subprocess.Popen({_guarded(SPAWNS_TWO)!r}); "
+        [sys.executable, "-c", f"import subprocess, time; p = subprocess.Popen({guarded(SPAWNS_TWO)!r}); "
          "print(p.pid, flush=True); time.sleep(300)"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

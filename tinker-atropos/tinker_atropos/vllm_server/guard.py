@@ -50,6 +50,11 @@ def end_group(pgid: int, grace_s: float = GRACE_S) -> None:
             time.sleep(0.1)
 
 
+def guarded(command: list[str]) -> list[str]:
+    """The command line that runs `command` under a guard."""
+    return [sys.executable, "-m", "tinker_atropos.vllm_server.guard", "--", *command]
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") == len(argv) - 1:
         print("usage: python -m tinker_atropos.vllm_server.guard -- COMMAND ...", file=sys.stderr)

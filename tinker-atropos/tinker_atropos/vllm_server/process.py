@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tinker_atropos.vllm_server.guard import guarded
 
 # vLLM's LoRA kernels take these ranks; a run's rank is served at the next one up
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -108,11 +109,10 @@ class VllmProcess:
         import psutil
 
         env = environment(spec, dict(os.environ if environ is None else environ), psutil.virtual_memory().available)
-        guarded = [sys.executable, "-m", "tinker_atropos.vllm_server.guard", "--", *command(spec)]
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                guarded, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                guarded(command(spec)), env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:

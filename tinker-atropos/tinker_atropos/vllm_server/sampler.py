@@ -36,8 +36,11 @@ class VllmClient:
         return client
 
     async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        return await self._request("POST", path, body)
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
         try:
-            return await self._client().post(path, json=body)
+            return await self._client().request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise VllmError(f"vLLM's server at {self.url} did not answer {path}: {exc!r}") from exc
 
@@ -51,10 +54,7 @@ class VllmClient:
         return data
 
     async def models(self) -> list[dict[str, Any]]:
-        try:
-            response = await self._client().get("/v1/models")
-        except httpx.HTTPError as exc:
-            raise VllmError(f"vLLM's server at {self.url} did not answer /v1/models: {exc!r}") from exc
+        response = await self._request("GET", "/v1/models")
         if response.status_code != 200:
             raise VllmError(f"vLLM's server at {self.url} answered {response.status_code} to /v1/models")
         return list(response.json().get("data", []))
