@@ -60,6 +60,17 @@ def test_the_validation_split_is_apart_from_training_and_the_held_out_set() -> N
     assert carve_validation(pool[:90], 25, 7, lambda p: p, held_out)[1] == []  # too few to spare: no split
 
 
+def test_the_best_is_the_latest_within_the_noise_of_the_top() -> None:
+    def rows(*scores: tuple[int, float]) -> list[dict[str, object]]:
+        return [{"step": s, "eval_accuracy": a, "num_items": 64, "weights": f"w{s}"} for s, a in scores]
+
+    # arithmetic, seed 0: 0.641 at step 23 is within sqrt(.656 * .344 / 64) = 0.059 of step 19's 0.656
+    assert best_of(rows((0, 0.9), (9, 0.5), (19, 0.65625), (23, 0.640625))).step == 23  # type: ignore[union-attr]
+    # a fall past the noise: the peak's step (the base model, step 0, is never a candidate)
+    assert best_of(rows((10, 0.36), (30, 0.609), (46, 0.469))).weights == "w30"  # type: ignore[union-attr]
+    assert best_of(rows((0, 0.2))) is None
+
+
 @pytest.mark.anyio
 async def test_arithmetic_draws_a_validation_set_apart_from_both(tmp_path: Path) -> None:
     from tinker_atropos.environments.arithmetic import ArithmeticEnv
