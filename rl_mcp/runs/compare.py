@@ -173,7 +173,8 @@ def _figures(
     tokens = int(sum(v for _, v in series(metrics, "tokens")))
     gain = _reward_gain([r for _, r in rewards])
     every = eval_summary(evals)
-    trained = eval_summary([e for e in evals if int(e.get("step") or 0) >= 1])
+    # trained weights' held-out scores, the best checkpoint's (chosen on validation) among them
+    trained = max(((a, -s) for s, a in series(evals, "eval_accuracy") if s >= 1), default=None)
     budget = recorded_estimate(config, price)
     return RunFigures(
         run_id=rec.run_id,
@@ -189,8 +190,8 @@ def _figures(
         eval_before=every.before if every and every.before_step == 0 else None,
         eval_last=every.after if every else None,
         eval_last_step=every.after_step if every else None,
-        eval_best=trained.best if trained else None,
-        eval_best_step=trained.best_step if trained else None,
+        eval_best=trained[0] if trained else None,
+        eval_best_step=-trained[1] if trained else None,
         wall_seconds=round(max(end - rec.created_at, 0.0), 1),
         tokens_trained=tokens,
         cost_usd=0.0 if budget.backend == "local" else usd_for(tokens, budget.usd_per_million_tokens),
