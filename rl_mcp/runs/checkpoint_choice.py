@@ -65,5 +65,8 @@ def _accuracy(row: dict[str, Any]) -> float | None:
 
 
 def _scores(c: CheckpointScores) -> str:
-    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    return f"validation {fmt(c.validation_accuracy)}, held-out {fmt(c.held_out_accuracy)}"
+    return f"validation {_fmt(c.validation_accuracy)}, held-out {_fmt(c.held_out_accuracy)}"
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"

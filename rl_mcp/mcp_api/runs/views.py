@@ -32,7 +32,7 @@ from rl_mcp.mcp_api.runs.answers import (
     TrainingStateView,
 )
 from rl_mcp.processes import Child
-from rl_mcp.runs.checkpoint_choice import CheckpointChoice, checkpoint_choice
+from rl_mcp.runs.checkpoint_choice import CheckpointChoice, CheckpointScores, checkpoint_choice
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.env_health import EnvError, read_health
 from rl_mcp.runs.item_counts import read_items
@@ -340,10 +340,16 @@ def _keeps_best(rec: RunRecord) -> bool:
 def _choice_view(choice: CheckpointChoice | None) -> CheckpointChoiceView | None:
     if choice is None:
         return None
-    scores = lambda c: CheckpointScoresView(**asdict(c)) if c else None  # noqa: E731
     return CheckpointChoiceView(
-        best=scores(choice.best), last=scores(choice.last), handed_out=choice.handed_out, summary=choice.text
+        best=_scores_view(choice.best),
+        last=_scores_view(choice.last),
+        handed_out=choice.handed_out,
+        summary=choice.text,
     )
+
+
+def _scores_view(scores: CheckpointScores | None) -> CheckpointScoresView | None:
+    return CheckpointScoresView(**asdict(scores)) if scores else None
 
 
 def metrics_document(rec: RunRecord, cache: MetricsCache) -> dict[str, Any]:
