@@ -4,7 +4,7 @@ format and its dtype, the output folder, and the prompts the export is checked o
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,7 +14,7 @@ from rl_mcp.runs.checkpoint_choice import checkpoint_choice
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.best_checkpoint import weights_name
-from tinker_atropos.run_files import CheckpointKind, RunFiles, read_checkpoints, read_jsonl
+from tinker_atropos.run_files import CheckpointKind, RunFiles, read_checkpoints, read_jsonl, read_result
 
 Format = Literal["adapter", "merged", "gguf"]
 DTYPES: dict[str, tuple[str, ...]] = {
@@ -128,6 +128,9 @@ def _choose(
         return found, why
     if wanted in (None, "final"):
         final = next((c for c in reversed(saved) if c.name == "final"), saved[-1])
+        steps = (read_result(Path(rec.run_dir)) or {}).get("steps")
+        if final.step is None and isinstance(steps, int):  # the index of a Tinker run names no step for it
+            final = replace(final, step=steps)
         why = "keep_best is off" if not keep_best else "the run has no validation evaluation"
         return final, "the final weights" if wanted == "final" else f"the final weights ({why})"
     raise ExportError(f"checkpoint {wanted!r} is not 'best', 'final' or a step number")

@@ -335,7 +335,10 @@ async def served(
         if not timed:
             await time_decoding(holder.current()[0], prompt, workload(env.config, None).rows)
             timed = True
-        await env.evaluate()
+        if env.validation_set():  # its periodic evaluate() scores the validation set: the stage's are held-out
+            await env.evaluate_set(env.held_out_set(), "held_out")
+        else:
+            await env.evaluate()
 
     async def evaluate(step: int) -> dict[str, Any] | None:
         env.eval_tags = {"stage": "sft", "sft_step": step}

@@ -201,14 +201,6 @@ class TinkerConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _schedule_fits(self) -> TinkerConfig:
-        if self.lr_warmup_steps >= self.total_steps:
-            raise ValueError(
-                f"lr_warmup_steps ({self.lr_warmup_steps}) must be below total_steps ({self.total_steps}): lower it"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _resume_fits(self) -> TinkerConfig:
         if self.start_step and not self.resume_from:
             raise ValueError("start_step > 0 needs resume_from (the state those steps were saved in)")
