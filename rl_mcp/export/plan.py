@@ -128,9 +128,9 @@ def _choose(
         return found, why
     if wanted in (None, "final"):
         final = next((c for c in reversed(saved) if c.name == "final"), saved[-1])
-        steps = (read_result(Path(rec.run_dir)) or {}).get("steps")
-        if final.step is None and isinstance(steps, int):  # the index of a Tinker run names no step for it
-            final = replace(final, step=steps)
+        taken = (read_result(Path(rec.run_dir)) or {}).get("steps")
+        if final.step is None and isinstance(taken, int):  # the index of a Tinker run names no step for it
+            final = replace(final, step=taken)
         why = "keep_best is off" if not keep_best else "the run has no validation evaluation"
         return final, "the final weights" if wanted == "final" else f"the final weights ({why})"
     raise ExportError(f"checkpoint {wanted!r} is not 'best', 'final' or a step number")
