@@ -112,6 +112,13 @@ SCENARIOS: dict[str, tuple[Build, ...]] = {
         run(rows(12, sampler_mismatch=lambda s: 0.005 if s <= 4 else 0.08)),  # cispo
         run(rows(12, sampler_mismatch=lambda s: 0.005 if s <= 4 else 0.08), tinker={"loss_fn": "cispo"}),  # lr
     ),
+    "teacher_no_better": (
+        run(rows(2), [{"step": 0, "eval_accuracy": 0.5}], teacher={"run_id": "t", "held_out_accuracy": 0.4}),
+    ),
+    "teacher_kl_flat": (
+        run(rows(12, teacher_kl=0.8), tinker={"teacher": "t", "distill_coef": 1.0}),  # a higher learning rate
+        run(rows(12, teacher_kl=0.8), tinker={"teacher": "t", "distill_coef": 0.5}),  # distill_coef 1
+    ),
     "stalled": (run(STALLED, active=True, now=STALLED[-1]["time"] + 600, env_drops_equal_groups=True),),
     "groups_discarded": (
         discarding(too_long=True),

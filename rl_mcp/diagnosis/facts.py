@@ -35,6 +35,7 @@ class RunFacts:
     groups_scored: int | None = None  # the groups its environment scored in all (env_health.json)
     items: ItemCounts | None = None  # its training items and the groups that tied (items.json)
     validation: list[dict[str, Any]] = field(default_factory=list)  # validation.jsonl
+    teacher: dict[str, Any] | None = None  # teacher.json: the run's teacher as resolved at its start
 
     @property
     def curve(self) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from rl_mcp.runs.env_health import read_health
 from rl_mcp.runs.item_counts import read_items
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
-from tinker_atropos.run_files import ProcessName, read_jsonl
+from tinker_atropos.run_files import ProcessName, read_json_object, read_jsonl
 
 # atroposlib's warning when it drops a group whose scores are all equal (no learning signal).
 EQUAL_SCORES_MARK = "Scores are the same in a group"
@@ -69,4 +69,5 @@ def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> 
         sft_steps=read_jsonl(rec.files.sft_steps),
         groups_scored=health.groups if health else None,
         items=read_items(rec.files.items),
+        teacher=read_json_object(rec.files.teacher),
     )

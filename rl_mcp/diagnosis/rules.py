@@ -16,6 +16,7 @@ from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.agent_rules import no_tool_calls
 from rl_mcp.diagnosis.collapse import collapse_evidence, converged
 from rl_mcp.diagnosis.curve_rules import eval_metric, eval_regressed
+from rl_mcp.diagnosis.distill_rules import teacher_kl_flat, teacher_no_better
 from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, sample_replies, span_of, window
 from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.diagnosis.next_steps import edit
@@ -56,11 +57,17 @@ def _widen_groups(facts: RunFacts, *, collapsed: bool, equal_groups: bool = True
     return edit("group_size", size, why)
 
 
+def taught(facts: RunFacts) -> bool:
+    """A teacher's signal trains every group, tied ones too (tinker.teacher with distill_coef > 0)."""
+    coef = facts.tinker.get("distill_coef", 1.0)
+    return bool(facts.tinker.get("teacher")) and isinstance(coef, (int, float)) and coef > 0
+
+
 def no_reward_signal(facts: RunFacts) -> Finding | None:
     """All-equal groups from the first step on: the environment's reward gives nothing to learn from
     (unless no rollout called a tool: `no_tool_calls` says why; or they tie at the top:
-    `items_solved`)."""
-    if no_tool_calls(facts) is not None or ties_at_top(facts):
+    `items_solved`; or a teacher's signal trains the tied groups)."""
+    if no_tool_calls(facts) is not None or ties_at_top(facts) or taught(facts):
         return None
     next_step = _test_reward(
         facts, "score a few groups and read the samples: a reward that gives every reply the same score is broken"
@@ -338,6 +345,8 @@ RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
     loss_unstable,
     off_policy_drift,
     sampler_mismatch_grows,
+    teacher_no_better,
+    teacher_kl_flat,
     stalled,
     groups_discarded,
     throughput_drop,

@@ -77,6 +77,10 @@ DRIFT_WARN = 0.2
 # above that is MISMATCH_GROWTH times the first window's is a sampler drifting off the trained policy
 MISMATCH_WARN = 0.05
 MISMATCH_GROWTH = 2.0
+# teacher_kl (tinker.teacher): a recent window above TEACHER_KL_FALL x the first window's has not fallen,
+# unless it is under TEACHER_KL_CLOSE already (the student samples nearly as the teacher would)
+TEACHER_KL_FALL = 0.9
+TEACHER_KL_CLOSE = 0.02
 
 # The environment discarded this many groups in a row (returned none, raising nothing): more than
 # a chance run of all-equal groups, early enough to read before the run fails on it (settings'

@@ -60,7 +60,7 @@ def plan_export(
             f"run {rec.run_id} has no saved weights (no sampler checkpoint in its folder): wait for its first "
             "step (rl_check_status), or export another run (rl_list_runs)"
         )
-    chosen, why = _choose(rec, saved, checkpoint, keep_best=bool(tinker.get("keep_best", True)))
+    chosen, why = choose_checkpoint(rec, saved, checkpoint, keep_best=bool(tinker.get("keep_best", True)))
     backend = str(tinker.get("backend") or "local")
     self_hosted = backend == "tinker" and bool(tinker.get("self_hosted"))
     state = None
@@ -92,7 +92,7 @@ def plan_export(
     )
 
 
-def _choose(
+def choose_checkpoint(
     rec: RunRecord, saved: list[RunCheckpoint], wanted: str | int | None, *, keep_best: bool
 ) -> tuple[RunCheckpoint, str]:
     steps = [c.step for c in saved if c.step is not None]

@@ -77,6 +77,8 @@ class RunFigures:
     budget_usd: float | None
     reward_curve: Points
     eval_curve: Points
+    teacher_kl_first: float | None = None  # a distilled run (tinker.teacher): its first step's KL to the teacher
+    teacher_kl_last: float | None = None  # ... and its newest
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,10 @@ def _figures(
     # trained weights' held-out scores, the best checkpoint's (chosen on validation) among them
     trained = max(((a, -s) for s, a in series(evals, "eval_accuracy") if s >= 1), default=None)
     budget = recorded_estimate(config, price)
+    kl = series(metrics, "teacher_kl")
     return RunFigures(
+        teacher_kl_first=kl[0][1] if kl else None,
+        teacher_kl_last=kl[-1][1] if kl else None,
         run_id=rec.run_id,
         environment=rec.environment,
         status=str(rec.status),

@@ -18,6 +18,8 @@ LATEST_KEYS = ("loss", "reward_mean", "reward_std", "percent_correct", "logprob_
 # Written by the trainer only for agent (multi-turn tool-calling) environments.
 AGENT_KEYS = ("agent_turns_mean", "agent_tool_calls_mean", "agent_tool_errors")
 SIGNAL_KEYS = ("no_signal_share", "distinct_reply_share", "sampler_mismatch")
+# Written by the trainer only for a run with a teacher (tinker.teacher).
+TEACHER_KEYS = ("teacher_kl", "teacher_logprob")
 T = TypeVar("T")
 
 
@@ -36,7 +38,7 @@ def latest_metrics(
     metrics: list[dict[str, Any]], evals: list[dict[str, Any]], validation: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """The newest step's headline numbers plus the newest held-out and validation accuracies."""
-    out: dict[str, Any] = {k: None for k in (*LATEST_KEYS, *AGENT_KEYS, *SIGNAL_KEYS)}
+    out: dict[str, Any] = {k: None for k in (*LATEST_KEYS, *AGENT_KEYS, *SIGNAL_KEYS, *TEACHER_KEYS)}
     if metrics:
         out.update({k: metrics[-1].get(k) for k in out})
     held = [e for e in evals if e.get("checkpoint") != BEST]  # the best checkpoint's line is not the newest weights

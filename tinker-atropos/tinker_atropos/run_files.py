@@ -160,6 +160,11 @@ class RunFiles:
         return self.run_dir / "validation.jsonl"
 
     @property
+    def teacher(self) -> Path:
+        """tinker.teacher as the server resolved it at the start: what it is, and its held-out score where known."""
+        return self.run_dir / "teacher.json"
+
+    @property
     def items(self) -> Path:
         """The draw's counts: items active, retired, deferred; the groups that tied (tinker_atropos.item_draw)."""
         return self.run_dir / "items.json"

@@ -41,6 +41,10 @@ class ComparedRun(BaseModel):
     budget_usd: float | None = Field(description="budget_tokens x the operator's price on a paid backend")
     reward_curve: list[tuple[int, float]] = Field(description="(step, mean reward), evenly downsampled")
     eval_curve: list[tuple[int, float]] = Field(description="(step, held-out eval accuracy)")
+    teacher_kl_first: float | None = Field(
+        default=None, description="A distilled run (tinker.teacher): its first step's KL to the teacher per token"
+    )
+    teacher_kl_last: float | None = Field(default=None, description="A distilled run: its newest step's KL")
 
 
 class ConfigDifference(BaseModel):

@@ -43,6 +43,14 @@ FORMAT_NOTES = {
 }
 
 
+SIGNALS = (
+    "demonstrations of the task -> the supervised stage (`sft`) first; a stronger model that shares this "
+    "model's tokenizer (a finished run's id from rl_list_runs, a base model, or an endpoint with teacher_url) -> "
+    "on-policy distillation (`teacher`: every reply token scored by it, reward_coef 0 for distillation alone, "
+    "1 beside the reward); only a reward -> RL, the default. rl_compare_runs puts a distilled run beside an RL run."
+)
+
+
 def workflow_prompt(
     *,
     environment: str,
@@ -74,7 +82,8 @@ Train the RL environment `{environment}` ({description or "no description"}) wit
 1. rl_select_environment(name="{environment}"): read the config fields; `locked` ones come from the
    operator and cannot be edited.
 2. rl_edit_config(field, value) for what the task needs (group_size, batch_size, total_steps, ...).{focus}
-   rl_get_current_config to review.
+   rl_get_current_config to review. Pick the training signal by what you have:
+   {SIGNALS}
 3. rl_test_inference(num_steps=2, group_size=4): check that `environment_working` is true and that
    scores within a group differ (all-equal groups teach nothing). Fix and test again if not.
 4. rl_start_training(): note the run_id. It answers at once; the run starts in the background.

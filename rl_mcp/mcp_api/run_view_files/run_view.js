@@ -114,6 +114,7 @@
       ["Loss", num(latest.loss)],
       ["Correct", latest.percent_correct == null ? "–" : pct(latest.percent_correct)],
       ["Eval accuracy", evalText],
+      ...(latest.teacher_kl == null ? [] : [["KL to teacher", num(latest.teacher_kl)]]),
     ]);
     if (latest.step != null && !history.some((h) => h.step === latest.step)) history.push(latest);
   }

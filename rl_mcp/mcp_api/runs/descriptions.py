@@ -22,6 +22,9 @@ running or has failed, reporting each stage as progress. Runs keep going when th
 disconnects. An agent environment whose `sft` section is set first trains a supervised stage
 (stage `sft`, before run-api: rl_check_status shows its step, loss and evaluations), then RL on the
 same adapter from where it ended; rl_preview_sft shows what it trains on before you start.
+A `teacher` in the config (on-policy distillation) is checked first: a run id becomes its handed-out
+weights, and a teacher whose tokenizer differs from the model's is refused with the reason before
+anything starts; each step it scores the student's reply tokens (`teacher_kl` in the metrics).
 
 Resume and fork: `resume_from=<run_id>` continues that (stopped, failed, lost or completed) run
 from its latest saved training state (LoRA weights + optimizer), or the one at `checkpoint_step`

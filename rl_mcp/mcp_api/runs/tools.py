@@ -14,6 +14,7 @@ from mcp_types import AudioContent, CallToolResult, EmbeddedResource, ImageConte
 from pydantic import Field
 
 from rl_mcp.app import AppContext
+from rl_mcp.distill.teacher import session_teacher
 from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import RunId
@@ -117,6 +118,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
             return await _started(plan)
         info, schema = await app.runnable_schema(progress.note)
         state, profile = app.session.state, app.settings.profile
+        teacher = session_teacher(schema, profile, state, app.runs.list())  # refused here: nothing started yet
 
         def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:
             config = render_run_config(
@@ -130,6 +132,9 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
                 engine_url=app.engine_url,
             )
             atomic_write_text(RunFiles(run_dir).edits, json.dumps(state.edits, indent=1, default=str))
+            if teacher is not None:
+                config["tinker"]["teacher"] = teacher.ref
+                teacher.write(run_dir)
             return write_run_config(RunFiles(run_dir).config, config)
 
         home = (await app.runtime(info)).home  # installed by now: where its code imports from

@@ -157,6 +157,8 @@ def _latest(
         no_signal_share=data["no_signal_share"],
         distinct_reply_share=data["distinct_reply_share"],
         sampler_mismatch=data["sampler_mismatch"],
+        teacher_kl=data["teacher_kl"],
+        teacher_logprob=data["teacher_logprob"],
         agent_turns_mean=data["agent_turns_mean"],
         agent_tool_calls_mean=data["agent_tool_calls_mean"],
         agent_tool_errors=data["agent_tool_errors"],

@@ -1,6 +1,6 @@
 """Where a run's samplers come from: the training backend itself (the local engine, Tinker's sampling
 clients), or vLLM's server (`tinker.sampler: vllm`, tinker_atropos/vllm_server/). The trainer asks for
-one after every step and, for kl_beta, for the base model; it never knows which it got.
+one after every step, for kl_beta the base model's, for a teacher its adapter's; it never knows which it got.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ class SamplerSource(Protocol):
         """A sampler for the base model."""
         ...
 
+    async def for_adapter(self, path: str, label: str) -> SamplingBackend:
+        """A sampler for an adapter folder on the base model, kept for the whole run (a teacher)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -38,6 +42,11 @@ class BackendSamplers:
         from tinker_atropos.backends.factory import create_base_sampler
 
         return await asyncio.to_thread(create_base_sampler, self.cfg)
+
+    async def for_adapter(self, path: str, label: str) -> SamplingBackend:
+        from tinker_atropos.backends.factory import create_base_sampler
+
+        return await asyncio.to_thread(create_base_sampler, self.cfg, path)
 
     async def close(self) -> None:
         return None

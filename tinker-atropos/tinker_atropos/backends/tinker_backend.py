@@ -188,17 +188,18 @@ def create_tinker_training_client(t: TinkerConfig) -> TinkerTrainingClient:
     return TinkerTrainingClient(training, t, service)
 
 
-def create_tinker_sampler(t: TinkerConfig, adapter: str | None = None) -> TinkerSampler:
+def create_tinker_sampler(t: TinkerConfig, adapter: str | None = None, base_model: str | None = None) -> TinkerSampler:
+    """A sampling client for `adapter` (a tinker:// sampler path), else for `base_model` (default: the run's)."""
     service = _connect(t)
     try:
         if adapter:
             client = service.create_sampling_client(model_path=adapter).result()
         else:
-            client = service.create_sampling_client(base_model=t.base_model).result()
+            client = service.create_sampling_client(base_model=base_model or t.base_model).result()
     except Exception as exc:
         who = _service(t)
         raise BackendUnavailable(f"{_capital(who.name)} could not create a sampling client: {exc}{who.hint}") from exc
-    return TinkerSampler(client, offline_eos_ids(t.base_model))
+    return TinkerSampler(client, offline_eos_ids(base_model or t.base_model))
 
 
 class TinkerSampler:

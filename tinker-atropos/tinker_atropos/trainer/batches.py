@@ -53,8 +53,8 @@ class BatchConversion:
     - `env_metrics`: the mean of each metric the environment reports per rollout in
       `overrides[i]["env_metrics"]` (a verifiers rubric's metrics); None when none does.
     - `num_sequences`: sequences received; `tokens`: tokens in the trained sequences.
-    - `skipped_groups`: groups with all-zero advantages; `invalid_groups`: malformed groups
-      (mismatched lengths), dropped with a warning so one bad group cannot end a run.
+    - `skipped_groups`: groups with all-zero advantages (trained all the same with `keep_tied`);
+      `invalid_groups`: malformed groups (mismatched lengths), dropped with a warning so one bad group cannot end a run.
     - `groups`: well-formed groups; `distinct_reply_share`: the mean over groups of distinct
       completions / completions (1.0: every reply differs; near 1/group_size: collapsed).
     - `token_entropy`: the mean negative sampler logprob over the completion tokens of every
@@ -91,8 +91,13 @@ class BatchConversion:
         return int(sum(int(m.sum()) for m in self.completion_masks))
 
 
-def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none") -> BatchConversion:
+def groups_to_datums(
+    groups: list[dict[str, Any]], advantage_scale: str = "none", *, keep_tied: bool = False
+) -> BatchConversion:
     """Convert one `GET /batch` payload (a list of ScoredDataGroup dicts) into Datums.
+
+    `keep_tied`: groups whose scores all tie are trained too (a teacher's signal has no need of the
+    reward's); they still count in `skipped_groups`, and sequences set to zero stay out.
 
     `advantage_scale`: "none" (score minus the group mean), "group" (divided by the group's standard
     deviation too) or "batch" (by the batch's); advantages an environment sent itself are used as they are."""
@@ -135,9 +140,10 @@ def groups_to_datums(groups: list[dict[str, Any]], advantage_scale: str = "none"
         built = [_sequence(row) for row in rows]
         if not any(b is not None and b.has_signal for b in built):
             out.skipped_groups += 1
-            continue
+            if not keep_tied:
+                continue
         for b in built:
-            if b is None:
+            if b is None or (keep_tied and b.zeroed):
                 continue
             if b.sampler_logprobs is None:
                 out.missing_logprobs.append(len(out.datums))
@@ -210,6 +216,7 @@ class _Sequence:
     completion: np.ndarray  # bool per target
     sampler_logprobs: np.ndarray | None  # float32 per target
     advantages: np.ndarray  # float32 per target
+    zeroed: bool = False  # set_advantage_to_zero: out of the gradient
 
     @property
     def has_signal(self) -> bool:
@@ -303,6 +310,7 @@ def _sequence(row: _Row) -> _Sequence | None:
         completion=completion,
         sampler_logprobs=sampler,
         advantages=advantages.astype(np.float32, copy=False),
+        zeroed=row.zeroed,
     )
 
 

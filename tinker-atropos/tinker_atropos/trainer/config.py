@@ -102,6 +102,32 @@ class TinkerConfig(_Strict):
         description="A KL penalty to the base model, in the reward: each reply token's advantage less kl_beta x "
         "(its sampler logprob - the base model's). 0: off (default); above it the base model scores every reply.",
     )
+    teacher: str | None = Field(
+        None,
+        min_length=1,
+        description="On-policy distillation: a model that scores every token of the student's own replies, "
+        "each token's advantage gaining distill_coef x (the teacher's logprob - the student's). A finished "
+        "run's id (rl_list_runs: its handed-out weights) or weights folder, a base model the backend loads "
+        "(local: tiny-chat, smollm2-135m or a folder; Tinker: a base model or tinker:// sampler path), or with "
+        "teacher_url the model that endpoint serves. It must share the student's tokenizer. null: no teacher.",
+    )
+    teacher_url: str | None = Field(
+        None,
+        pattern=r"^https?://\S+$",
+        description="teacher: an OpenAI-compatible endpoint (vLLM, sglang) that serves it and returns prompt "
+        "logprobs, e.g. http://gpu-box:8000/v1; its /tokenize must agree with the student's tokenizer.",
+    )
+    distill_coef: float = Field(
+        1.0,
+        ge=0,
+        description="teacher: the weight of its signal per reply token (the negative reverse KL to the teacher).",
+    )
+    reward_coef: float = Field(
+        1.0,
+        ge=0,
+        description="teacher: the weight of the environment's group-relative advantage beside it; 0 is pure "
+        "distillation (every group trains, tied scores too), 1 RL with the teacher's KL.",
+    )
 
     @field_validator("advantage_scale", mode="before")
     @classmethod
@@ -198,6 +224,17 @@ class TinkerConfig(_Strict):
             raise ValueError("sampler vllm is the local backend's: on the tinker backend Tinker samples; unset it")
         if self.vllm_url and self.sampler != "vllm":
             raise ValueError("vllm_url is used by sampler vllm: set sampler: vllm, or unset vllm_url")
+        return self
+
+    @model_validator(mode="after")
+    def _teacher_fits(self) -> TinkerConfig:
+        if self.teacher is None:
+            if self.teacher_url:
+                raise ValueError("teacher_url serves a teacher: set teacher to the model name it serves")
+            if self.reward_coef != 1.0:
+                raise ValueError("reward_coef weighs the reward beside a teacher's signal: set teacher, or leave it 1")
+        elif self.distill_coef == 0 and self.reward_coef == 0:
+            raise ValueError("distill_coef and reward_coef are both 0: nothing would train; raise one of them")
         return self
 
     @model_validator(mode="after")

@@ -30,6 +30,8 @@ from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
 from tinker_atropos.backends.sampler_source import BackendSamplers, SamplerSource
 from tinker_atropos.backends.tinker_compat import grad_norm_of, loss_sum_of
 from tinker_atropos.best_checkpoint import BEST, Scored, best_of, weights_name, weights_path
+from tinker_atropos.distill.signal import TeacherStats, with_teacher_signal
+from tinker_atropos.distill.teacher import teacher_sampler
 from tinker_atropos.inference_server.holder import BEST_LABEL, DONE_LABEL, FINAL_LABEL, SamplerHolder
 from tinker_atropos.run_files import (
     JsonlReader,
@@ -206,6 +208,7 @@ class Trainer:
         self.checkpoint: str | None = None
         self._sampler: SamplingBackend | None = None
         self._reference: SamplingBackend | None = None  # the base model, for kl_beta (loaded on first use)
+        self._teacher: SamplingBackend | None = None  # tinker.teacher's (loaded before the first batch)
         self._adam = adam_params(cfg)
         self.clock = TrainingClock(Path(cfg.tinker.run_dir), cfg.tinker.max_training_minutes)
         self.best: Scored | None = None  # keep_best: the checkpoint the run hands out, chosen at its end
@@ -230,6 +233,9 @@ class Trainer:
         try:
             self.holder.steps = self.steps_done
             await self.publish(weights_name(self.steps_done))  # the policy before any update; /health -> 200
+            if self.cfg.tinker.teacher:
+                tokenizer, context = self.training.get_tokenizer(), self.cfg.tinker.max_token_trainer_length
+                self._teacher = await teacher_sampler(self.cfg, self.samplers, tokenizer, context)
             while self.steps_done < total and not waiting_over.is_set() and not self.clock.spent():
                 waited = time.monotonic()
                 groups = await self.api.next_batch(waiting_over)
@@ -338,14 +344,18 @@ class Trainer:
             write_first_batch(Path(self.cfg.tinker.run_dir), step, groups)
         write_latest_replies(Path(self.cfg.tinker.run_dir), step, groups, self.training.get_tokenizer())
         t = self.cfg.tinker
-        conv = groups_to_datums(groups, t.advantage_scale)
+        conv = groups_to_datums(groups, t.advantage_scale, keep_tied=self._teacher is not None and t.distill_coef > 0)
         datums = await self._fill_missing_logprobs(conv)
         loss = drift = lp_ref = lp_train = grad_norm = mismatch = None
+        taught = TeacherStats(None, None)
         # never back: an evaluation's seconds leave the clock only once its line is written
         self._progress = max(self._progress, budget_progress(t, step, self.clock.seconds()))
         learning_rate = learning_rate_at(t, step, self._progress)
         phases = PhaseClock()
         if datums:
+            if self._teacher is not None:
+                with phases("teacher"):
+                    datums, taught = await self._with_teacher(datums, conv.completion_masks)
             if t.kl_beta > 0:
                 with phases("reference"):
                     datums = await self._with_kl_penalty(datums, conv.completion_masks)
@@ -398,6 +408,9 @@ class Trainer:
             optim_seconds=phases.seconds.get("optim"),
             publish_seconds=phases.seconds.get("publish"),
             reference_seconds=phases.seconds.get("reference"),
+            teacher_seconds=phases.seconds.get("teacher"),
+            teacher_kl=taught.kl,
+            teacher_logprob=taught.teacher_logprob,
             sampler_mismatch=mismatch,
             agent_turns_mean=conv.agent_turns_mean,
             agent_tool_calls_mean=conv.agent_tool_calls_mean,
@@ -459,6 +472,15 @@ class Trainer:
         reference = self._reference
         refs = await asyncio.gather(*(reply_logprobs(reference, d, m) for d, m in zip(datums, masks)))
         return with_kl_penalty(datums, masks, refs, self.cfg.tinker.kl_beta)
+
+    async def _with_teacher(
+        self, datums: list[types.Datum], masks: list[np.ndarray]
+    ) -> tuple[list[types.Datum], TeacherStats]:
+        """The datums with the teacher's signal in their advantages (the teacher scoring every reply)."""
+        teacher, t = self._teacher, self.cfg.tinker
+        assert teacher is not None
+        scored = await asyncio.gather(*(reply_logprobs(teacher, d, m) for d, m in zip(datums, masks)))
+        return with_teacher_signal(datums, masks, scored, t.distill_coef, t.reward_coef)
 
     async def _save_final(self, *, bounded: bool) -> tuple[str | None, str | None]:
         """Save adapter + optimizer state and the final sampler weights."""

@@ -50,6 +50,11 @@ class StepMetrics:
       scoring them with the adapter of the very weights that step's pass used (while this step ran: the
       step never waits for it): the samplers' own disagreement (bfloat16 kernels against the trainer's),
       apart from the policy's change that `logprob_drift` has. Left out where vLLM had not answered.
+    - `teacher_kl`, `teacher_logprob`, `teacher_seconds` (tinker.teacher only, else left out of the line):
+      the mean over the step's reply tokens of the student's sampler logprob less the teacher's (an
+      estimate of the reverse KL to the teacher on the student's own samples: it falls as the student
+      learns to sample what the teacher would), the teacher's mean logprob of those tokens, and the
+      seconds the teacher took to score them (distill/signal.py).
     - `agent_*`: from agentic environments' per-rollout overrides (batches.BatchConversion);
       left out of the line when no sequence reports them. W&B gets them as `agent/turns_mean`, `agent/tool_calls_mean`,
       `agent/tool_errors`.
@@ -83,6 +88,9 @@ class StepMetrics:
     optim_seconds: float | None = None
     publish_seconds: float | None = None
     reference_seconds: float | None = None  # the base model scoring the replies (kl_beta > 0)
+    teacher_seconds: float | None = None  # tinker.teacher scoring the replies
+    teacher_kl: float | None = None  # tinker.teacher: student - teacher logprob per reply token (reverse KL)
+    teacher_logprob: float | None = None  # tinker.teacher: its mean logprob of the student's reply tokens
     sampler_mismatch: float | None = None  # sampler vllm: |trainer - vLLM logprob| on the same tokens and weights
     agent_turns_mean: float | None = None
     agent_tool_calls_mean: float | None = None
@@ -187,7 +195,7 @@ class MetricsSink:
             self._wandb = None
 
     def log(self, metrics: StepMetrics, *, logprobs: tuple[float | None, float | None] = (None, None)) -> None:
-        optional = ("agent_", "env_metrics", "sampler_mismatch")
+        optional = ("agent_", "env_metrics", "sampler_mismatch", "teacher_")
         record = {k: v for k, v in asdict(metrics).items() if v is not None or not k.startswith(optional)}
         self._file.write(record)
         if self._wandb is not None:

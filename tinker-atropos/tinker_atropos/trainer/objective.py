@@ -73,14 +73,14 @@ def with_kl_penalty(
     for datum, mask, ref in zip(datums, masks, reference):
         sampled = datum.loss_fn_inputs["logprobs"].to_numpy()
         penalty = np.where(mask, beta * (sampled - ref), 0.0).astype(np.float32)
-        out.append(_with_advantages(datum, datum.loss_fn_inputs["advantages"].to_numpy() - penalty))
+        out.append(with_advantages(datum, datum.loss_fn_inputs["advantages"].to_numpy() - penalty))
     return out
 
 
 def aggregated(datums: list[types.Datum], factors: Sequence[float]) -> list[types.Datum]:
     """The datums with each reply's advantages multiplied by its factor."""
     return [
-        d if f == 1.0 else _with_advantages(d, d.loss_fn_inputs["advantages"].to_numpy() * np.float32(f))
+        d if f == 1.0 else with_advantages(d, d.loss_fn_inputs["advantages"].to_numpy() * np.float32(f))
         for d, f in zip(datums, factors)
     ]
 
@@ -94,7 +94,7 @@ def reply_budget(cfg_env: dict[str, object], cfg: TinkerConfig) -> int:
     return cfg.max_reply_tokens
 
 
-def _with_advantages(datum: types.Datum, advantages: np.ndarray) -> types.Datum:
+def with_advantages(datum: types.Datum, advantages: np.ndarray) -> types.Datum:
     inputs = dict(datum.loss_fn_inputs)
     inputs["advantages"] = types.TensorData.from_numpy(advantages.astype(np.float32, copy=False))
     return types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)

@@ -23,9 +23,11 @@ class LoadedAdapters:
         self.keep = keep
         self.max_model_len = max_model_len
         self.loaded: deque[str] = deque()
+        self.pinned: list[str] = []
 
-    async def serve(self, path: str, label: str) -> VllmSampler:
-        """Load the adapter folder at `path` as `<prefix>-<label>` and sample with it."""
+    async def serve(self, path: str, label: str, *, pinned: bool = False) -> VllmSampler:
+        """Load the adapter folder at `path` as `<prefix>-<label>` and sample with it; a `pinned` one (a
+        teacher) stays loaded until unload_all."""
         name = f"{self.prefix}-{label}"
         response = await self.client.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
         if response.status_code != 200:
@@ -36,6 +38,9 @@ class LoadedAdapters:
                     f"must see this machine's files at the same path (a shared folder); its answer: {text}"
                 )
             raise VllmError(f"vLLM's server at {self.client.url} could not load adapter {path}: {text}")
+        if pinned:
+            self.pinned.append(name)
+            return VllmSampler(self.client, name, self.max_model_len, path)
         self.loaded.append(name)
         while len(self.loaded) > self.keep:
             await self.unload(self.loaded.popleft())
@@ -49,3 +54,5 @@ class LoadedAdapters:
     async def unload_all(self) -> None:
         while self.loaded:
             await self.unload(self.loaded.popleft())
+        while self.pinned:
+            await self.unload(self.pinned.pop())

@@ -41,8 +41,13 @@ def free_port(host: str) -> int:
 
 def adapters_kept(cfg: RunConfig) -> int:
     """Adapters loaded at once: the newest, those rollouts may still sample from (the run's staleness),
-    and one being loaded."""
+    and one being loaded (a teacher's adapter is one more: `lora_slots`)."""
     return int(cfg.env.get("max_batches_offpolicy") or 1) + 2
+
+
+def lora_slots(cfg: RunConfig) -> int:
+    """vLLM's max_loras: the adapters kept, and a teacher's where the run has one."""
+    return adapters_kept(cfg) + (1 if cfg.tinker.teacher else 0)
 
 
 class VllmSamplers:
@@ -76,7 +81,7 @@ class VllmSamplers:
             served_name=t.base_model,
             port=free_port(t.inference_host),
             lora_rank=t.lora_rank,
-            max_loras=adapters_kept(cfg),
+            max_loras=lora_slots(cfg),
             max_model_len=length,
             host=t.inference_host,
             gpu=t.device == "cuda" or (t.device == "auto" and nvidia_gpu()),
@@ -93,6 +98,9 @@ class VllmSamplers:
 
     async def for_weights(self, path: str, label: str) -> VllmSampler:
         return await self.adapters.serve(path, label)
+
+    async def for_adapter(self, path: str, label: str) -> VllmSampler:
+        return await self.adapters.serve(path, label, pinned=True)
 
     async def for_base(self) -> VllmSampler:
         if self._base_name is None:
