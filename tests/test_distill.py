@@ -95,13 +95,22 @@ async def test_a_teacher_with_another_tokenizer_is_refused_before_anything_start
 async def test_a_run_distills_an_adapter_trained_here_and_its_kl_falls(tmp_path: Path) -> None:
     async with serving(environ(tmp_path / "home")) as (_, server), Client(server) as client:
         await call(client, "rl_select_environment", name="arithmetic")
-        for field, value in {"total_steps": 6, "group_size": 4, "batch_size": 8, "learning_rate": 1e-2}.items():
+        # rollouts at most one step behind the weights: the student's updates reach its samples at once
+        small = {"group_size": 4, "batch_size": 16, "max_batches_offpolicy": 1}
+        for field, value in {**small, "total_steps": 8, "learning_rate": 1e-2}.items():
             await call(client, "rl_edit_config", field=field, value=value)
         teacher = await call(client, "rl_start_training")
         done = await wait_status(client, teacher["run_id"], {"completed", "failed"}, timeout=300)
         assert done["status"] == "completed", done
 
-        edits = {"teacher": teacher["run_id"], "reward_coef": 0.0, "total_steps": 12, "learning_rate": 2e-3}
+        edits = {
+            "teacher": teacher["run_id"],
+            "reward_coef": 0.0,
+            "total_steps": 12,
+            "batch_size": 32,
+            "learning_rate": 3e-3,
+            "lr_schedule": "linear",
+        }
         for field, value in edits.items():
             await call(client, "rl_edit_config", field=field, value=value)
         run = await call(client, "rl_start_training")
@@ -113,7 +122,13 @@ async def test_a_run_distills_an_adapter_trained_here_and_its_kl_falls(tmp_path:
         assert described["run_id"] == teacher["run_id"] and config["teacher"] == described["ref"]
         assert Path(config["teacher"]).is_dir() and Path(config["teacher"]).is_relative_to(teacher["run_dir"])
         kl = [m["teacher_kl"] for m in read_jsonl(RunFiles(run_dir).metrics)]
-        print("KL", kl)
         assert len(kl) == 12 and all(v is not None for v in kl), kl
         assert np.mean(kl[-3:]) < 0.5 * np.mean(kl[:3]), kl
         assert done["latest"]["teacher_kl"] == kl[-1] and done["latest"]["teacher_logprob"] < 0
+
+        # beside the RL run that taught it: the KL figures, and the fields that made it distillation
+        compared = await call(client, "rl_compare_runs", run_ids=[teacher["run_id"], run["run_id"]])
+        rl, distilled = compared["runs"]
+        assert rl["teacher_kl_first"] is None and distilled["teacher_kl_last"] == kl[-1]
+        differing = {d["field"] for d in compared["config_differences"]}
+        assert {"tinker.teacher", "tinker.reward_coef"} <= differing, differing

@@ -331,6 +331,8 @@ async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(stor
     b_done = await wait_for(client, b["run_id"], ended, 1200)
     assert b_done["status"] == "completed", b_done
     assert [int(m["step"]) for m in metrics_of(b)] == list(range(1, a_last + 3)), metrics_of(b)
+    # C distills the base model: the engine's sampling client scores its replies (compute_logprobs)
+    await call(client, "rl_edit_config", field="teacher", value=MODEL)
     c = await call(
         client,
         "rl_start_training",
@@ -343,6 +345,20 @@ async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(stor
     c_done = await wait_for(client, c["run_id"], ended, 1200)
     assert c_done["status"] == "completed", c_done
     assert [int(m["step"]) for m in metrics_of(c)] == list(range(1, a_first + 2))
+    trained = metrics_of(c)[a_first:]  # the fork's own step: A's up to the state are seeded
+    assert all(isinstance(m["teacher_kl"], float) and m["teacher_logprob"] < 0 for m in trained), trained
+
+    # D distills A's last weights: the engine unloaded A's model, so its checkpoint is downloaded and scored here
+    await call(client, "rl_edit_config", field="teacher", value=a["run_id"])
+    d = await call(client, "rl_start_training", resume_from=a["run_id"], checkpoint_step=a_first, fork=True)
+    await call(client, "rl_edit_config", field="teacher", reset=True)
+    await wait_for(client, d["run_id"], lambda s: s["step"] > a_first, timeout=600)
+    await call(client, "rl_stop_training", run_id=d["run_id"])
+    teacher = yaml.safe_load(Path(d["config_path"]).read_text())["tinker"]["teacher"]
+    described = json.loads(RunFiles(Path(d["run_dir"])).teacher.read_text())
+    assert teacher.startswith("tinker://") and described["run_id"] == a["run_id"], described
+    taught = metrics_of(d)[a_first]
+    assert isinstance(taught["teacher_kl"], float) and taught["teacher_logprob"] < 0, taught
 
 
 # --- rl_test_inference with B's weights (its checkpoint downloaded from the engine); export -----------

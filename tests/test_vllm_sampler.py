@@ -29,6 +29,7 @@ from test_runs_mcp import alive, call, configure, environ, serving, tree_pids, w
 
 from tinker_atropos.models import ensure_model
 from tinker_atropos.models.paths import TINY_CHAT
+from tinker_atropos.run_files import read_jsonl
 from tinker_atropos.venvs import runtime_python
 from tinker_atropos.vllm_server.guard import group_members, guarded
 from tinker_atropos.vllm_server.process import VllmError, VllmProcess, VllmSpec, command, kv_cache_gb, served_rank
@@ -149,6 +150,16 @@ async def test_a_run_samples_on_vllm_with_each_steps_adapter(tmp_path: Path, sha
         assert done["status"] == "completed", (done.get("error"), done.get("failure_log_tail"))
         results = await call(client, "rl_get_results", run_id=started["run_id"])
         status = await call(client, "rl_check_status", run_id=started["run_id"])
+        # a second run distills the first: its weights a second LoRA on the same server, kept for the run
+        await call(client, "rl_edit_config", field="teacher", value=started["run_id"])
+        await call(client, "rl_edit_config", field="reward_coef", value=0.0)
+        distilled = await call(client, "rl_start_training")
+        taught = await wait_status(client, distilled["run_id"], {"completed", "failed", "stopped"}, timeout=300)
+        assert taught["status"] == "completed", (taught.get("error"), taught.get("failure_log_tail"))
+    student = yaml.safe_load(Path(distilled["config_path"]).read_text())["tinker"]["run_name"]
+    assert f"Loaded new LoRA adapter: name '{student}-teacher'" in shared_vllm.log_path.read_text()
+    kl = [m["teacher_kl"] for m in read_jsonl(Path(distilled["run_dir"]) / "metrics.jsonl")]
+    assert len(kl) == 3 and all(isinstance(v, float) for v in kl), kl
     run_dir = Path(started["run_dir"])
     assert _served_requests(url) >= after_test + 3 * 8, "every step's rollouts (and evaluations) came from vLLM"
     name = yaml.safe_load((run_dir / "config.yaml").read_text())["tinker"]["run_name"]
@@ -156,7 +167,8 @@ async def test_a_run_samples_on_vllm_with_each_steps_adapter(tmp_path: Path, sha
     for step in range(4):  # the policy before the first step, then each step's
         assert f"Loaded new LoRA adapter: name '{name}-step-{step:06d}'" in log, f"step {step}"
     served = {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
-    assert not {s for s in served if s.startswith(name)}, f"the run unloads its adapters from a shared server: {served}"
+    left = {s for s in served if s.startswith((name, student))}
+    assert not left, f"the runs unload their adapters (the teacher's too) from a shared server: {served}"
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     mismatches = [m.get("sampler_mismatch") for m in metrics]  # a step's, in the next step's line once vLLM answered
     measured = [v for v in mismatches[1:] if v is not None]

@@ -3,7 +3,8 @@
 `tinker.teacher` (the server resolves a run id to its weights before the start) is one of:
 - with `teacher_url`: the model an OpenAI-compatible endpoint serves (vLLM's `prompt_logprobs`);
 - on Tinker: a `tinker://` sampler checkpoint, or a base model, through a sampling client's
-  compute_logprobs;
+  compute_logprobs (a self-hosted engine's checkpoint is downloaded and scored here: the engine
+  unloads a run's model when the run ends);
 - on the local backend: an adapter folder (a finished run's weights), on the student's own sampler
   (the engine, or vLLM as one more LoRA) when it shares the student's base; or a base model.
 """
@@ -54,6 +55,8 @@ async def teacher_sampler(cfg: RunConfig, samplers: SamplerSource, tokenizer: An
     if t.backend == "tinker":
         from tinker_atropos.backends.tinker_backend import create_tinker_sampler
 
+        if teacher.startswith("tinker://") and t.self_hosted:
+            return await asyncio.to_thread(_engine_checkpoint, cfg, teacher, tokenizer)
         if teacher.startswith("tinker://"):
             return await asyncio.to_thread(create_tinker_sampler, t, teacher)
         return await asyncio.to_thread(create_tinker_sampler, t, None, teacher)
@@ -66,8 +69,23 @@ async def teacher_sampler(cfg: RunConfig, samplers: SamplerSource, tokenizer: An
     return await asyncio.to_thread(_other_base, cfg, base or teacher, teacher if base else None, tokenizer)
 
 
+def _engine_checkpoint(cfg: RunConfig, path: str, tokenizer: Any) -> SamplingBackend:
+    """A self-hosted engine unloads a run's model when the run ends, and cannot sample its checkpoints
+    after: the checkpoint is downloaded from the engine's archive and scored in this process."""
+    from tinker_atropos.backends.local import ModelLoadError, load_base_model
+    from tinker_atropos.export.engine_weights import EngineWeightsError, download_engine_weights, untie_output_head
+
+    t = cfg.tinker
+    try:
+        folder = download_engine_weights(path, Path(t.run_dir) / "teacher_weights", t.tinker_base_url, t.base_model)
+        untie_output_head(load_base_model(t.base_model, t.device).model, folder)  # its embedding LoRA, a tied head
+    except (EngineWeightsError, ModelLoadError) as exc:
+        raise BackendUnavailable(f"tinker.teacher {path}: {exc}") from exc
+    return _other_base(cfg, t.base_model, str(folder), tokenizer)
+
+
 def _other_base(cfg: RunConfig, base_name: str, adapter: str | None, tokenizer: Any) -> SamplingBackend:
-    """A teacher on another base model than the student's, loaded in this process."""
+    """A teacher loaded in this process: a base model (with `adapter`), its vocabulary the student's."""
     from tinker_atropos.backends.local import ModelLoadError, create_sampler, load_base_model
 
     t = cfg.tinker

@@ -1,0 +1,135 @@
+"""On-policy distillation against RL: the minutes and rollout tokens each needs to reach 0.9 x a teacher.
+
+1. The teacher: SmolLM2-135M-Instruct trained by RL on `arithmetic` (this project's run through the MCP
+   tools, --teacher-minutes of training); its best checkpoint by validation scores T on the validation set.
+2. Three runs from the base model, started together (three servers, so each gets the same share of the
+   machine), each --minutes of training, validation every 2 steps:
+   - distill: `teacher` = the teacher's weights, reward_coef 0 (the teacher's signal alone);
+   - rl: the reward alone (no teacher);
+   - both: the teacher's signal beside the reward (reward_coef 1).
+3. Per run: the first validation at or above 0.9 x T, in training minutes (evaluations not counted) and
+   rollout tokens (metrics.jsonl `tokens`) up to that step.
+
+    .venv/bin/python bench/distill.py [--teacher-minutes 10] [--minutes 10] [--seed 0]
+
+The last line: the figures as one JSON object. The goal (#77): distill reaches 0.9 x T in at most a
+third of rl's minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+from learning import OURS_ONLY, SETTINGS, log, train_through_mcp
+
+from rl_mcp import interrupts
+from tinker_atropos.best_checkpoint import best_of
+from tinker_atropos.run_files import read_json_object, read_jsonl
+
+SHARE_OF_TEACHER = 0.9
+ARMS: dict[str, dict[str, Any]] = {"distill": {"reward_coef": 0.0}, "rl": {}, "both": {"reward_coef": 1.0}}
+
+
+def edits(minutes: float, seed: int, **extra: Any) -> dict[str, Any]:
+    return {**SETTINGS, **OURS_ONLY, "seed": seed, "steps_per_eval": 2, "max_training_minutes": minutes, **extra}
+
+
+def curve(run_dir: Path) -> list[dict[str, Any]]:
+    """Each validation of trained weights: step, accuracy, training minutes before it, rollout tokens to it."""
+    validation = read_jsonl(run_dir / "validation.jsonl")
+    evals = [e for name in ("eval.jsonl", "validation.jsonl") for e in read_jsonl(run_dir / name) if not e.get("final")]
+    start = max(e["time"] for e in evals if e["step"] == 0)
+    tokens = {int(m["step"]): int(m["tokens"]) for m in read_jsonl(run_dir / "metrics.jsonl")}
+    points = []
+    for v in validation:
+        if v["step"] < 1 or v.get("final"):
+            continue
+        evaluating = sum(e["seconds"] for e in evals if start < e["time"] <= v["time"])
+        points.append(
+            {
+                "step": v["step"],
+                "accuracy": v["eval_accuracy"],
+                "minutes": round((v["time"] - start - evaluating) / 60, 2),
+                "tokens": sum(n for s, n in tokens.items() if s <= v["step"]),
+            }
+        )
+    return points
+
+
+def reached(points: list[dict[str, Any]], target: float) -> dict[str, Any] | None:
+    return next((p for p in points if p["accuracy"] >= target), None)
+
+
+async def bench(a: argparse.Namespace, home: Path) -> dict[str, Any]:
+    run_dir, _ = await train_through_mcp(
+        a.teacher_minutes,
+        home / "teacher",
+        "arithmetic",
+        edits(a.teacher_minutes, a.seed),
+        training_clock=True,
+        checkpoints=(),
+    )
+    best = best_of(read_jsonl(run_dir / "validation.jsonl"))
+    result = read_json_object(run_dir / "result.json") or {}
+    if best is None or not result.get("best_checkpoint"):
+        raise RuntimeError(f"the teacher run {run_dir} has no best checkpoint")
+    target = SHARE_OF_TEACHER * best.accuracy
+    teacher = str(result["best_checkpoint"])
+    log(f"teacher: validation {best.accuracy:.3f} at step {best.step} ({teacher}); target {target:.3f}")
+    runs: dict[str, Path] = {}
+
+    async def arm(name: str, extra: dict[str, Any]) -> None:
+        taught = {"teacher": teacher, **extra} if "reward_coef" in extra else extra
+        settings = edits(a.minutes, a.seed, **taught)
+        runs[name], _ = await train_through_mcp(
+            a.minutes, home / name, "arithmetic", settings, training_clock=True, checkpoints=()
+        )
+
+    async with anyio.create_task_group() as tg:
+        for name, extra in ARMS.items():
+            tg.start_soon(arm, name, extra)
+    figures: dict[str, Any] = {"teacher_validation": best.accuracy, "teacher_step": best.step, "target": target}
+    for name, run in runs.items():
+        points = curve(run)
+        first = reached(points, target)
+        kl = [m["teacher_kl"] for m in read_jsonl(run / "metrics.jsonl") if m.get("teacher_kl") is not None]
+        figures[name] = {
+            "reached": first,
+            "best": max(points, key=lambda p: p["accuracy"], default=None),
+            "steps": len(read_jsonl(run / "metrics.jsonl")),
+            "teacher_kl_first_last": [kl[0], kl[-1]] if kl else None,
+            "curve": points,
+            "run_dir": str(run),
+        }
+    d, r = (figures[n]["reached"] for n in ("distill", "rl"))
+    figures["distill_over_rl_minutes"] = round(d["minutes"] / r["minutes"], 3) if d and r else None
+    return figures
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--teacher-minutes", type=float, default=10.0)
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--home", type=Path, default=None, help="state dir of the bench's servers")
+    a = ap.parse_args()
+    home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-distill-"))).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    figures = interrupts.run(bench, a, home)
+    for name in ARMS:
+        f = figures[name]
+        at = f["reached"]
+        where = f"step {at['step']}, {at['minutes']} min, {at['tokens']:,} tokens" if at else "not reached"
+        log(f"{name}: 0.9 x T ({figures['target']:.3f}) {where}; best {f['best']}; {f['steps']} steps")
+    log(f"distill / rl minutes to 0.9 x T: {figures['distill_over_rl_minutes']}")
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
