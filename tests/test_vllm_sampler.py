@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import pytest
 import yaml
 from mcp import Client
 from test_runs_mcp import alive, call, configure, environ, serving, tree_pids, wait_status, wait_step
+from tinker import types
 
 from tinker_atropos.models import ensure_model
 from tinker_atropos.models.paths import TINY_CHAT
@@ -223,3 +225,38 @@ async def test_a_runs_own_vllm_goes_with_its_killed_trainer(tmp_path: Path) -> N
     finally:
         for proc in alive(tree):
             proc.kill()
+
+
+@needs_vllm
+@pytest.mark.anyio
+async def test_an_endpoint_teacher_is_checked_by_its_tokenizer_then_scores_replies(
+    tmp_path: Path, shared_vllm: VllmProcess
+) -> None:
+    """teacher_url: the endpoint's /tokenize agrees with the student's tokenizer, and its prompt logprobs
+    score a reply; a student whose tokenizer differs (SmolLM2's against the served tiny-chat) is refused."""
+    from transformers import AutoTokenizer
+
+    from tinker_atropos.backends.base import BackendUnavailable
+    from tinker_atropos.backends.sampler_source import BackendSamplers
+    from tinker_atropos.distill.teacher import PROBE, teacher_sampler
+    from tinker_atropos.trainer.config import RunConfig
+
+    tinker = {"total_steps": 1, "api_url": "http://127.0.0.1:1", "inference_port": 1, "run_dir": str(tmp_path)}
+    cfg = RunConfig.model_validate({"tinker": {**tinker, "teacher": TINY_CHAT, "teacher_url": f"{shared_vllm.url}/v1"}})
+    samplers = BackendSamplers(cfg, None)  # type: ignore[arg-type]  # an endpoint needs no backend
+    student = AutoTokenizer.from_pretrained(ensure_model(TINY_CHAT))
+    teacher = await teacher_sampler(cfg, samplers, student, 1024)
+    prompt = [1, 5, 9, 14, 20, 33, 41, 52]
+    scored = await teacher.compute_logprobs_async(types.ModelInput.from_ints(prompt))
+    assert scored[0] is None and scored[1:] == pytest.approx(_prompt_logprobs(shared_vllm.url, TINY_CHAT, prompt))
+    other = tmp_path / "other-tokenizer"  # tiny-chat's tokenizer, two of the probe's tokens swapped
+    other.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ensure_model(TINY_CHAT) / name, other / name)
+    data = json.loads((other / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    first, second = student.convert_ids_to_tokens(student.encode(PROBE, add_special_tokens=False)[:2])
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (other / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(BackendUnavailable, match="tokenizes a probe"):
+        await teacher_sampler(cfg, samplers, AutoTokenizer.from_pretrained(other), 1024)
