@@ -17,6 +17,7 @@ from tinker import types
 
 from rl_mcp.diagnosis.distill_rules import teacher_kl_flat, teacher_no_better
 from rl_mcp.diagnosis.facts import RunFacts
+from rl_mcp.diagnosis.rules import no_reward_signal
 from tinker_atropos.distill.signal import with_teacher_signal
 from tinker_atropos.distill.tokenizers import tokenizer_mismatch
 from tinker_atropos.models.paths import TINY_CHAT, model_dir
@@ -69,6 +70,10 @@ def test_the_findings_name_a_weak_teacher_and_a_flat_kl() -> None:
     kl = teacher_kl_flat(RunFacts("r", flat, [], tinker=tinker))
     assert kl is not None and kl.next_step.arguments == {"field": "learning_rate", "value": 2e-3}
     assert teacher_kl_flat(RunFacts("r", falling, [], tinker=tinker)) is None
+    # every group tied: no reward signal, unless a teacher's signal trains them
+    tied = [{"step": s, "no_signal_share": 1.0, "time": 1000.0 + s} for s in range(1, 9)]
+    assert no_reward_signal(RunFacts("r", tied, [], tinker={"learning_rate": 1e-3})) is not None
+    assert no_reward_signal(RunFacts("r", tied, [], tinker={**tinker, "teacher": "t"})) is None
 
 
 @pytest.mark.anyio
