@@ -137,3 +137,8 @@ async def test_a_run_distills_an_adapter_trained_here_and_its_kl_falls(tmp_path:
         assert rl["teacher_kl_first"] is None and distilled["teacher_kl_last"] == kl[-1]
         differing = {d["field"] for d in compared["config_differences"]}
         assert {"tinker.teacher", "tinker.reward_coef"} <= differing, differing
+
+        # a resume goes on with its teacher
+        resumed = await call(client, "rl_start_training", resume_from=run["run_id"], total_steps=13)
+        await call(client, "rl_stop_training", run_id=resumed["run_id"])
+        assert json.loads(RunFiles(Path(resumed["run_dir"])).teacher.read_text()) == described

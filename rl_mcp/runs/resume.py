@@ -149,7 +149,10 @@ def resume_plan(parent: RunRecord, state: TrainingState, env_file: Path, *, tota
     def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:
         data = json.loads(json.dumps(config))  # a private deep copy
         data["tinker"]["wandb_run_id"] = state.wandb_run_id  # the same W&B run goes on
-        return _write_started(data, parent, state, run_dir, api_port, inference_port, run_name, total)
+        path = _write_started(data, parent, state, run_dir, api_port, inference_port, run_name, total)
+        if parent.files.teacher.is_file():  # its teacher goes on too (a fork's is the session's)
+            shutil.copyfile(parent.files.teacher, RunFiles(run_dir).teacher)
+        return path
 
     return RunPlan(
         environment=parent.environment,
