@@ -321,8 +321,8 @@ async def test_a_run_starts_the_engine_and_trains_through_the_tinker_sdk(story: 
     assert 0 < len(log.splitlines()) <= 200 and "/api/v1/" in log, log[-2000:]
 
 
-# --- B = resume(A) to step 3; C = fork(A at step 1) ----------------------------------------------------
-async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(story: Story) -> None:
+# --- B = resume(A) to step 3; C = fork(A at step 1) taught by the base model; A as a teacher -----------
+async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(story: Story, tmp_path: Path) -> None:
     client, a = story.client, story.run("A")
     states = [s["step"] for s in (await call(client, "rl_get_results", run_id=a["run_id"]))["training_states"]]
     a_first, a_last = states[0], states[-1]  # the oldest kept and the latest
@@ -348,17 +348,28 @@ async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(stor
     trained = metrics_of(c)[a_first:]  # the fork's own step: A's up to the state are seeded
     assert all(isinstance(m["teacher_kl"], float) and m["teacher_logprob"] < 0 for m in trained), trained
 
-    # D distills A's last weights: the engine unloaded A's model, so its checkpoint is downloaded and scored here
-    await call(client, "rl_edit_config", field="teacher", value=a["run_id"])
-    d = await call(client, "rl_start_training", resume_from=a["run_id"], checkpoint_step=a_first, fork=True)
-    await call(client, "rl_edit_config", field="teacher", reset=True)
-    await wait_for(client, d["run_id"], lambda s: s["step"] > a_first, timeout=600)
-    await call(client, "rl_stop_training", run_id=d["run_id"])
-    teacher = yaml.safe_load(Path(d["config_path"]).read_text())["tinker"]["teacher"]
-    described = json.loads(RunFiles(Path(d["run_dir"])).teacher.read_text())
-    assert teacher.startswith("tinker://") and described["run_id"] == a["run_id"], described
-    taught = metrics_of(d)[a_first]
-    assert isinstance(taught["teacher_kl"], float) and taught["teacher_logprob"] < 0, taught
+    # A's last weights as a teacher: the engine unloaded A's model at A's end, so the trainer downloads the
+    # checkpoint from the engine's archive and scores with it in its own process
+    from tinker import types
+    from transformers import AutoTokenizer
+
+    from rl_mcp.distill.teacher import Student, resolve_teacher
+    from tinker_atropos.backends.sampler_source import BackendSamplers
+    from tinker_atropos.distill.teacher import teacher_sampler
+    from tinker_atropos.models.paths import model_dir
+    from tinker_atropos.trainer.config import RunConfig
+
+    teacher = resolve_teacher(a["run_id"], None, Student("tinker", MODEL, self_hosted=True), story.app.runs.list())
+    assert teacher.ref.startswith("tinker://") and teacher.run_id == a["run_id"], teacher
+    config = yaml.safe_load(Path(c["config_path"]).read_text())
+    config["tinker"].update(teacher=teacher.ref, run_dir=str(tmp_path))
+    cfg = RunConfig.model_validate(config)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir(MODEL))
+    sampler = await teacher_sampler(cfg, BackendSamplers(cfg, None), tokenizer, 1024)  # type: ignore[arg-type]
+    ids = tokenizer.encode("Repeat the letter a three times: aaa")
+    scored = await sampler.compute_logprobs_async(types.ModelInput.from_ints(ids))
+    assert scored[0] is None and all(v is not None and v < 0 for v in scored[1:]), scored
+    assert (tmp_path / "teacher_weights" / "adapter_model.safetensors").is_file()
 
 
 # --- rl_test_inference with B's weights (its checkpoint downloaded from the engine); export -----------
