@@ -10,7 +10,7 @@
 3. Per run: the first validation at or above 0.9 x T, in training minutes (evaluations not counted) and
    rollout tokens (metrics.jsonl `tokens`) up to that step.
 
-    .venv/bin/python bench/distill.py [--teacher-minutes 10] [--minutes 10] [--seed 0]
+    .venv/bin/python bench/distill.py [--teacher-minutes 10] [--minutes 10] [--seed 0] [--teacher-run DIR]
 
 The last line: the figures as one JSON object. The goal (#77): distill reaches 0.9 x T in at most a
 third of rl's minutes.
@@ -66,13 +66,18 @@ def reached(points: list[dict[str, Any]], target: float) -> dict[str, Any] | Non
 
 
 async def bench(a: argparse.Namespace, home: Path) -> dict[str, Any]:
-    run_dir, _ = await train_through_mcp(
-        a.teacher_minutes,
-        home / "teacher",
-        "arithmetic",
-        edits(a.teacher_minutes, a.seed),
-        training_clock=True,
-        checkpoints=(),
+    run_dir = (
+        a.teacher_run
+        or (
+            await train_through_mcp(
+                a.teacher_minutes,
+                home / "teacher",
+                "arithmetic",
+                edits(a.teacher_minutes, a.seed),
+                training_clock=True,
+                checkpoints=(),
+            )
+        )[0]
     )
     best = best_of(read_jsonl(run_dir / "validation.jsonl"))
     result = read_json_object(run_dir / "result.json") or {}
@@ -117,6 +122,7 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--home", type=Path, default=None, help="state dir of the bench's servers")
+    ap.add_argument("--teacher-run", type=Path, default=None, help="a finished teacher run's folder: no teacher run")
     a = ap.parse_args()
     home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-distill-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)

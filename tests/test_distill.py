@@ -142,3 +142,24 @@ async def test_a_run_distills_an_adapter_trained_here_and_its_kl_falls(tmp_path:
         resumed = await call(client, "rl_start_training", resume_from=run["run_id"], total_steps=13)
         await call(client, "rl_stop_training", run_id=resumed["run_id"])
         assert json.loads(RunFiles(Path(resumed["run_dir"])).teacher.read_text()) == described
+
+
+@pytest.mark.anyio
+async def test_the_engine_scores_many_replies_at_once_as_it_scores_each() -> None:
+    """A teacher on the local engine scores a step's replies in padded passes: the same logprobs as one
+    forward per reply, in any order of lengths, across more than one pass."""
+    from tinker_atropos.backends.local import batching, create_sampler, load_base_model
+
+    sampler = create_sampler(load_base_model(TINY_CHAT, "cpu"))
+    rng = np.random.default_rng(0)
+    rows = [rng.integers(3, 200, size=n).tolist() for n in (7, 2, 30, 12, 1, 19)]
+    prompts = [types.ModelInput.from_ints(r) for r in rows]
+    alone = [await sampler.compute_logprobs_async(p) for p in prompts]
+    pass_tokens, batching.SCORE_PASS_TOKENS = batching.SCORE_PASS_TOKENS, 40  # several passes
+    try:
+        together = await sampler.compute_logprobs_many_async(prompts)
+    finally:
+        batching.SCORE_PASS_TOKENS = pass_tokens
+    for one, many in zip(alone, together, strict=True):
+        assert many[0] is None and len(many) == len(one)
+        assert many[1:] == pytest.approx(one[1:], abs=1e-4)

@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 IDLE_EXIT_S = 30.0  # an idle batching thread exits after this; the next request starts another
 MAX_ROWS = 64  # rows decoding at once; further requests wait for room
 ROOM_STEP = 256  # spare positions a cache buffer gets beyond what it holds (then it doubles)
+SCORE_PASS_TOKENS = 2048  # positions a scoring pass holds (its float32 logits: 400 MB at SmolLM2's vocabulary)
 EXIT_JOIN_S = 10.0  # at interpreter exit, how long a batching thread gets to finish its forward pass
 
 
@@ -296,6 +297,31 @@ class ContinuousBatcher:
         targets = torch.tensor(ids[cached + 1 :], device=self.device)
         lp = -torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
         return [None] * (cached + 1) + lp.tolist()
+
+    def score_rows(self, rows: list[list[int]]) -> list[list[float | None]]:
+        """`score` of many sequences, right-padded into passes of at most SCORE_PASS_TOKENS (a teacher or
+        the base model scoring a step's replies: one pass instead of a forward per reply). Batching thread only."""
+        out: list[list[float | None]] = [[None] * len(r) for r in rows]
+        order = sorted((i for i, r in enumerate(rows) if len(r) >= 2), key=lambda i: len(rows[i]))
+        while order:  # shortest first: each pass pads to its longest, the next row in order
+            take = 1
+            while take < len(order) and (take + 1) * (len(rows[order[take]]) - 1) <= SCORE_PASS_TOKENS:
+                take += 1
+            chunk, order = order[:take], order[take:]
+            width = len(rows[chunk[-1]]) - 1
+            x = torch.zeros((len(chunk), width), dtype=torch.long, device=self.device)
+            mask = torch.zeros_like(x)
+            for k, i in enumerate(chunk):
+                x[k, : len(rows[i]) - 1] = torch.tensor(rows[i][:-1])
+                mask[k, : len(rows[i]) - 1] = 1
+            logits = self.model(input_ids=x, attention_mask=mask).logits
+            targets = torch.zeros_like(x)
+            for k, i in enumerate(chunk):
+                targets[k, : len(rows[i]) - 1] = torch.tensor(rows[i][1:])
+            lp = -torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+            for k, i in enumerate(chunk):
+                out[i] = [None, *lp[k, : len(rows[i]) - 1].tolist()]
+        return out
 
     def _merge(self, cache: DynamicCache, mask: torch.Tensor, logits: torch.Tensor) -> None:
         if self._cache is None or not self._rows:

@@ -111,6 +111,11 @@ class LocalSampler:
     async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
         return await asyncio.wrap_future(self._scored(prompt, from_position))
 
+    async def compute_logprobs_many_async(self, prompts: list[types.ModelInput]) -> list[list[float | None]]:
+        """compute_logprobs_async of many prompts in padded passes (a step's replies, scored at once)."""
+        rows = [p.to_ints() for p in prompts]
+        return await asyncio.wrap_future(self.batcher.call(lambda: self.batcher.score_rows(rows)))
+
     def compute_logprobs(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
         return self._scored(prompt, from_position).result()
 
