@@ -152,14 +152,17 @@ async def test_the_engine_scores_many_replies_at_once_as_it_scores_each() -> Non
 
     sampler = create_sampler(load_base_model(TINY_CHAT, "cpu"))
     rng = np.random.default_rng(0)
-    rows = [rng.integers(3, 200, size=n).tolist() for n in (7, 2, 30, 12, 1, 19)]
+    prompt, other = rng.integers(3, 200, size=9).tolist(), rng.integers(3, 200, size=4).tolist()
+    replies = [rng.integers(3, 200, size=n).tolist() for n in (7, 1, 30, 12, 19)]
+    rows = [prompt + r for r in replies] + [other + replies[0], [5], other[:2]]  # two groups; too short; one token
+    starts = [len(prompt)] * len(replies) + [len(other), 1, 1]
     prompts = [types.ModelInput.from_ints(r) for r in rows]
     alone = [await sampler.compute_logprobs_async(p) for p in prompts]
-    pass_tokens, batching.SCORE_PASS_TOKENS = batching.SCORE_PASS_TOKENS, 40  # several passes
+    pass_tokens, batching.SCORE_PASS_TOKENS = batching.SCORE_PASS_TOKENS, 40  # several passes a group
     try:
-        together = await sampler.compute_logprobs_many_async(prompts)
+        together = await sampler.compute_logprobs_many_async(prompts, starts)
     finally:
         batching.SCORE_PASS_TOKENS = pass_tokens
-    for one, many in zip(alone, together, strict=True):
-        assert many[0] is None and len(many) == len(one)
-        assert many[1:] == pytest.approx(one[1:], abs=1e-4)
+    for one, many, start in zip(alone, together, starts, strict=True):
+        assert len(many) == len(one) and all(v is None for v in many[:start]), many
+        assert many[start:] == pytest.approx(one[start:], abs=1e-4)

@@ -121,21 +121,26 @@ def adam_params(cfg: RunConfig) -> types.AdamParams:
 
 async def reply_logprobs(sampler: SamplingBackend, datum: types.Datum, completion: np.ndarray) -> np.ndarray:
     """`sampler`'s logprob of each of the datum's reply targets (0 on its prompt targets)."""
-    targets = datum.loss_fn_inputs["target_tokens"].to_numpy()
-    first = int(np.argmax(completion)) + 1 if completion.any() else len(targets)  # in the full sequence
-    return _on_replies(await sampler.compute_logprobs_async(_full(datum), from_position=first), completion)
+    lps = await sampler.compute_logprobs_async(_full(datum), from_position=_first_reply(completion))
+    return _on_replies(lps, completion)
 
 
 async def replies_logprobs(
     sampler: SamplingBackend, datums: list[types.Datum], completions: list[np.ndarray]
 ) -> list[np.ndarray]:
-    """reply_logprobs of every datum: in padded passes where the sampler scores many at once (the local
-    engine: one pass, where a forward per reply took ~23 s a step of 256 SmolLM2 replies), else one by one."""
+    """reply_logprobs of every datum: at once where the sampler scores many (the local engine runs a group's
+    prompt once and its replies in one pass, where a forward per reply took ~23 s a step of 256 SmolLM2
+    replies), else one by one."""
     many = getattr(sampler, "compute_logprobs_many_async", None)
     if many is None:
         return list(await asyncio.gather(*(reply_logprobs(sampler, d, m) for d, m in zip(datums, completions))))
-    scored = await many([_full(d) for d in datums])
+    scored = await many([_full(d) for d in datums], [_first_reply(m) for m in completions])
     return [_on_replies(lps, m) for lps, m in zip(scored, completions)]
+
+
+def _first_reply(completion: np.ndarray) -> int:
+    """Where the datum's reply starts in its whole sequence (its first completion target's token)."""
+    return int(np.argmax(completion)) + 1 if completion.any() else len(completion)
 
 
 def _full(datum: types.Datum) -> types.ModelInput:

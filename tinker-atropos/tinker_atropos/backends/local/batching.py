@@ -298,30 +298,58 @@ class ContinuousBatcher:
         lp = -torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
         return [None] * (cached + 1) + lp.tolist()
 
-    def score_rows(self, rows: list[list[int]]) -> list[list[float | None]]:
-        """`score` of many sequences, right-padded into passes of at most SCORE_PASS_TOKENS (a teacher or
-        the base model scoring a step's replies: one pass instead of a forward per reply). Batching thread only."""
+    def score_rows(self, rows: list[list[int]], starts: list[int]) -> list[list[float | None]]:
+        """`score` of many sequences (a teacher or the base model scoring a step's replies). Those that share
+        their first `starts[i]` tokens (a group's prompt) take one pass over it, then one padded pass for
+        their rests on its keys and values: a group's prompt is run once, not once a reply. Positions
+        before a row's start come back None. Batching thread only."""
         out: list[list[float | None]] = [[None] * len(r) for r in rows]
-        order = sorted((i for i, r in enumerate(rows) if len(r) >= 2), key=lambda i: len(rows[i]))
-        while order:  # shortest first: each pass pads to its longest, the next row in order
-            take = 1
-            while take < len(order) and (take + 1) * (len(rows[order[take]]) - 1) <= SCORE_PASS_TOKENS:
-                take += 1
-            chunk, order = order[:take], order[take:]
-            width = len(rows[chunk[-1]]) - 1
-            x = torch.zeros((len(chunk), width), dtype=torch.long, device=self.device)
-            mask = torch.zeros_like(x)
-            for k, i in enumerate(chunk):
-                x[k, : len(rows[i]) - 1] = torch.tensor(rows[i][:-1])
-                mask[k, : len(rows[i]) - 1] = 1
-            logits = self.model(input_ids=x, attention_mask=mask).logits
-            targets = torch.zeros_like(x)
-            for k, i in enumerate(chunk):
-                targets[k, : len(rows[i]) - 1] = torch.tensor(rows[i][1:])
-            lp = -torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
-            for k, i in enumerate(chunk):
-                out[i] = [None, *lp[k, : len(rows[i]) - 1].tolist()]
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, (row, start) in enumerate(zip(rows, starts, strict=True)):
+            if len(row) >= 2:
+                groups.setdefault(tuple(row[: min(max(start, 1), len(row) - 1)]), []).append(i)
+        for prompt, members in groups.items():
+            head = self.model(input_ids=torch.tensor([prompt], device=self.device), use_cache=True)
+            first = head.logits[0, -1].float().log_softmax(-1)
+            for i in members:
+                out[i][len(prompt)] = float(first[rows[i][len(prompt)]])
+            longest = max(len(rows[i]) for i in members) - len(prompt) - 1
+            per_pass = max(1, SCORE_PASS_TOKENS // max(longest, 1))
+            for at in range(0, len(members) if longest > 0 else 0, per_pass):
+                self._score_rests(
+                    [rows[i] for i in members[at : at + per_pass]], len(prompt), head.cache, out, members[at:]
+                )
         return out
+
+    def _score_rests(
+        self,
+        rows: list[list[int]],
+        front: int,
+        prompt_cache: DynamicCache,
+        out: list[list[float | None]],
+        where: list[int],
+    ) -> None:
+        """Each row's tokens after its first `front + 1`, scored in one right-padded pass on the prompt's
+        keys and values (a row never attends to the padding after it)."""
+        width = max(len(r) for r in rows) - front - 1
+        if width < 1:  # each row's one reply token came with the prompt's pass
+            return
+        x = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
+        targets = torch.zeros_like(x)
+        for k, row in enumerate(rows):
+            rest = row[front:]
+            x[k, : len(rest) - 1] = torch.tensor(rest[:-1])
+            targets[k, : len(rest) - 1] = torch.tensor(rest[1:])
+        cache = DynamicCache()
+        cache.layers = [
+            RoomyLayer(layer.keys.expand(len(rows), -1, -1, -1), layer.values.expand(len(rows), -1, -1, -1))
+            for layer in prompt_cache.layers
+        ]
+        positions = torch.arange(front, front + width, device=self.device)[None].expand(len(rows), -1)
+        logits = self.model(input_ids=x, position_ids=positions, cache=cache, use_cache=True).logits
+        lp = -torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+        for k, row in enumerate(rows):
+            out[where[k]][front + 1 : len(row)] = lp[k, : len(row) - front - 1].tolist()
 
     def _merge(self, cache: DynamicCache, mask: torch.Tensor, logits: torch.Tensor) -> None:
         if self._cache is None or not self._rows:

@@ -111,10 +111,13 @@ class LocalSampler:
     async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
         return await asyncio.wrap_future(self._scored(prompt, from_position))
 
-    async def compute_logprobs_many_async(self, prompts: list[types.ModelInput]) -> list[list[float | None]]:
-        """compute_logprobs_async of many prompts in padded passes (a step's replies, scored at once)."""
+    async def compute_logprobs_many_async(
+        self, prompts: list[types.ModelInput], from_positions: list[int]
+    ) -> list[list[float | None]]:
+        """compute_logprobs_async of many prompts at once: those that share their start (a group's prompt)
+        run it once, then their rests in one padded pass (a step's replies, scored together)."""
         rows = [p.to_ints() for p in prompts]
-        return await asyncio.wrap_future(self.batcher.call(lambda: self.batcher.score_rows(rows)))
+        return await asyncio.wrap_future(self.batcher.call(lambda: self.batcher.score_rows(rows, from_positions)))
 
     def compute_logprobs(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
         return self._scored(prompt, from_position).result()
