@@ -204,14 +204,23 @@ def _vllm_processes(procs: list[psutil.Process]) -> list[psutil.Process]:
 @pytest.mark.anyio
 @pytest.mark.slow
 async def test_a_runs_own_vllm_goes_with_its_killed_trainer(tmp_path: Path) -> None:
+    """The run's own server, and a second one for its teacher on another base model (tiny-chat's weights
+    and tokenizer in a folder of their own): a SIGKILL of the trainer leaves neither."""
+    other = tmp_path / "other-base"
+    shutil.copytree(ensure_model(TINY_CHAT), other)
     env = environ(tmp_path / "home", RL_MCP_PROFILE=str(_profile(tmp_path)))
     tree: list[psutil.Process] = []
     try:
         async with serving(env) as (_, server), Client(server) as client:
             await configure(client, "letter_repeat")
             await call(client, "rl_edit_config", field="total_steps", value=100)
+            await call(client, "rl_edit_config", field="teacher", value=str(other))
             started = await call(client, "rl_start_training")
             status = await wait_step(client, started["run_id"], 1, timeout=420)  # vLLM up, an adapter loaded
+            first = read_jsonl(Path(started["run_dir"]) / "metrics.jsonl")[0]
+            assert isinstance(first["teacher_kl"], float), first  # scored by the teacher's own server
+            logs = Path(started["run_dir"]) / "logs"
+            assert "Application startup complete" in (logs / "vllm-teacher.log").read_text()
             tree = tree_pids(status)
             served = _vllm_processes(tree)
             assert any("vllm.entrypoints.openai.api_server" in " ".join(p.cmdline()) for p in served), served
@@ -233,7 +242,7 @@ async def test_an_endpoint_teacher_is_checked_by_its_tokenizer_then_scores_repli
     tmp_path: Path, shared_vllm: VllmProcess
 ) -> None:
     """teacher_url: the endpoint's /tokenize agrees with the student's tokenizer, and its prompt logprobs
-    score a reply; a student whose tokenizer differs (SmolLM2's against the served tiny-chat) is refused."""
+    score a reply; a student whose tokenizer differs (two of the probe's tokens swapped) is refused."""
     from transformers import AutoTokenizer
 
     from tinker_atropos.backends.base import BackendUnavailable

@@ -6,7 +6,8 @@
   compute_logprobs (a self-hosted engine's checkpoint is downloaded and scored here: the engine
   unloads a run's model when the run ends);
 - on the local backend: an adapter folder (a finished run's weights), on the student's own sampler
-  (the engine, or vLLM as one more LoRA) when it shares the student's base; or a base model.
+  (the engine, or vLLM as one more LoRA) when it shares the student's base; or a base model. Another
+  base model: a second vLLM server of the run's (sampler vllm), else the engine in this process.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tinker_atropos.backends.sampler_source import SamplerSource
 from tinker_atropos.models.paths import model_ref, offline_model_named
 from tinker_atropos.trainer.config import RunConfig
 from tinker_atropos.vllm_server.process import VllmError
+from tinker_atropos.vllm_server.run import VllmSamplers
 from tinker_atropos.vllm_server.sampler import VllmClient, VllmSampler
 
 TEACHER_LABEL = "teacher"
@@ -66,6 +68,11 @@ async def teacher_sampler(cfg: RunConfig, samplers: SamplerSource, tokenizer: An
         return await samplers.for_adapter(teacher, TEACHER_LABEL)
     if base is None and model_ref(teacher) == model_ref(t.base_model):
         return await samplers.for_base()
+    if isinstance(samplers, VllmSamplers):  # another base model: a second vLLM server of the run's
+        other = await samplers.start_other(base or teacher)
+        served = await other.for_base()
+        await _check_endpoint_vocabulary(other.client, served.model, tokenizer)
+        return await other.for_adapter(teacher, TEACHER_LABEL) if base else served
     return await asyncio.to_thread(_other_base, cfg, base or teacher, teacher if base else None, tokenizer)
 
 

@@ -56,13 +56,14 @@ class VllmSamplers:
     def __init__(self, cfg: RunConfig, process: VllmProcess | None, url: str, length: int) -> None:
         self.cfg = cfg
         self.process = process
+        self.others: list[VllmSamplers] = []  # servers of the run's for other base models (a teacher's)
         self.client = VllmClient(url)
         self.length = length
         self.adapters = LoadedAdapters(self.client, cfg.tinker.run_name, adapters_kept(cfg), length)
         self._base_name: str | None = None
 
     @classmethod
-    def start(cls, cfg: RunConfig) -> VllmSamplers:
+    def start(cls, cfg: RunConfig, log_name: str = "vllm.log") -> VllmSamplers:
         """Start the run's own server (ready later: `wait_ready`), or attach to `tinker.vllm_url`."""
         t = cfg.tinker
         model = model_ref(t.base_model)
@@ -86,7 +87,7 @@ class VllmSamplers:
             host=t.inference_host,
             gpu=t.device == "cuda" or (t.device == "auto" and nvidia_gpu()),
         )
-        process = VllmProcess(spec, Path(t.run_dir) / "logs" / "vllm.log")
+        process = VllmProcess(spec, Path(t.run_dir) / "logs" / log_name)
         return cls(cfg, process, process.url, length)
 
     async def wait_ready(self) -> None:
@@ -111,8 +112,22 @@ class VllmSamplers:
             self._base_name = bases[0]
         return VllmSampler(self.client, self._base_name, self.length)
 
+    async def start_other(self, base_model: str) -> VllmSamplers:
+        """A second server of the run's own, for another base model (a teacher's), ready; stopped by close().
+        Started from the caller's thread, as the run's own: the guard watches the thread that started it."""
+        t = self.cfg.tinker
+        tinker = t.model_copy(
+            update={"base_model": base_model, "vllm_url": None, "teacher": None, "run_name": f"{t.run_name}-teacher"}
+        )
+        other = VllmSamplers.start(self.cfg.model_copy(update={"tinker": tinker}), log_name="vllm-teacher.log")
+        self.others.append(other)
+        await other.wait_ready()
+        return other
+
     async def close(self) -> None:
-        """Unload this run's adapters (a shared server keeps serving others), then stop its own server."""
+        """Unload this run's adapters (a shared server keeps serving others), then stop its own servers."""
+        for other in self.others:
+            await other.close()
         try:
             if self.process is None:
                 await self.adapters.unload_all()
