@@ -10,7 +10,7 @@ put, the updates are too small to move the student (or the reward's signal pulls
 from __future__ import annotations
 
 from rl_mcp.diagnosis import thresholds as t
-from rl_mcp.diagnosis.facts import RunFacts, ends, evidence_of, mean_of, span_of
+from rl_mcp.diagnosis.facts import RunFacts, ends, mean_of, span_of, window_means
 from rl_mcp.diagnosis.findings import Evidence, Finding
 from rl_mcp.diagnosis.next_steps import edit
 from rl_mcp.runs.metrics import series
@@ -54,8 +54,4 @@ def teacher_kl_flat(facts: RunFacts) -> Finding | None:
         f"The KL to the teacher has not fallen: {now:.3f} nats a token over {span_of(recent)}, {before:.3f} over "
         f"{span_of(first)}"
     )
-    evidence = [
-        evidence_of("teacher_kl", first, f"mean {before:.3g} over {span_of(first)}"),
-        evidence_of("teacher_kl", recent, f"mean {now:.3g} over {span_of(recent)}"),
-    ]
-    return Finding("teacher_kl_flat", "warning", title, next_step, evidence)
+    return Finding("teacher_kl_flat", "warning", title, next_step, window_means("teacher_kl", first, recent))

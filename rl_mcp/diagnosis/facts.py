@@ -76,6 +76,11 @@ def mean_of(points: Points) -> float:
     return sum(v for _, v in points) / len(points)
 
 
+def window_means(metric: str, first: Points, recent: Points) -> list[Evidence]:
+    """A metric's first and latest windows, each with its mean: the evidence of a trend rule."""
+    return [evidence_of(metric, w, f"mean {mean_of(w):.3g} over {span_of(w)}") for w in (first, recent)]
+
+
 def evidence_of(metric: str, points: Points, summary: str) -> Evidence:
     return Evidence(metric, [s for s, _ in points], [v if math.isfinite(v) else None for _, v in points], summary)
 

@@ -9,7 +9,7 @@ wrong, a precision change), and its importance ratios carry the error into every
 from __future__ import annotations
 
 from rl_mcp.diagnosis import thresholds as t
-from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, span_of, window
+from rl_mcp.diagnosis.facts import RunFacts, mean_of, span_of, window, window_means
 from rl_mcp.diagnosis.findings import Finding
 from rl_mcp.diagnosis.next_steps import edit, lower_learning_rate
 from rl_mcp.runs.metrics import series
@@ -36,8 +36,4 @@ def sampler_mismatch_grows(facts: RunFacts) -> Finding | None:
         f"vLLM's logprobs grow apart from the trainer's on the same weights: {now:.3f} nats a token over "
         f"{span_of(recent)}, {before:.3f} over {span_of(first)}"
     )
-    evidence = [
-        evidence_of("sampler_mismatch", first, f"mean {before:.3g} over {span_of(first)}"),
-        evidence_of("sampler_mismatch", recent, f"mean {now:.3g} over {span_of(recent)}"),
-    ]
-    return Finding("sampler_mismatch", "warning", title, next_step, evidence)
+    return Finding("sampler_mismatch", "warning", title, next_step, window_means("sampler_mismatch", first, recent))
