@@ -12,7 +12,7 @@ from __future__ import annotations
 from rl_mcp.diagnosis import thresholds as t
 from rl_mcp.diagnosis.facts import RunFacts, ends, mean_of, span_of, window_means
 from rl_mcp.diagnosis.findings import Evidence, Finding
-from rl_mcp.diagnosis.next_steps import edit
+from rl_mcp.diagnosis.next_steps import edit, raise_learning_rate
 from rl_mcp.runs.metrics import series
 
 
@@ -47,9 +47,7 @@ def teacher_kl_flat(facts: RunFacts) -> Finding | None:
     if isinstance(coef, (int, float)) and coef < 1:
         next_step = edit("distill_coef", 1.0, "a larger share of each token's advantage from the teacher")
     else:
-        lr = facts.tinker.get("learning_rate")
-        value = float(f"{lr * 2:.3g}") if isinstance(lr, (int, float)) else None
-        next_step = edit("learning_rate", value, "larger updates toward the teacher; then fork this run")
+        next_step = raise_learning_rate(facts, "larger updates toward the teacher")
     title = (
         f"The KL to the teacher has not fallen: {now:.3f} nats a token over {span_of(recent)}, {before:.3f} over "
         f"{span_of(first)}"

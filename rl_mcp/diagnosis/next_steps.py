@@ -16,8 +16,17 @@ def edit(field_name: str, value: Any, why: str) -> NextStep:
 
 def lower_learning_rate(facts: RunFacts, why: str) -> NextStep:
     """A tenth of the run's learning rate; where the run config could not be read, read it first."""
+    return _learning_rate_times(facts, t.LEARNING_RATE_CUT, "a tenth of", why)
+
+
+def raise_learning_rate(facts: RunFacts, why: str) -> NextStep:
+    """Twice the run's learning rate; where the run config could not be read, read it first."""
+    return _learning_rate_times(facts, 2.0, "twice", why)
+
+
+def _learning_rate_times(facts: RunFacts, factor: float, words: str, why: str) -> NextStep:
     lr = facts.tinker.get("learning_rate")
     if not isinstance(lr, (int, float)):
-        return NextStep("rl_get_current_config", {}, f"{why}: set learning_rate to a tenth of its value")
-    value = float(f"{lr * t.LEARNING_RATE_CUT:.3g}")
+        return NextStep("rl_get_current_config", {}, f"{why}: set learning_rate to {words} its value")
+    value = float(f"{lr * factor:.3g}")
     return edit("learning_rate", value, f"{why} (from {lr}); then start a new run or fork this one")
