@@ -372,7 +372,7 @@ def test_malformed_datum_is_rejected_before_any_gradient(client, base) -> None:
             ],
             "ppo",
         )
-    with pytest.raises(ValueError, match="not supported locally"):
+    with pytest.raises(ValueError, match="is not a loss of this product: use one of"):
         client.forward_backward(good, "gspo")
     assert all(p.grad is None for p in client.params)
 

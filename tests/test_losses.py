@@ -12,8 +12,7 @@ from test_local_backend import PROMPT, _batch, _nudge
 from tinker import types
 
 from tinker_atropos.backends.local import LocalTrainingClient, load_base_model
-from tinker_atropos.backends.local.losses import LOSS_CONFIG_DEFAULTS, LOSS_INPUTS, elementwise_loss, gradient_mask
-from tinker_atropos.trainer.batches import for_loss
+from tinker_atropos.losses import LOSSES, loss_named
 
 # Two datums of 5 positions: position 0 a prompt target (q = 0, A = 0), then a completion.
 # log-ratios lp - q chosen so ratios fall below 0.8, inside, between 1.2 and 1.28, and above 4.
@@ -67,7 +66,7 @@ def test_elementwise_loss_and_its_gradient_are_tinkers_formulas(loss_fn, config,
     if loss_fn == "cross_entropy":
         inputs = _tensors(weights=WEIGHTS)
     lp = torch.tensor(LP, dtype=torch.float64, requires_grad=True)
-    loss = elementwise_loss(loss_fn, lp, inputs, config)
+    loss = loss_named(loss_fn).elementwise(lp, inputs, config)
     loss.sum().backward()
     assert lp.grad is not None
     for i in range(2):
@@ -83,9 +82,9 @@ def test_elementwise_loss_and_its_gradient_are_tinkers_formulas(loss_fn, config,
 def test_the_clip_bounds_change_what_is_clipped() -> None:
     """ratio e^0.2 = 1.22 with A > 0: clipped at 1.2 (no gradient), not at 1.28."""
     inputs, lp = _tensors(logprobs=Q, advantages=ADV), torch.tensor(LP, dtype=torch.float64, requires_grad=True)
-    (g_default,) = torch.autograd.grad(elementwise_loss("ppo", lp, inputs).sum(), lp)
+    (g_default,) = torch.autograd.grad(loss_named("ppo").elementwise(lp, inputs).sum(), lp)
     wide = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28}
-    (g_wide,) = torch.autograd.grad(elementwise_loss("ppo", lp, inputs, wide).sum(), lp)
+    (g_wide,) = torch.autograd.grad(loss_named("ppo").elementwise(lp, inputs, wide).sum(), lp)
     assert g_default[0, 4] == 0 and g_wide[0, 4] == pytest.approx(-math.exp(0.2) * 1.5, rel=1e-12)
 
 
@@ -93,30 +92,32 @@ def test_weights_multiply_every_loss_and_bad_configs_are_refused() -> None:
     inputs = _tensors(logprobs=Q, advantages=ADV, weights=WEIGHTS)
     lp = torch.tensor(LP, dtype=torch.float64)
     for loss_fn in ("importance_sampling", "ppo", "cispo"):
-        plain = elementwise_loss(loss_fn, lp, {k: inputs[k] for k in ("logprobs", "advantages")})
-        assert torch.equal(elementwise_loss(loss_fn, lp, inputs), plain * inputs["weights"])
+        plain = loss_named(loss_fn).elementwise(lp, {k: inputs[k] for k in ("logprobs", "advantages")})
+        assert torch.equal(loss_named(loss_fn).elementwise(lp, inputs), plain * inputs["weights"])
     with pytest.raises(ValueError, match=r"'dro' needs loss_fn_config \['beta'\]"):
-        elementwise_loss("dro", lp, inputs)
+        loss_named("dro").elementwise(lp, inputs)
     with pytest.raises(
         ValueError, match=r"use one of \['cispo', 'cross_entropy', 'dro', 'importance_sampling', 'ppo'\]"
     ):
-        elementwise_loss("gspo", lp, inputs)
+        loss_named("gspo").elementwise(lp, inputs)
     with pytest.raises(ValueError, match=r"takes loss_fn_config keys \[\], not \['beta'\]"):
-        elementwise_loss("importance_sampling", lp, inputs, {"beta": 0.1})
+        loss_named("importance_sampling").elementwise(lp, inputs, {"beta": 0.1})
     with pytest.raises(ValueError, match="clip_low_threshold is above clip_high_threshold"):
-        elementwise_loss("ppo", lp, inputs, {"clip_low_threshold": 1.3})
-    assert set(LOSS_CONFIG_DEFAULTS) == set(LOSS_INPUTS)
+        loss_named("ppo").elementwise(lp, inputs, {"clip_low_threshold": 1.3})
+    assert all(name == loss.name for name, loss in LOSSES.items())
 
 
 def test_gradient_mask_covers_dros_penalty_where_the_advantage_is_zero() -> None:
     q = torch.tensor([[0.0, -1.0, -2.0]])
     adv = torch.tensor([[0.0, 0.0, 1.0]])
     for loss_fn in ("importance_sampling", "ppo", "cispo"):
-        assert gradient_mask(loss_fn, {"logprobs": q, "advantages": adv}).tolist() == [[False, False, True]]
-    assert gradient_mask("dro", {"logprobs": q, "advantages": adv}).tolist() == [[False, True, True]]
+        assert loss_named(loss_fn).gradient_mask({"logprobs": q, "advantages": adv}).tolist() == [[False, False, True]]
+    assert loss_named("dro").gradient_mask({"logprobs": q, "advantages": adv}).tolist() == [[False, True, True]]
     weights = torch.tensor([[1.0, 0.0, 1.0]])
-    assert gradient_mask("cross_entropy", {"weights": weights, "advantages": adv}).tolist() == [[True, False, True]]
-    assert gradient_mask("cross_entropy", {}) is None
+    assert loss_named("cross_entropy").gradient_mask({"weights": weights, "advantages": adv}).tolist() == [
+        [True, False, True]
+    ]
+    assert loss_named("cross_entropy").gradient_mask({}) is None
 
 
 # --- the real local backend ----------------------------------------------------------------------
@@ -150,13 +151,13 @@ def _completion_only(tiny, data: list[types.Datum]) -> list[types.Datum]:
 def test_local_backend_loss_sum_is_the_elementwise_losses_of_its_logprobs(
     trainer, tiny, loss_fn, config, hand_cfg
 ) -> None:
-    data = for_loss(_completion_only(tiny, _batch(tiny, k=3, seed=11)), loss_fn)
+    data = loss_named(loss_fn).datums(_completion_only(tiny, _batch(tiny, k=3, seed=11)))
     out = trainer.forward_backward(data, loss_fn, config)
     terms: list[float] = []
     for d, o in zip(data, out.loss_fn_outputs):
         lp = o["logprobs"].to_torch()
         inputs = {k: v.to_torch().float() for k, v in d.loss_fn_inputs.items() if k != "target_tokens"}
-        mine = elementwise_loss(loss_fn, lp, inputs, config)
+        mine = loss_named(loss_fn).elementwise(lp, inputs, config)
         # the same float32 ops on the same numbers, one row of a padded batch against a row alone
         torch.testing.assert_close(o["elementwise_loss"].to_torch(), mine, rtol=8 * U, atol=0)
         terms += mine.tolist()

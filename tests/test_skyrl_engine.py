@@ -166,11 +166,11 @@ ENGINE_LOSSES = [
 LOG_RATIOS = [0.5, -0.5, 0.1, 0.2, 1.6, -0.3]  # ratios below 0.8, inside, past 1.28 and past 4
 
 
-def engine_policy_losses(url: str) -> tuple[list[Any], list[list[tuple[Any, Any]]]]:
+def engine_policy_losses(url: str) -> tuple[list[Any], list[list[tuple[Any, Any]]], dict[str, tuple[float, float]]]:
     """A batch of two replies (advantages +1.5 and -0.7, the sampler's logprobs set off the engine's
     own by LOG_RATIOS, 0 on the prompt as the trainer sends them, no weights) through the engine's
     forward_backward once per ENGINE_LOSSES entry: (the datums, each call's (logprobs, elementwise
-    loss) per datum)."""
+    loss) per datum, and `both_ways`' gradient norms)."""
     import numpy as np
     import tinker
     from tinker import types
@@ -210,9 +210,58 @@ def engine_policy_losses(url: str) -> tuple[list[Any], list[list[tuple[Any, Any]
         for loss_fn, config, _ in ENGINE_LOSSES:
             result = training.forward_backward(data, loss_fn, loss_fn_config=config).result()
             calls.append([(o["logprobs"].to_numpy(), o["elementwise_loss"].to_numpy()) for o in result.loss_fn_outputs])
-        return data, calls
+        engine_lp = [lp for lp, _ in calls[0]]
+        return data, calls, asyncio.run(both_ways(training, data, engine_lp))
     finally:
         unload_model(url, training.model_id, 30.0)
+
+
+DRO_BETA = 0.5
+
+
+async def both_ways(training: Any, data: list[Any], engine_lp: list[Any]) -> dict[str, tuple[float, float]]:
+    """Per loss, the gradient norm of two passes (losses/on_tinker.py) and of the engine's own
+    importance_sampling with the same gradient: the loss's own where the engine has it; for
+    cross_entropy (advantages as weights) and dro, importance_sampling at ratio 1 (the sampler's
+    logprobs = the engine's) with the advantages -dloss/dlogp worked by hand. An optimizer step at
+    learning rate 0 reports each norm and leaves the weights as they are."""
+    import numpy as np
+    from tinker import types
+
+    from tinker_atropos.backends.tinker_compat import grad_norm_of
+    from tinker_atropos.losses import LOSSES
+    from tinker_atropos.losses.on_tinker import engine_factors, forward_backward, two_passes
+
+    frozen = types.AdamParams(learning_rate=0.0)
+
+    async def norm_of(pending: Any) -> float:
+        await pending
+        norm = grad_norm_of((await training.optim_step(frozen)).metrics)
+        assert norm is not None
+        return norm
+
+    def at_ratio_one(datum: Any, lp: Any, advantages: Any) -> Any:
+        inputs = {**datum.loss_fn_inputs, "logprobs": np.asarray(lp, np.float32)}
+        inputs["advantages"] = np.asarray(advantages, np.float32)
+        return types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
+
+    hand = {"importance_sampling": [], "ppo": [], "cispo": [], "cross_entropy": [], "dro": []}
+    for datum, lp in zip(data, engine_lp, strict=True):
+        q, adv = datum.loss_fn_inputs["logprobs"].to_numpy(), datum.loss_fn_inputs["advantages"].to_numpy()
+        hand["cross_entropy"].append(at_ratio_one(datum, lp, adv))
+        hand["dro"].append(at_ratio_one(datum, lp, adv - np.where(q != 0, DRO_BETA * (lp - q), 0.0)))
+    await training.optim_step(frozen)  # the gradients engine_policy_losses' calls left: not a loss's here
+    norms = {}
+    for name, loss in LOSSES.items():
+        sent = loss.datums(data)
+        config = loss.config({"beta": DRO_BETA} if name == "dro" else None)
+        passes = await norm_of(two_passes(training, sent, loss, config, engine_factors(sent)))
+        if hand[name]:
+            own = await norm_of(forward_backward(training, hand[name], "importance_sampling", None, True))
+        else:
+            own = await norm_of(forward_backward(training, sent, name, config, True))
+        norms[name] = (passes, own)
+    return norms
 
 
 def transformers_shortfall(adapter: Path, prompts: list[str], replies: list[list[int]]) -> list[list[float]]:
@@ -331,8 +380,10 @@ async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(stor
     b_done = await wait_for(client, b["run_id"], ended, 1200)
     assert b_done["status"] == "completed", b_done
     assert [int(m["step"]) for m in metrics_of(b)] == list(range(1, a_last + 3)), metrics_of(b)
-    # C distills the base model: the engine's sampling client scores its replies (compute_logprobs)
+    # C distills the base model: the engine's sampling client scores its replies (compute_logprobs); its
+    # loss, dro, has no built-in on the engine: two passes (losses/on_tinker.py)
     await call(client, "rl_edit_config", field="teacher", value=MODEL)
+    await call(client, "rl_edit_config", field="loss_fn", value="dro")
     c = await call(
         client,
         "rl_start_training",
@@ -347,6 +398,8 @@ async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(stor
     assert [int(m["step"]) for m in metrics_of(c)] == list(range(1, a_first + 2))
     trained = metrics_of(c)[a_first:]  # the fork's own step: A's up to the state are seeded
     assert all(isinstance(m["teacher_kl"], float) and m["teacher_logprob"] < 0 for m in trained), trained
+    assert all(math.isfinite(m["loss"]) and m["grad_norm"] > 0 for m in trained), trained
+    assert yaml.safe_load(Path(c["config_path"]).read_text())["tinker"]["loss_fn"] == "dro"
 
     # A's last weights as a teacher: the engine unloaded A's model at A's end, so the trainer downloads the
     # checkpoint from the engine's archive and scores with it in its own process
@@ -405,24 +458,29 @@ async def test_the_trained_weights_answer_inference_and_export_as_the_engine_sam
 async def test_the_engines_policy_losses_are_the_local_backends_math(story: Story) -> None:
     """importance_sampling, ppo and cispo with loss_fn_config (SkyRL honours the clip bounds) give,
     token for token, the local backend's elementwise_loss of the engine's own logprobs; without a
-    config SkyRL's cispo clips to 0.8-1.2, not Tinker's 0-4, so the trainer sends the bounds."""
+    config SkyRL's cispo clips to 0.8-1.2, not Tinker's 0-4, so the trainer sends the bounds. Every
+    loss run as two passes has the gradient of the engine's own."""
     import torch
 
-    from tinker_atropos.backends.local.losses import elementwise_loss
+    from tinker_atropos.losses import loss_named
 
     engine = story.app.engine
     assert engine is not None
     async with engine.hold() as url:
-        data, calls = await anyio.to_thread.run_sync(engine_policy_losses, url)
+        data, calls, norms = await anyio.to_thread.run_sync(engine_policy_losses, url)
     for (loss_fn, config, local), outputs in zip(ENGINE_LOSSES, calls, strict=True):
         for datum, (lp, losses) in zip(data, outputs, strict=True):
             inputs = {k: datum.loss_fn_inputs[k].to_torch() for k in ("logprobs", "advantages")}
-            mine = elementwise_loss(loss_fn, torch.tensor(lp), inputs, local or config)
+            mine = loss_named(loss_fn).elementwise(torch.tensor(lp), inputs, local or config)
             # two frameworks' float32 exp and products: a few ulps apart
             torch.testing.assert_close(torch.tensor(losses), mine, rtol=1e-5, atol=1e-6, msg=loss_fn)
     lp, q = calls[1][0][0], data[0].loss_fn_inputs["logprobs"].to_numpy()
     ratios = [math.exp(a - b) for a, b in zip(lp, q) if b != 0]
     assert min(ratios) < 0.8 and any(1.28 < r < 4 for r in ratios) and max(ratios) > 4, ratios  # bounds bind
+    # every loss as two passes: the gradient of the engine's own loss, or of the same by hand
+    assert set(norms) == {"importance_sampling", "ppo", "cispo", "dro", "cross_entropy"}, norms
+    for name, (passes, own) in norms.items():
+        assert passes > 0 and passes == pytest.approx(own, rel=1e-3), (name, norms)
 
 
 # --- an agentic environment: a supervised stage, then an RL step, on the same adapter ----------------

@@ -12,13 +12,13 @@ import pytest
 import yaml
 from tinker import types
 
+from tinker_atropos.losses import LOSSES
+from tinker_atropos.losses.on_tinker import engine_factors
 from tinker_atropos.trainer.batches import groups_to_datums
-from tinker_atropos.trainer.config import ConfigError, parse_run_config
+from tinker_atropos.trainer.config import ConfigError, TinkerConfig, parse_run_config
 from tinker_atropos.trainer.objective import (
     aggregated,
     aggregation_factors,
-    engine_factors,
-    loss_fn_config,
     reply_budget,
     with_kl_penalty,
 )
@@ -98,13 +98,17 @@ def test_the_kl_penalty_moves_reply_advantages_by_beta_times_the_log_ratio() -> 
     assert penalised.loss_fn_inputs["advantages"].to_numpy() == pytest.approx([0.0, 0.95, 1.05], rel=1e-6)
 
 
+def settings(t: TinkerConfig, factor: float) -> dict[str, float] | None:
+    return LOSSES[t.loss_fn].settings(t, factor)
+
+
 def test_each_loss_gets_every_setting_explicitly() -> None:
-    assert loss_fn_config(tinker(loss_fn="ppo"), 1.0) == {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+    assert settings(tinker(loss_fn="ppo"), 1.0) == {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
     clip_higher = tinker(loss_fn="ppo", clip_high=1.28)
-    assert loss_fn_config(clip_higher, 1.0) == {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28}
-    assert loss_fn_config(tinker(loss_fn="cispo"), 1.0) == {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0}
-    assert loss_fn_config(tinker(loss_fn="dro", dro_beta=0.1), 0.25) == {"beta": pytest.approx(0.025)}
-    assert loss_fn_config(tinker(loss_fn="importance_sampling"), 1.0) is None
+    assert settings(clip_higher, 1.0) == {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28}
+    assert settings(tinker(loss_fn="cispo"), 1.0) == {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0}
+    assert settings(tinker(loss_fn="dro", dro_beta=0.1), 0.25) == {"beta": pytest.approx(0.025)}
+    assert settings(tinker(loss_fn="importance_sampling"), 1.0) is None
 
 
 def test_constant_counts_the_environments_reply_budget() -> None:
@@ -117,10 +121,9 @@ def test_constant_counts_the_environments_reply_budget() -> None:
 @pytest.mark.parametrize(
     ("fields", "refused"),
     [
-        ({"loss_fn": "importance_sampling", "clip_high": 1.3}, "clip_low and clip_high apply to ppo and cispo"),
-        ({"loss_fn": "dro", "backend": "tinker", "base_model": "Qwen/Qwen3-8B"}, "not run on the tinker backend"),
+        ({"loss_fn": "importance_sampling", "clip_high": 1.3}, "clip_high applies to ppo and cispo, not loss_fn"),
+        ({"loss_fn": "cispo", "dro_beta": 0.2}, "dro_beta applies to dro, not loss_fn 'cispo'"),
         ({"loss_fn": "dro", "loss_aggregation": "seq_mean"}, "cannot be computed exactly"),
-        ({"loss_fn": "cross_entropy", "self_hosted": True}, "does not train on a self-hosted SkyRL engine"),
         ({"loss_aggregation": "mean"}, "loss_aggregation"),
         ({"clip_high": 0.9, "loss_fn": "ppo"}, "clip_high"),
         ({"advantage_scale": "global"}, "advantage_scale"),
@@ -130,6 +133,13 @@ def test_constant_counts_the_environments_reply_budget() -> None:
 def test_what_cannot_be_computed_as_asked_is_refused_with_the_reason(fields: dict, refused: str) -> None:
     with pytest.raises(ConfigError, match=refused):
         tinker(**fields)
+
+
+@pytest.mark.parametrize("loss_fn", sorted(LOSSES))
+def test_every_loss_is_taken_on_every_backend(loss_fn: str) -> None:
+    """A loss without the service's built-in of the same math runs there as two passes (losses/on_tinker.py)."""
+    for fields in ({}, {"backend": "tinker", "base_model": "Qwen/Qwen3-8B"}, {"self_hosted": True}):
+        assert tinker(loss_fn=loss_fn, **fields).loss_fn == loss_fn
 
 
 def test_configs_written_before_the_batch_scale_still_load() -> None:
@@ -162,7 +172,6 @@ def test_on_a_self_hosted_skyrl_engine_each_aggregation_is_tinkers(how: str) -> 
     ]
     factors = aggregation_factors(masks, how, budget=16)
     tinkers_sum = sum(float((-r * a * f).sum()) for r, a, f in zip(ratios, advantages, factors))
-    engine = engine_factors(datums, tinker(self_hosted=True))
+    engine = engine_factors(datums)
     per_datum_mean = [(-r * a * f * e).sum() / len(a) for r, a, f, e in zip(ratios, advantages, factors, engine)]
     assert float(np.mean(per_datum_mean)) == pytest.approx(tinkers_sum, rel=1e-12)
-    assert engine_factors(datums, tinker()) == [1.0, 1.0, 1.0]  # Tinker and the local backend sum already

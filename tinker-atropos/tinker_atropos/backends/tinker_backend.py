@@ -277,10 +277,10 @@ class TinkerTrainingClient:
     async def forward_backward_async(
         self, data: Sequence[types.Datum], loss_fn: str, loss_fn_config: Mapping[str, float] | None = None
     ) -> types.ForwardBackwardOutput:
-        # None sends no config at all (the request SkyRL 0.4 has always been sent); SkyRL reads the
-        # float map the SDK writes, and refuses keys its loss does not take
-        config = None if loss_fn_config is None else dict(loss_fn_config)
-        return await self.training.forward_backward(list(data), loss_fn, loss_fn_config=config)
+        """The service's built-in loss, or two passes of its own (tinker_atropos/losses/on_tinker.py)."""
+        from tinker_atropos.losses import on_tinker
+
+        return await on_tinker.forward_backward(self.training, data, loss_fn, loss_fn_config, self._engine is not None)
 
     async def optim_step_async(self, adam_params: types.AdamParams) -> types.OptimStepResponse:
         return await self.training.optim_step(adam_params)

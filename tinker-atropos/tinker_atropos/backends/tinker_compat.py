@@ -111,7 +111,7 @@ def loss_sum_of(
     per-token loss already multiplied by the datum's weights (cross_entropy: -logprob * weights),
     and `loss:sum` as its plain sum, so the fallback sums it as is, each row cut to its datum's
     tokens, and divided by the factor its advantages were sent with for the engine's reduction
-    (`engine`, trainer/objective.py). None when the outputs do not match the datums one to one or any
+    (`engine`, losses/on_tinker.py). None when the outputs do not match the datums one to one or any
     lacks the field.
     """
     reported = (output.metrics or {}).get("loss:sum")

@@ -182,24 +182,6 @@ def with_sampler_logprobs(datum: types.Datum, logprobs: np.ndarray) -> types.Dat
     return types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
 
 
-def for_loss(datums: list[types.Datum], loss_fn: str) -> list[types.Datum]:
-    """The inputs `loss_fn` takes. importance_sampling and ppo: target_tokens, logprobs,
-    advantages. cross_entropy: target_tokens and weights; with the advantages as weights it is
-    the plain on-policy policy gradient, -sum(A * logp)."""
-    if loss_fn != "cross_entropy":
-        return datums
-    return [
-        types.Datum(
-            model_input=d.model_input,
-            loss_fn_inputs={
-                "target_tokens": d.loss_fn_inputs["target_tokens"],
-                "weights": d.loss_fn_inputs["advantages"],
-            },
-        )
-        for d in datums
-    ]
-
-
 @dataclass
 class _Row:
     tokens: list[int]

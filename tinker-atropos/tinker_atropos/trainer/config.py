@@ -14,6 +14,9 @@ import annotated_types as at
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tinker_atropos.losses import LOSSES
+from tinker_atropos.losses import NAMES as LOSS_NAMES
+from tinker_atropos.losses import described as described_losses
 from tinker_atropos.reply_cap import DEFAULT_MAX_REPLY_TOKENS
 
 
@@ -24,6 +27,9 @@ class ConfigError(ValueError):
         super().__init__(message)
         self.key = key
         self.expected = expected
+
+
+LossName = Literal[LOSS_NAMES]  # type: ignore[valid-type]  # the registry's: tinker_atropos/losses/
 
 
 class _Strict(BaseModel):
@@ -64,13 +70,7 @@ class TinkerConfig(_Strict):
     eps: float = Field(1.0e-8, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip_norm: float = Field(1.0, ge=0)
-    loss_fn: Literal["importance_sampling", "ppo", "cispo", "dro", "cross_entropy"] = Field(
-        "importance_sampling",
-        description="Policy loss, as Tinker names them: importance_sampling (-ratio*A, unclipped), ppo (the "
-        "ratio clipped to clip_low..clip_high, 0.8-1.2 unless set), cispo (-clip(ratio)*logp*A with the clipped "
-        "ratio a weight: every token keeps a gradient; 0-4 unless set), dro (-(logp*A - dro_beta/2*(logp - "
-        "logp_sampler)^2): local backend only) or cross_entropy (advantage-weighted log-likelihood).",
-    )
+    loss_fn: LossName = Field("importance_sampling", description=described_losses())
     loss_aggregation: Literal["sum", "seq_mean", "token_mean", "constant"] = Field(
         "sum",
         description="How a step's token losses add up: sum (Tinker's own: longer replies weigh more), seq_mean "
@@ -197,25 +197,14 @@ class TinkerConfig(_Strict):
 
     @model_validator(mode="after")
     def _objective_fits(self) -> TinkerConfig:
-        clipped = ("ppo", "cispo")
-        if (self.clip_low is not None or self.clip_high is not None) and self.loss_fn not in clipped:
-            raise ValueError(f"clip_low and clip_high apply to ppo and cispo, not loss_fn {self.loss_fn!r}: unset them")
-        if self.loss_fn == "dro" and self.backend == "tinker":
-            raise ValueError(
-                "loss_fn dro is not run on the tinker backend: Tinker's dro applies its penalty at prompt positions "
-                "too, which a datum cannot mask here; use ppo or cispo there (dro runs on the local backend)"
-            )
-        if self.loss_fn == "cross_entropy" and self.self_hosted:
-            raise ValueError(
-                "loss_fn cross_entropy does not train on a self-hosted SkyRL engine: it divides each datum's loss by "
-                "the sum of its weights, which advantages as weights make zero or negative; use importance_sampling, "
-                "ppo or cispo there"
-            )
-        if self.loss_fn == "dro" and self.loss_aggregation == "seq_mean":
-            raise ValueError(
-                "loss_fn dro with loss_aggregation seq_mean cannot be computed exactly (its penalty would need a "
-                "weight per reply): use sum, token_mean or constant"
-            )
+        loss = LOSSES[self.loss_fn]
+        for field in sorted({f for other in LOSSES.values() for f in other.fields} - set(loss.fields)):
+            if field in self.model_fields_set and getattr(self, field) != type(self).model_fields[field].default:
+                readers = " and ".join(name for name, other in LOSSES.items() if field in other.fields)
+                raise ValueError(f"{field} applies to {readers}, not loss_fn {self.loss_fn!r}: unset it")
+        refused = loss.refusal(self)
+        if refused:
+            raise ValueError(refused)
         return self
 
     @model_validator(mode="after")

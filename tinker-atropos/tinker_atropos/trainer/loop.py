@@ -33,6 +33,7 @@ from tinker_atropos.best_checkpoint import BEST, Scored, best_of, weights_name, 
 from tinker_atropos.distill.signal import TeacherStats, with_teacher_signal
 from tinker_atropos.distill.teacher import teacher_sampler
 from tinker_atropos.inference_server.holder import BEST_LABEL, DONE_LABEL, FINAL_LABEL, SamplerHolder
+from tinker_atropos.losses import LOSSES
 from tinker_atropos.run_files import (
     JsonlReader,
     Outcome,
@@ -45,7 +46,6 @@ from tinker_atropos.run_files import (
 )
 from tinker_atropos.trainer.batches import (
     BatchConversion,
-    for_loss,
     groups_to_datums,
     with_sampler_logprobs,
 )
@@ -56,8 +56,6 @@ from tinker_atropos.trainer.metrics import MetricsSink, PhaseClock, StepMetrics
 from tinker_atropos.trainer.objective import (
     aggregated,
     aggregation_factors,
-    engine_factors,
-    loss_fn_config,
     reply_budget,
     with_kl_penalty,
 )
@@ -385,10 +383,10 @@ class Trainer:
                 with phases("reference"):
                     datums = await self._with_kl_penalty(datums, conv.completion_masks)
             factors = aggregation_factors(conv.completion_masks, t.loss_aggregation, reply_budget(self.cfg.env, t))
-            engine = engine_factors(datums, t)
-            trained = for_loss(aggregated(datums, [f * e for f, e in zip(factors, engine)]), t.loss_fn)
+            loss_fn = LOSSES[t.loss_fn]
+            trained = loss_fn.datums(aggregated(datums, factors))
             with phases("forward_backward"):
-                output = await self.training.forward_backward_async(trained, t.loss_fn, loss_fn_config(t, factors[0]))
+                output = await self.training.forward_backward_async(trained, t.loss_fn, loss_fn.settings(t, factors[0]))
             with phases("optim"):
                 optim = await self.training.optim_step_async(
                     self._adam.model_copy(update={"learning_rate": learning_rate})
@@ -400,7 +398,7 @@ class Trainer:
                 self._mismatch = asyncio.create_task(scored)
             with phases("publish"):
                 await self.publish(weights_name(step))
-            if (loss_sum := loss_sum_of(output, datums, engine)) is not None:  # per token, or the aggregated objective
+            if (loss_sum := loss_sum_of(output, datums)) is not None:  # per token, or the aggregated objective
                 loss = loss_sum / max(conv.completion_tokens, 1) if t.loss_aggregation == "sum" else loss_sum
             drift = logprob_drift(output, datums, conv.completion_masks)
             lp_ref, lp_train = logprob_means(output, datums, conv.completion_masks)

@@ -1,18 +1,13 @@
-"""A step's objective beyond its loss's form: how its tokens add up (`loss_aggregation`), the KL
-penalty to the base model (`kl_beta`), and the loss's own settings, as Tinker's built-in losses take them.
+"""A step's objective beyond its loss's form (tinker_atropos/losses/): how its tokens add up
+(`loss_aggregation`) and the KL penalty to the base model (`kl_beta`).
 
 Tinker sums every loss over tokens. Each aggregation is a factor c per reply (sum 1; token_mean 1 / the
 step's reply tokens; seq_mean 1 / (replies x the reply's tokens); constant 1 / (replies x the reply token
 budget)), and multiplying a reply's advantages by c multiplies its loss by c exactly for the losses that
 are linear in the advantages: importance_sampling, ppo, cispo and cross_entropy's advantage weights. dro's
-penalty does not scale with them: its beta is scaled by the same c, which is exact where c is one for the
-whole step (config.py refuses dro with seq_mean). The same datums go to both backends: the math is Tinker's.
-
-SkyRL's engine (a self-hosted Tinker API) does not sum: it takes each datum's mean over its target
-tokens (weights absent: every one, the prompt's included) and the mean of the step's datums
-(skyrl/backends/jax.py: `per_seq_loss`, `AccumulatedGradients.get_mean`). `engine_factors` undo that
-by the same means: a datum's advantages times the step's datums times its target tokens give
-Tinker's sum there, so each loss_aggregation means on SkyRL what it means on Tinker.
+penalty does not scale with them: its beta is scaled by the same c (its settings), which is exact where c
+is one for the whole step (dro refuses seq_mean). The same datums go to every backend: the math is
+Tinker's, and a SkyRL engine's means are turned into its sum where the loss is sent (losses/on_tinker.py).
 """
 
 from __future__ import annotations
@@ -22,7 +17,6 @@ from collections.abc import Sequence
 import numpy as np
 from tinker import types
 
-from tinker_atropos.backends.loss_settings import LOSS_CONFIG_DEFAULTS
 from tinker_atropos.trainer.config import TinkerConfig
 
 
@@ -40,28 +34,6 @@ def aggregation_factors(masks: Sequence[np.ndarray], how: str, budget: int) -> l
     if how == "constant":
         return [1.0 / (n * max(budget, 1))] * n
     raise ValueError(f"loss_aggregation {how!r}: use sum, seq_mean, token_mean or constant")
-
-
-def engine_factors(datums: Sequence[types.Datum], cfg: TinkerConfig) -> list[float]:
-    """Each datum's factor that turns the engine's reduction into Tinker's sum (1 on Tinker and the
-    local backend; on a self-hosted SkyRL engine the step's datums x the datum's target tokens)."""
-    if not cfg.self_hosted:
-        return [1.0] * len(datums)
-    return [float(len(datums) * max(d.model_input.length, 1)) for d in datums]
-
-
-def loss_fn_config(cfg: TinkerConfig, factor: float) -> dict[str, float] | None:
-    """The loss_fn_config of `cfg.loss_fn`, every value explicit (Tinker's and SkyRL's defaults differ);
-    dro's beta scaled by the step's one aggregation factor."""
-    defaults = LOSS_CONFIG_DEFAULTS[cfg.loss_fn]
-    if "clip_low_threshold" in defaults:
-        return {
-            "clip_low_threshold": defaults["clip_low_threshold"] if cfg.clip_low is None else cfg.clip_low,
-            "clip_high_threshold": defaults["clip_high_threshold"] if cfg.clip_high is None else cfg.clip_high,
-        }
-    if cfg.loss_fn == "dro":
-        return {"beta": cfg.dro_beta * factor}
-    return None
 
 
 def with_kl_penalty(

@@ -18,13 +18,14 @@ from safetensors.torch import load_file
 from tinker import types
 from transformers import DynamicCache
 
+from tinker_atropos.losses import loss_named
+from tinker_atropos.losses.base import Loss
 from tinker_atropos.run_files import CheckpointKind
 
 from ..checkpoints import CheckpointStore
 from .engine import BaseModel
 from .heap import release_freed_memory
 from .lora_merge import ADAPTER_FILE, merge_plain_lora
-from .losses import LOSS_INPUTS, elementwise_loss, gradient_mask, loss_config
 from .microbatches import activation_bytes, first_trained, plan
 from .precision import compute_dtype, emulation_warning, float32_head, for_sampling, mixed
 from .sampler import LocalSampler
@@ -85,10 +86,9 @@ class LocalTrainingClient:
     def forward_backward(
         self, data: Sequence[types.Datum], loss_fn: str, loss_fn_config: Mapping[str, float] | None = None
     ) -> types.ForwardBackwardOutput:
-        if loss_fn not in LOSS_INPUTS:
-            raise ValueError(f"loss_fn {loss_fn!r} is not supported locally: use one of {sorted(LOSS_INPUTS)}")
-        config = loss_config(loss_fn, loss_fn_config)
-        needed = [k for k in LOSS_INPUTS[loss_fn] if k != "weights"]
+        loss = loss_named(loss_fn)
+        config = loss.config(loss_fn_config)
+        needed = [k for k in loss.inputs if k != "weights"]
         for i, d in enumerate(data):  # all checks before any gradient is accumulated
             missing = [k for k in needed if k not in d.loss_fn_inputs]
             if missing:
@@ -99,7 +99,7 @@ class LocalTrainingClient:
                     f"datum {i}: loss_fn_inputs {bad} must have one entry per input token ({d.model_input.length})"
                 )
         tokens = [d.model_input.to_ints() for d in data]
-        trained_from = [first_trained(_trained(d, loss_fn)) for d in data]
+        trained_from = [first_trained(_trained(d, loss)) for d in data]
         outputs: list[dict[str, types.TensorData]] = [{} for _ in data]
         total = 0.0
         with self._lock, mixed(self.device, self.autocast):
@@ -109,9 +109,7 @@ class LocalTrainingClient:
                     prompt = torch.tensor([tokens[group.passes[0][0]][: group.prefix]], device=self.device)
                     shared = SharedPrompt.run(self.model, prompt)
                 for rows in group.passes:
-                    total += self._forward_backward_batch(
-                        [data[i] for i in rows], rows, shared, loss_fn, config, outputs
-                    )
+                    total += self._forward_backward_batch([data[i] for i in rows], rows, shared, loss, config, outputs)
                 if shared is not None:
                     shared.backward()
         release_freed_memory()  # the passes' activations, else resident until the process ends
@@ -126,7 +124,7 @@ class LocalTrainingClient:
         data: list[types.Datum],
         indices: list[int],
         shared: SharedPrompt | None,
-        loss_fn: str,
+        loss: Loss,
         config: Mapping[str, float],
         outputs: list[dict[str, types.TensorData]],
     ) -> float:
@@ -146,12 +144,12 @@ class LocalTrainingClient:
         inputs = {k: v.to(self.device) for k, v in fields.items() if k in present}
         inputs["target_tokens"] = targets.to(self.device)
         real = mask.to(self.device)
-        signal = gradient_mask(loss_fn, inputs)
+        signal = loss.gradient_mask(inputs)
         live = real if signal is None else real & signal  # where the loss can have a gradient
         lp = self._target_logprobs(input_ids.to(self.device), inputs["target_tokens"], live, shared)
-        loss_tok = elementwise_loss(loss_fn, lp, inputs, config) * real
-        loss = loss_tok.sum()
-        loss.backward()
+        loss_tok = loss.elementwise(lp, inputs, config) * real
+        total = loss_tok.sum()
+        total.backward()
         lp_cpu, loss_cpu = lp.detach().cpu(), loss_tok.detach().cpu()
         for row, i in enumerate(indices):
             k = int(mask[row].sum())
@@ -159,7 +157,7 @@ class LocalTrainingClient:
                 "logprobs": types.TensorData.from_torch(lp_cpu[row, :k].contiguous()),
                 "elementwise_loss": types.TensorData.from_torch(loss_cpu[row, :k].contiguous()),
             }
-        return float(loss.item())
+        return float(total.item())
 
     def _target_logprobs(
         self, input_ids: torch.Tensor, targets: torch.Tensor, live: torch.Tensor, shared: SharedPrompt | None
@@ -263,11 +261,11 @@ def _activation_bytes_on_cpu(config: object, device: torch.device) -> int:
     return activation_bytes(hidden, intermediate, layers)
 
 
-def _trained(datum: types.Datum, loss_fn: str) -> list[bool]:
-    """Where `loss_fn` can have a gradient in `datum` (losses.gradient_mask; without weights or
+def _trained(datum: types.Datum, loss: Loss) -> list[bool]:
+    """Where `loss` can have a gradient in `datum` (Loss.gradient_mask; without weights or
     advantages, cross_entropy on every token: everywhere). A prompt is shared only before it."""
     fields = {k: v.to_torch() for k, v in datum.loss_fn_inputs.items() if k in ("weights", "advantages", "logprobs")}
-    mask = gradient_mask(loss_fn, fields)
+    mask = loss.gradient_mask(fields)
     return [True] if mask is None else mask.tolist()
 
 
