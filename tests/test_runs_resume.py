@@ -120,7 +120,8 @@ def test_resume_writes_the_parents_config_and_seeds_the_folder(tmp_path: Path) -
     t = cfg.tinker
     assert (t.resume_from, t.start_step, t.total_steps, t.wandb_run_id) == (state.path, 3, 12, "wb1")
     assert (t.api_url, t.inference_port, t.run_dir) == ("http://127.0.0.1:2000", 2222, run_dir.resolve())
-    assert cfg.env["total_steps"] == 12 and cfg.env["rollout_server_url"] == "http://127.0.0.1:2000"
+    env = cfg.env.as_written()
+    assert env["total_steps"] == 12 and env["rollout_server_url"] == "http://127.0.0.1:2000"
     assert cfg.openai[0]["base_url"] == "http://127.0.0.1:2222/v1"
     files = RunFiles(run_dir)
     assert [r["step"] for r in read_jsonl(files.metrics)] == [1, 2, 3]  # steps after the state: left out

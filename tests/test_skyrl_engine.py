@@ -3,11 +3,12 @@ this CPU) and its runs train tiny-chat through the tinker SDK, driven by a real 
 
 One server, one engine for the story's tests, in order (an engine's start and its XLA compiles take
 a minute): A (letter_repeat) stopped once a state is saved -> B = resume(A) completes (2 more
-steps); C = fork(A at its oldest state); rl_test_inference with B's weights; B exported as adapter
-and merged, the adapter's greedy replies equal to the engine's own for the same weights; an agentic
-environment (tool_calculator) a supervised stage then an RL step, a verifiers one 2 steps; the
-engine's log as a resource; the engine stopped once unused and started again for the next user; a
-killed engine named; everything stopped with the server.
+steps); C = fork(A at its oldest state), distilled and trained with a plugin's loss (two passes, as
+dro's and cross_entropy's on the engine, whose gradients equal the engine's own); rl_test_inference
+with B's weights; B exported as adapter and merged, the adapter's greedy replies equal to the
+engine's own for the same weights; an agentic environment (tool_calculator) a supervised stage then
+an RL step, a verifiers one 2 steps; the engine's log as a resource; the engine stopped once unused
+and started again for the next user; a killed engine named; everything stopped with the server.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pytest
 import yaml
 from mcp import Client
 from test_env_stalls import select
+from test_loss_plugins import install_toy_loss
 from test_runs_resume_e2e import call, ended, wait_for
 from tiny_profiles import on_tiny_chat
 
@@ -327,7 +329,8 @@ class Story:
 async def story(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Story]:
     """One server, one engine for the file's tests, in order; the engine gone once the server is."""
     home = tmp_path_factory.mktemp("skyrl-story") / "home"
-    settings = Settings.from_env(environ(home, RL_MCP_ENGINE_IDLE_STOP=str(IDLE_STOP_S)))
+    plugins = install_toy_loss(home.parent)  # a loss from another package: fork C trains with it
+    settings = Settings.from_env(environ(home, RL_MCP_ENGINE_IDLE_STOP=str(IDLE_STOP_S), PYTHONPATH=str(plugins)))
     async with open_app(settings) as app, Client(build_server(app)) as client:
         assert app.engine is not None and app.engine.idle_stop_s == IDLE_STOP_S and not app.engine.running
         yield Story(app, client)
@@ -381,9 +384,9 @@ async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(stor
     assert b_done["status"] == "completed", b_done
     assert [int(m["step"]) for m in metrics_of(b)] == list(range(1, a_last + 3)), metrics_of(b)
     # C distills the base model: the engine's sampling client scores its replies (compute_logprobs); its
-    # loss, dro, has no built-in on the engine: two passes (losses/on_tinker.py)
+    # loss is a plugin's (tests/plugins/toy_loss), which the engine has no built-in of: two passes
     await call(client, "rl_edit_config", field="teacher", value=MODEL)
-    await call(client, "rl_edit_config", field="loss_fn", value="dro")
+    await call(client, "rl_edit_config", field="loss_fn", value="sign_pg")
     c = await call(
         client,
         "rl_start_training",
@@ -399,7 +402,7 @@ async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(stor
     trained = metrics_of(c)[a_first:]  # the fork's own step: A's up to the state are seeded
     assert all(isinstance(m["teacher_kl"], float) and m["teacher_logprob"] < 0 for m in trained), trained
     assert all(math.isfinite(m["loss"]) and m["grad_norm"] > 0 for m in trained), trained
-    assert yaml.safe_load(Path(c["config_path"]).read_text())["tinker"]["loss_fn"] == "dro"
+    assert yaml.safe_load(Path(c["config_path"]).read_text())["tinker"]["loss_fn"] == "sign_pg"
 
     # A's last weights as a teacher: the engine unloaded A's model at A's end, so the trainer downloads the
     # checkpoint from the engine's archive and scores with it in its own process
@@ -415,7 +418,7 @@ async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(stor
     teacher = resolve_teacher(a["run_id"], None, Student("tinker", MODEL, self_hosted=True), story.app.runs.list())
     assert teacher.ref.startswith("tinker://") and teacher.run_id == a["run_id"], teacher
     config = yaml.safe_load(Path(c["config_path"]).read_text())
-    config["tinker"].update(teacher=teacher.ref, run_dir=str(tmp_path))
+    config["tinker"].update(teacher=teacher.ref, run_dir=str(tmp_path), loss_fn="ppo")  # the plugin's is C's alone
     cfg = RunConfig.model_validate(config)
     tokenizer = AutoTokenizer.from_pretrained(model_dir(MODEL))
     sampler = await teacher_sampler(cfg, BackendSamplers(cfg, None), tokenizer, 1024)  # type: ignore[arg-type]

@@ -51,7 +51,7 @@ def test_defaults_fill_optional_keys(tmp_path: Path) -> None:
     }
     cfg = load_run_config(_write(tmp_path, minimal))
     assert cfg.tinker.loss_fn == "importance_sampling"
-    assert cfg.env == {} and cfg.openai == [] and cfg.slurm is False
+    assert cfg.env.as_written() == {} and cfg.openai == [] and cfg.slurm is False
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_unknown_key_is_rejected_with_the_known_ones(tmp_path: Path) -> None:
     ("key", "value", "expected"),
     [
         ("openai", {"model_name": "x"}, "list of mapping"),
-        ("env", [1, 2], "mapping"),
+        ("env", [1, 2], "mapping (EnvSection)"),
         ("slurm", "yes please", "boolean or mapping"),
     ],
 )

@@ -15,11 +15,10 @@ from tinker import types
 from tinker_atropos.losses import LOSSES
 from tinker_atropos.losses.on_tinker import engine_factors
 from tinker_atropos.trainer.batches import groups_to_datums
-from tinker_atropos.trainer.config import ConfigError, TinkerConfig, parse_run_config
+from tinker_atropos.trainer.config import ConfigError, EnvSection, TinkerConfig, parse_run_config
 from tinker_atropos.trainer.objective import (
     aggregated,
     aggregation_factors,
-    reply_budget,
     with_kl_penalty,
 )
 
@@ -112,10 +111,9 @@ def test_each_loss_gets_every_setting_explicitly() -> None:
 
 
 def test_constant_counts_the_environments_reply_budget() -> None:
-    t = tinker()
-    assert reply_budget({"max_completion_tokens": 16, "max_token_length": 256}, t) == 16
-    assert reply_budget({"max_token_length": 256}, t) == 256
-    assert reply_budget({}, t) == t.max_reply_tokens
+    assert EnvSection(max_completion_tokens=16, max_token_length=256).reply_budget() == 16
+    assert EnvSection(max_token_length=256).reply_budget() == 256
+    assert EnvSection().reply_budget() is None  # the trainer's max_reply_tokens then
 
 
 @pytest.mark.parametrize(

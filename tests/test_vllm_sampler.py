@@ -2,8 +2,9 @@
 vllm runtime `make vllm` makes), each step's adapter loaded into it at runtime.
 
 One vLLM server on tiny-chat is shared by the module (a run points at it with `vllm_url`, as a user's
-own deployment would be): a run through the MCP tools, its inference test and its evaluations sampled
-there, every step's adapter loaded and the trainer's logprobs within tolerance of vLLM's. A second run
+own deployment would be, its context below the model's): a run through the MCP tools, its inference
+test and its evaluations sampled there, every step's adapter loaded and the trainer's logprobs within
+tolerance of vLLM's; a supervised stage's evaluations sampled there too. A second run
 starts a server of its own, and a SIGKILL of its trainer leaves no vLLM process behind. The guard that
 takes vLLM's engine processes down with their server is tested on a plain process group too.
 """
@@ -27,15 +28,17 @@ import pytest
 import yaml
 from mcp import Client
 from test_runs_mcp import alive, call, configure, environ, serving, tree_pids, wait_status, wait_step
+from test_sft_runs import EDITS as SFT_EDITS
+from test_sft_runs import stage_only_run
 from tinker import types
 
 from tinker_atropos.models import ensure_model
 from tinker_atropos.models.paths import TINY_CHAT
-from tinker_atropos.run_files import read_jsonl
+from tinker_atropos.run_files import RunFiles, read_jsonl
 from tinker_atropos.venvs import runtime_python
 from tinker_atropos.vllm_server.guard import group_members, guarded
 from tinker_atropos.vllm_server.process import VllmError, VllmProcess, VllmSpec, command, kv_cache_gb, served_rank
-from tinker_atropos.vllm_server.run import free_port
+from tinker_atropos.vllm_server.run import VllmSamplers, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = runtime_python("vllm", os.environ)
@@ -44,6 +47,7 @@ needs_vllm = pytest.mark.skipif(
 )
 # bfloat16 in vLLM against float32 in the trainer: ~0.005 nats a token on tiny-chat (measured)
 MISMATCH_TOLERANCE = 0.05
+SERVED_LEN = 2048  # the shared server's context: below tiny-chat's 4096, which runs pointed at it must see
 
 
 def test_served_rank_kv_cache_and_command_line() -> None:
@@ -101,7 +105,7 @@ def shared_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmProces
     """One vLLM server on tiny-chat for the module, as a user's deployment beside the runs."""
     model = ensure_model(TINY_CHAT)
     spec = VllmSpec(
-        VLLM_PYTHON, str(model), TINY_CHAT, free_port("127.0.0.1"), lora_rank=16, max_loras=4, max_model_len=1024
+        VLLM_PYTHON, str(model), TINY_CHAT, free_port("127.0.0.1"), lora_rank=16, max_loras=4, max_model_len=SERVED_LEN
     )
     server = VllmProcess(spec, tmp_path_factory.mktemp("vllm") / "vllm.log")
     try:
@@ -188,6 +192,26 @@ async def test_a_run_samples_on_vllm_with_each_steps_adapter(tmp_path: Path, sha
     httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "trained"}, timeout=60)
 
 
+@needs_vllm
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_a_supervised_stage_evaluates_on_vllm(tmp_path: Path, shared_vllm: VllmProcess) -> None:
+    """An agentic environment's stage (a step between two evaluations, then the run ends): each
+    evaluation samples the stage's adapter, loaded into vLLM by its label."""
+    url = shared_vllm.url
+    env = environ(tmp_path / "home", RL_MCP_PROFILE=str(_profile(tmp_path, vllm_url=url)))
+    before = _served_requests(url)
+    async with serving(env) as (_, server), Client(server) as client:
+        started = await stage_only_run(client)
+    name = yaml.safe_load(Path(started["config_path"]).read_text())["tinker"]["run_name"]
+    log = shared_vllm.log_path.read_text()
+    for label in ("sft-000000", "sft-000001-final"):
+        assert f"Loaded new LoRA adapter: name '{name}-{label}'" in log, label
+    evals = [r for r in read_jsonl(RunFiles(Path(started["run_dir"])).evals) if r.get("stage") == "sft"]
+    assert [r["sft_step"] for r in evals] == [0, 1], evals
+    assert _served_requests(url) >= before + 2 * SFT_EDITS["eval_size"], "both evaluations sampled by vLLM"
+
+
 def _vllm_processes(procs: list[psutil.Process]) -> list[psutil.Process]:
     found = []
     for proc in alive(procs):
@@ -255,6 +279,10 @@ async def test_an_endpoint_teacher_is_checked_by_its_tokenizer_then_scores_repli
     samplers = BackendSamplers(cfg, None)  # type: ignore[arg-type]  # an endpoint needs no backend
     student = AutoTokenizer.from_pretrained(ensure_model(TINY_CHAT))
     teacher = await teacher_sampler(cfg, samplers, student, 1024)
+    attached = VllmSamplers(cfg, None, shared_vllm.url, 4096)  # tinker.vllm_url: the model's context is 4096
+    await attached.wait_ready()
+    assert attached.length == attached.adapters.max_model_len == SERVED_LEN  # the server's, read from it
+    await attached.close()
     prompt = [1, 5, 9, 14, 20, 33, 41, 52]
     scored = await teacher.compute_logprobs_async(types.ModelInput.from_ints(prompt))
     assert scored[0] is None and scored[1:] == pytest.approx(_prompt_logprobs(shared_vllm.url, TINY_CHAT, prompt))

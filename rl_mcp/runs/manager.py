@@ -192,10 +192,14 @@ class RunManager:
             await prepare()
         if stages.ended_by_sft(rec):  # `then: stop`: the supervised stage was the whole run
             return await self._finish(live, RunStatus.COMPLETED, None)
-        plans = {plan.stage: plan for plan in stages.stage_plans(self.settings, rec, env_file, self._http)}
-        for stage, plan in plans.items():
-            for name in stages.SPAWN_WITH.get(stage, ()):
-                self._spawn(live, ProcessName(name), plans[name].argv)
+        plans = stages.stage_plans(self.settings, rec, env_file, self._http)
+        # All three start at once: the trainer's imports and model load and the environment's atroposlib
+        # import overlap run-api's start. The order still holds, as the trainer retries its registration
+        # until run-api answers, and run-api holds the environment's until the trainer has asked for a batch.
+        for plan in plans:
+            self._spawn(live, ProcessName(plan.stage), plan.argv)
+        for plan in plans:
+            stage = plan.stage
             self._enter(live, stage)
             ready, limit = stages.guarded(live.children, stage, plan.ready), self.timeouts.of(stage)
             await processes.wait_ready(stage, live.children[ProcessName(stage)], ready, timeout_s=limit)

@@ -38,11 +38,6 @@ from rl_mcp.tmpdirs import run_tmpdir
 from tinker_atropos.run_files import ENV_HEALTH_VAR, MODEL_BUILD, ProcessName
 
 Ready = Callable[[], Awaitable[bool]]
-# What starts when a stage's turn comes: everything with run-api. The trainer's imports and model
-# load and the environment's atroposlib import overlap run-api's start; the order still holds, as
-# the trainer retries its registration until run-api answers, and run-api holds the environment's
-# registration until the trainer has asked for a batch.
-SPAWN_WITH = {Stage.API: (Stage.API, Stage.TRAINER, Stage.ENV)}
 
 # The secrets each process of a run may see (by environment variable); the rest are withheld.
 CHILD_SECRETS = {

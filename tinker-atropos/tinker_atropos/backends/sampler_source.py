@@ -6,10 +6,15 @@ one after every step, for kl_beta the base model's, for a teacher its adapter's;
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
 from tinker_atropos.trainer.config import RunConfig
+
+logger = logging.getLogger(__name__)
 
 
 class SamplerSource(Protocol):
@@ -50,3 +55,34 @@ class BackendSamplers:
 
     async def close(self) -> None:
         return None
+
+
+@asynccontextmanager
+async def backend_and_samplers(cfg: RunConfig) -> AsyncIterator[tuple[TrainingBackend, SamplerSource]]:
+    """The run's training backend and its samplers (the trainer's, the supervised stage's): with
+    `tinker.sampler: vllm` vLLM's server, started from this thread (its guard watches the process that
+    started it) while the backend loads, else the backend's own; both closed at the end.
+    BackendUnavailable when either cannot be had."""
+    from tinker_atropos.backends.factory import close_backend, create_training_backend
+
+    vllm = None
+    if cfg.tinker.sampler == "vllm":
+        from tinker_atropos.vllm_server.run import VllmSamplers
+
+        vllm = VllmSamplers.start(cfg)
+    try:
+        training = await asyncio.to_thread(create_training_backend, cfg)
+    except BaseException:
+        if vllm is not None:
+            await vllm.close()
+        raise
+    logger.info("backend %s ready: %s", cfg.tinker.backend, cfg.tinker.base_model)
+    try:
+        if vllm is not None:
+            await vllm.wait_ready()
+            logger.info("vLLM serving %s at %s", cfg.tinker.base_model, vllm.client.url)
+        yield training, vllm or BackendSamplers(cfg, training)
+    finally:
+        if vllm is not None:
+            await vllm.close()
+        await asyncio.to_thread(close_backend, training)

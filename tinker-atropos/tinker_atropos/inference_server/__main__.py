@@ -31,7 +31,7 @@ def _tokenizer(cfg: Any) -> Any:
 
     from tinker_atropos.models import resolve_model
 
-    name = (cfg.env or {}).get("tokenizer_name") or resolve_model(cfg.tinker.base_model)
+    name = cfg.env.tokenizer_name or resolve_model(cfg.tinker.base_model)
     return AutoTokenizer.from_pretrained(name)
 
 

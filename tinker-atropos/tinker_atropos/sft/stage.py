@@ -2,10 +2,11 @@
 process that holds the environment (its tools, its evaluation) and the run's training backend.
 
 Top to bottom: build the supervised set (a teacher served or asked first; `--preview`: write what
-the agent is shown of it, with one step timed, and stop) -> load the model, serve it on the run's
-inference port -> evaluate the held-out items (before) -> cross_entropy steps, evaluating every
-`eval_every` and stopping early at `stop_at_tool_call_share` -> evaluate (after) -> save the
-training state the RL stage starts from (indexed at step 0), and `sft/result.json`.
+the agent is shown of it, with one step timed, and stop) -> load the model (and start vLLM's server
+under `tinker.sampler: vllm`), serve it on the run's inference port -> evaluate the held-out items
+(before) -> cross_entropy steps, evaluating every `eval_every` and stopping early at
+`stop_at_tool_call_share` -> evaluate (after) -> save the training state the RL stage starts from
+(indexed at step 0), and `sft/result.json`.
 
 A stage stopped before its end saves its state as `ended: stopped`; the resumed run's stage goes
 on from there with the same examples and order of batches.
@@ -29,7 +30,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from tinker import types
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv
 from tinker_atropos.backends.base import SamplingBackend, TrainingBackend
 from tinker_atropos.backends.local.decode_clock import ROWS_MIN_STEPS
+from tinker_atropos.backends.sampler_source import SamplerSource, backend_and_samplers
 from tinker_atropos.env_process import health
 from tinker_atropos.env_process.logs import FORMAT, quiet_http_lines
 from tinker_atropos.inference_server.serve import PortBindError
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def sft_settings(cfg: RunConfig) -> SftSettings:
-    raw = cfg.env.get("sft")
+    raw = cfg.env.sft
     if not raw:
         raise ConfigError("the run's environment has no `sft` section", key="env.sft")
     return SftSettings.model_validate(raw)
@@ -127,7 +129,7 @@ def environment_class(env_file: Path, name: str | None) -> type[HermesAgentBaseE
 def build_env(cls: type[HermesAgentBaseEnv], cfg: RunConfig) -> HermesAgentBaseEnv:
     """The environment as its run's `serve` builds it: config_init() under the run's sections."""
     config, servers = cls.config_init()
-    env_config = type(config).model_validate({**config.model_dump(), **cfg.env})
+    env_config = type(config).model_validate({**config.model_dump(), **cfg.env.as_written()})
     server = servers[0] if isinstance(servers, list) else servers
     merged = type(server).model_validate({**server.model_dump(), **(cfg.openai[0] if cfg.openai else {})})
     return cls(env_config, [merged])
@@ -234,17 +236,16 @@ async def _train(
     stop: asyncio.Event,
     stopped: Stopped | None,
 ) -> int:
-    from tinker_atropos.backends.factory import BackendUnavailable, close_backend, create_training_backend
+    from tinker_atropos.backends.factory import BackendUnavailable
 
-    try:
-        training = await asyncio.to_thread(create_training_backend, cfg)
-    except BackendUnavailable as exc:
-        logger.error("backend unavailable: %s", exc)
-        return ExitCode.BACKEND
-    try:  # a self-hosted engine's adapter slot is given back however the stage ends
-        return await _steps(cfg, settings, env, examples, files, stop, stopped, training)
-    finally:
-        await asyncio.to_thread(close_backend, training)
+    # a self-hosted engine's adapter slot is given back, and a vLLM server stopped, however the stage ends
+    async with AsyncExitStack() as stack:
+        try:
+            training, samplers = await stack.enter_async_context(backend_and_samplers(cfg))
+        except BackendUnavailable as exc:
+            logger.error("backend unavailable: %s", exc)
+            return ExitCode.BACKEND
+        return await _steps(cfg, settings, env, examples, files, stop, stopped, training, samplers)
 
 
 async def _steps(
@@ -256,11 +257,12 @@ async def _steps(
     stop: asyncio.Event,
     stopped: Stopped | None,
     training: TrainingBackend,
+    samplers: SamplerSource,
 ) -> int:
     """The stage's steps between its evaluations, its state saved and indexed, sft/result.json."""
     if stopped is not None:  # adapter and optimizer as the stopped stage left them
         await training.load_state_async(stopped.state)
-    async with served(cfg, training, env, files, stop, examples[0].prompt) as (publish, evaluate):
+    async with served(cfg, training, samplers, env, files, stop, examples[0].prompt) as (publish, evaluate):
         total = settings.steps_for(len(examples))
         # the run's Adam (betas, eps, weight decay, gradient clipping) at the stage's learning rate
         adam = adam_params(cfg).model_copy(update={"learning_rate": settings.learning_rate})
@@ -306,14 +308,16 @@ Evaluate = Callable[[int], Awaitable[dict[str, Any] | None]]
 async def served(
     cfg: RunConfig,
     training: TrainingBackend,
+    samplers: SamplerSource,
     env: HermesAgentBaseEnv,
     files: RunFiles,
     stop: asyncio.Event,
     prompt: list[int],
 ) -> AsyncIterator[tuple[Publish, Evaluate]]:
     """The run's inference server on its port while the stage lasts: `publish` saves the adapter
-    and serves it; `evaluate` runs the environment's evaluation against it, tagged as the stage's
-    (None when `stop` cut it short), the server's decode step timed on `prompt` before the first."""
+    and serves it from the run's samplers (vLLM's server under `tinker.sampler: vllm`); `evaluate`
+    runs the environment's evaluation against it, tagged as the stage's (None when `stop` cut it
+    short), the server's decode step timed on `prompt` before the first."""
     from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
     from tinker_atropos.reply_cap import served_cap
 
@@ -325,7 +329,7 @@ async def served(
 
     async def publish(label: str) -> str:
         path = await training.save_weights_for_sampler_async(label)
-        holder.swap(await training.create_sampling_client_async(path), label)
+        holder.swap(await samplers.for_weights(path, label), label)
         return path
 
     timed = False

@@ -53,7 +53,7 @@ async def teacher_server(cfg: RunConfig, teacher: TeacherSettings) -> AsyncItera
         raise TeacherUnavailable(f"teacher adapter {teacher.adapter!r} cannot be served: {exc}") from exc
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(cfg.env.get("tokenizer_name") or cfg.tinker.base_model))
+    tokenizer = AutoTokenizer.from_pretrained(cfg.env.tokenizer_name or cfg.tinker.base_model)
     cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
     app = build_app(SamplerHolder(sampler), cfg.tinker.base_model, tokenizer, cap)
     handle = serve_in_thread(app, "127.0.0.1", 0)

@@ -12,7 +12,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types as at
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from tinker_atropos.losses import LOSSES
 from tinker_atropos.losses import NAMES as LOSS_NAMES
@@ -155,6 +155,12 @@ class TinkerConfig(_Strict):
         "adapter by its path, so it must see this machine's files.",
     )
     max_token_trainer_length: int = Field(9000, gt=0)
+    final_eval_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="How long the final weights (and the best checkpoint's) are served for the environment's "
+        "final evaluation (env.eval_at_end) before the run ends without it.",
+    )
     max_reply_tokens: int = Field(
         DEFAULT_MAX_REPLY_TOKENS,
         gt=0,
@@ -235,10 +241,38 @@ class TinkerConfig(_Strict):
         return self
 
 
-class RunConfig(_Strict):
-    """The whole run config: the environment's sections are kept as plain data."""
+class EnvSection(BaseModel):
+    """The environment's section: its own config, handed to it as written (`as_written`); typed here
+    are the keys the trainer reads too."""
 
-    env: dict[str, Any] = Field(default_factory=dict)
+    model_config = ConfigDict(extra="allow")
+
+    batch_size: StrictInt | None = Field(None, gt=0)  # sequences per step
+    eval_size: int | None = None  # held-out items; 0: no evaluation
+    eval_at_end: bool = False  # the final weights evaluated by the environment, served until it has
+    max_batches_offpolicy: int | None = None  # steps a batch may lag behind the weights
+    max_completion_tokens: int | None = None  # a reply's token budget, where the environment states one
+    max_token_length: int | None = None
+    tokenizer_name: str | None = None
+    sft: dict[str, Any] | None = None  # the supervised stage's section (sft/settings.py)
+
+    def as_written(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True)
+
+    def reply_budget(self) -> int | None:
+        """The environment's completion budget where it states one (`max_completion_tokens`, else
+        `max_token_length`)."""
+        for value in (self.max_completion_tokens, self.max_token_length):
+            if value is not None and value > 0:
+                return value
+        return None
+
+
+class RunConfig(_Strict):
+    """The whole run config: the environment's sections are its own data (EnvSection types the keys
+    the trainer reads)."""
+
+    env: EnvSection = Field(default_factory=EnvSection)
     openai: list[dict[str, Any]] = Field(default_factory=list)
     tinker: TinkerConfig
     request_timeouts: dict[str, float] | None = None  # the environment's (request_timeouts.py)

@@ -19,18 +19,15 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tinker_atropos.backends.base import TrainingBackend
-from tinker_atropos.backends.sampler_source import SamplerSource
+from tinker_atropos.backends.sampler_source import SamplerSource, backend_and_samplers
 from tinker_atropos.env_process.logs import FORMAT, quiet_http_lines
 from tinker_atropos.run_files import FINAL_CHECKPOINT_MARK, ExitCode, Outcome, RunResult, finished_sft_state
 from tinker_atropos.trainer.config import ConfigError, RunConfig, load_run_config
 from tinker_atropos.trainer.loop import REGISTER_TIMEOUT_S, registration_for, train
-
-if TYPE_CHECKING:
-    from tinker_atropos.vllm_server.run import VllmSamplers
 
 logger = logging.getLogger("tinker_atropos.trainer.launch")
 
@@ -58,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _launch(cfg: RunConfig) -> int:
-    from tinker_atropos.backends.factory import BackendUnavailable, close_backend, create_training_backend
+    from tinker_atropos.backends.factory import BackendUnavailable
 
     run_dir = Path(cfg.tinker.run_dir)
     stop = asyncio.Event()
@@ -72,34 +69,12 @@ async def _launch(cfg: RunConfig) -> int:
         return code
 
     cfg = after_supervised_stage(cfg)
-    try:
-        samplers = _vllm_samplers(cfg)  # from this thread: vLLM's guard watches the process that started it
+    async with AsyncExitStack() as stack:
         try:
-            training = await asyncio.to_thread(create_training_backend, cfg)
-            logger.info("backend %s ready: %s", cfg.tinker.backend, cfg.tinker.base_model)
-            if samplers is not None:
-                await samplers.wait_ready()
-                logger.info("vLLM serving %s at %s", cfg.tinker.base_model, samplers.client.url)
-        except BaseException:
-            if samplers is not None:
-                await samplers.close()
-            raise
-    except BackendUnavailable as exc:
-        return fail(ExitCode.BACKEND, f"backend unavailable: {exc}")
-    try:
+            training, samplers = await stack.enter_async_context(backend_and_samplers(cfg))
+        except BackendUnavailable as exc:
+            return fail(ExitCode.BACKEND, f"backend unavailable: {exc}")
         return await _serve_and_train(cfg, training, stop, fail, samplers)
-    finally:
-        if samplers is not None:
-            await samplers.close()
-        await asyncio.to_thread(close_backend, training)
-
-
-def _vllm_samplers(cfg: RunConfig) -> VllmSamplers | None:
-    if cfg.tinker.sampler != "vllm":
-        return None
-    from tinker_atropos.vllm_server.run import VllmSamplers
-
-    return VllmSamplers.start(cfg)
 
 
 async def _serve_and_train(
@@ -107,7 +82,7 @@ async def _serve_and_train(
     training: TrainingBackend,
     stop: asyncio.Event,
     fail: Callable[[int, str], int],
-    samplers: SamplerSource | None,
+    samplers: SamplerSource,
 ) -> int:
     """The inference server, registration with run-api and the training loop, on a loaded backend."""
     from tinker_atropos.inference_server import (
@@ -151,7 +126,7 @@ def after_supervised_stage(cfg: RunConfig) -> RunConfig:
     """RL starts from the state the run's supervised stage left (tinker_atropos.sft), on the same
     adapter, unless the run resumes from a state of its own."""
     state = finished_sft_state(Path(cfg.tinker.run_dir))
-    if cfg.tinker.resume_from or not cfg.env.get("sft") or state is None:
+    if cfg.tinker.resume_from or not cfg.env.sft or state is None:
         return cfg
     logger.info("starting from the supervised stage's state %s", state)
     return cfg.model_copy(update={"tinker": cfg.tinker.model_copy(update={"resume_from": state})})

@@ -16,7 +16,6 @@ import asyncio
 import ctypes
 import json
 import logging
-import os
 import socket
 import time
 from pathlib import Path
@@ -56,7 +55,6 @@ from tinker_atropos.trainer.metrics import MetricsSink, PhaseClock, StepMetrics
 from tinker_atropos.trainer.objective import (
     aggregated,
     aggregation_factors,
-    reply_budget,
     with_kl_penalty,
 )
 from tinker_atropos.trainer.run_api_client import Registration, RunApiClient
@@ -66,7 +64,6 @@ logger = logging.getLogger(__name__)
 
 STEP_GRACE_S = 10.0
 FINAL_SAVE_TIMEOUT_S = 15.0
-FINAL_EVAL_TIMEOUT_S = 600.0
 ITEMS_POLL_S = 1.0  # how often items.json is read while waiting for a batch
 ALL_RETIRED_REASON = (
     "every training item is retired as solved: each reply of its last groups solved it (items.json), so no "
@@ -95,10 +92,10 @@ def registration_for(cfg: RunConfig) -> Registration:
 
 
 def _env_batch_size(cfg: RunConfig) -> int:
-    value = cfg.env.get("batch_size")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    value = cfg.env.batch_size
+    if value is None:
         raise ConfigError(
-            f"env.batch_size: expected a positive integer (sequences per step), got {value!r}",
+            "env.batch_size: expected a positive integer (sequences per step), got None",
             key="env.batch_size",
             expected="integer > 0",
         )
@@ -305,11 +302,11 @@ class Trainer:
         """Keep serving the final weights until the environment has evaluated them (it asks for
         that with `eval_at_end` in its config), then, with keep_best, the best checkpoint by validation
         until the held-out set has scored it too; bounded in time and by a stop request."""
-        if not self.cfg.env.get("eval_at_end") or not self.cfg.env.get("eval_size", 1):
+        if not self.cfg.env.eval_at_end or self.cfg.env.eval_size == 0:
             return
         self.holder.relabel(FINAL_LABEL)
         files = RunFiles(Path(self.cfg.tinker.run_dir))
-        timeout_s = float(os.environ.get("TINKER_ATROPOS_FINAL_EVAL_TIMEOUT_S", FINAL_EVAL_TIMEOUT_S))
+        timeout_s = self.cfg.tinker.final_eval_timeout_s
         logger.info("serving the final weights for the environment's final evaluation (up to %.0f s)", timeout_s)
         deadline = time.monotonic() + timeout_s
         last = self.steps_done
@@ -382,7 +379,8 @@ class Trainer:
             if t.kl_beta > 0:
                 with phases("reference"):
                     datums = await self._with_kl_penalty(datums, conv.completion_masks)
-            factors = aggregation_factors(conv.completion_masks, t.loss_aggregation, reply_budget(self.cfg.env, t))
+            budget = self.cfg.env.reply_budget() or t.max_reply_tokens  # constant's tokens per reply
+            factors = aggregation_factors(conv.completion_masks, t.loss_aggregation, budget)
             loss_fn = LOSSES[t.loss_fn]
             trained = loss_fn.datums(aggregated(datums, factors))
             with phases("forward_backward"):
@@ -611,7 +609,7 @@ def write_latest_replies(run_dir: Path, step: int, groups: list[dict[str, Any]],
 
 def _public_config(cfg: RunConfig) -> dict[str, Any]:
     """The run's hyperparameters for W&B (the config file never holds secrets)."""
-    return {"tinker": cfg.tinker.model_dump(mode="json"), "env": dict(cfg.env)}
+    return {"tinker": cfg.tinker.model_dump(mode="json"), "env": cfg.env.as_written()}
 
 
 def _refuses_connections(url: str) -> bool:

@@ -17,8 +17,6 @@ from collections.abc import Sequence
 import numpy as np
 from tinker import types
 
-from tinker_atropos.trainer.config import TinkerConfig
-
 
 def aggregation_factors(masks: Sequence[np.ndarray], how: str, budget: int) -> list[float]:
     """Each reply's factor for `how` (`masks`: the replies' completion targets; `budget`: the reply
@@ -55,15 +53,6 @@ def aggregated(datums: list[types.Datum], factors: Sequence[float]) -> list[type
         d if f == 1.0 else with_advantages(d, d.loss_fn_inputs["advantages"].to_numpy() * np.float32(f))
         for d, f in zip(datums, factors)
     ]
-
-
-def reply_budget(cfg_env: dict[str, object], cfg: TinkerConfig) -> int:
-    """`constant`'s tokens per reply: the environment's completion budget where it states one."""
-    for key in ("max_completion_tokens", "max_token_length"):
-        value = cfg_env.get(key)
-        if isinstance(value, int) and value > 0:
-            return value
-    return cfg.max_reply_tokens
 
 
 def with_advantages(datum: types.Datum, advantages: np.ndarray) -> types.Datum:

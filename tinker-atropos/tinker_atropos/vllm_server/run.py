@@ -42,7 +42,7 @@ def free_port(host: str) -> int:
 def adapters_kept(cfg: RunConfig) -> int:
     """Adapters loaded at once: the newest, those rollouts may still sample from (the run's staleness),
     and one being loaded (a teacher's adapter is one more: `lora_slots`)."""
-    return int(cfg.env.get("max_batches_offpolicy") or 1) + 2
+    return (cfg.env.max_batches_offpolicy or 1) + 2
 
 
 def lora_slots(cfg: RunConfig) -> int:
@@ -91,11 +91,22 @@ class VllmSamplers:
         return cls(cfg, process, process.url, length)
 
     async def wait_ready(self) -> None:
+        """The run's own server answering; a user's server's context read from it (its --max-model-len
+        may be below the model's, and requests are cut to fit it)."""
         if self.process is not None:
             try:
                 await asyncio.to_thread(self.process.wait_ready)
             except VllmError as exc:
                 raise BackendUnavailable(str(exc)) from exc
+            return
+        try:
+            served = [m.get("max_model_len") for m in await self.client.models() if not m.get("parent")]
+        except VllmError as exc:
+            raise BackendUnavailable(
+                f"tinker.vllm_url {self.client.url} cannot be asked for its models: {exc}"
+            ) from exc
+        if served and isinstance(served[0], int) and served[0] < self.length:
+            self.length = self.adapters.max_model_len = served[0]
 
     async def for_weights(self, path: str, label: str) -> VllmSampler:
         return await self.adapters.serve(path, label)
