@@ -10,13 +10,14 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 import tinker_atropos
 from rl_mcp.errors import UserError
@@ -168,67 +169,104 @@ def load_profile(name_or_file: str) -> Profile:
     return _profile_from_mapping(raw, path)
 
 
+class _Sections(BaseModel):
+    """A profile's `locked` or `defaults`: field values by section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: dict[str, Any] = Field(default_factory=dict)
+    tinker: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("env", "tinker", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
+
+
+class EngineSpec(BaseModel):
+    """A self-hosted Tinker-API engine: `kind: skyrl` (started and stopped by the server, with
+    `backend_config`), or `url` (one the operator runs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["skyrl", "attached"] | None = None
+    url: str | None = Field(None, pattern=r"^https?://\S+$")
+    backend_config: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _reachable(self) -> EngineSpec:
+        if self.url is None and self.kind != "skyrl":
+            raise ValueError(f"needs 'url' (an engine you run) or 'kind: skyrl', got kind {self.kind!r}")
+        return self
+
+
+class Pricing(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    usd_per_million_tokens: float = Field(ge=0)
+
+
+class ProfileFile(BaseModel):
+    """A profile's YAML as the operator writes it (rl_mcp/profiles/*.yaml are the bundled ones)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    backend: Literal["tinker", "local"]
+    model: str = Field(min_length=1)  # the base model
+    description: str = ""
+    requires_env: list[str] = Field(default_factory=list)
+    pass_env: list[str] = Field(default_factory=list)
+    locked: _Sections = Field(default_factory=_Sections)
+    defaults: _Sections = Field(default_factory=_Sections)
+    inference: dict[str, Any] = Field(default_factory=dict)
+    pricing: Pricing | None = None
+    engine: EngineSpec | None = None
+
+    @field_validator("requires_env", "pass_env", "locked", "defaults", "inference", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None
+        return cls.model_fields[info.field_name].get_default(call_default_factory=True) if v is None else v
+
+    @model_validator(mode="after")
+    def _engine_on_tinker(self) -> ProfileFile:
+        if self.engine is not None and self.backend != "tinker":
+            raise ValueError("'engine' is a self-hosted Tinker-API engine: only on a profile with backend: tinker")
+        return self
+
+
 def _profile_from_mapping(raw: Mapping[str, Any], path: Path) -> Profile:
-    backend = raw.get("backend")
-    if backend not in ("tinker", "local"):
-        raise SettingsError(f"profile {path}: 'backend' must be 'tinker' or 'local', got {backend!r}")
-    model = raw.get("model")
-    if not isinstance(model, str) or not model:
-        raise SettingsError(f"profile {path}: 'model' must be a non-empty string (the base model)")
-
-    def sections(key: str) -> dict[str, dict[str, Any]]:
-        value = raw.get(key) or {}
-        if not isinstance(value, dict) or set(value) - set(SECTIONS):
-            raise SettingsError(f"profile {path}: {key!r} must map 'env'/'tinker' to field values")
-        out: dict[str, dict[str, Any]] = {}
-        for section in SECTIONS:
-            fields = value.get(section) or {}
-            if not isinstance(fields, dict):
-                raise SettingsError(f"profile {path}: '{key}.{section}' must be a mapping")
-            out[section] = dict(fields)
-        return out
-
-    inference = raw.get("inference") or {}
-    if not isinstance(inference, dict):
-        raise SettingsError(f"profile {path}: 'inference' must be a mapping")
+    try:
+        given = ProfileFile.model_validate(raw)
+    except ValidationError as exc:
+        raise SettingsError(f"profile {path}: {_problems(exc)}") from None
+    engine = given.engine
     return Profile(
-        name=str(raw.get("name") or path.stem),
-        backend=backend,
-        model=model,
-        description=str(raw.get("description") or ""),
+        name=given.name or path.stem,
+        backend=given.backend,
+        model=given.model,
+        description=given.description,
         source=path.resolve(),
-        locked=sections("locked"),
-        defaults=sections("defaults"),
-        inference=dict(inference),
-        requires_env=tuple(str(k) for k in raw.get("requires_env") or ()),
-        pass_env=tuple(str(k) for k in raw.get("pass_env") or ()),
-        usd_per_million_tokens=_price(raw.get("pricing"), path),
-        engine=_engine(raw.get("engine"), backend, path),
+        locked=given.locked.model_dump(),
+        defaults=given.defaults.model_dump(),
+        inference=given.inference,
+        requires_env=tuple(given.requires_env),
+        pass_env=tuple(given.pass_env),
+        usd_per_million_tokens=given.pricing.usd_per_million_tokens if given.pricing else None,
+        engine=None if engine is None else {**engine.model_dump(), "kind": engine.kind or "attached"},
     )
 
 
-def _engine(engine: Any, backend: str, path: Path) -> dict[str, Any] | None:
-    if engine is None:
-        return None
-    if backend != "tinker" or not isinstance(engine, dict):
-        raise SettingsError(f"profile {path}: 'engine' must be a mapping, on a profile with backend: tinker")
-    url, kind, config = engine.get("url"), engine.get("kind"), engine.get("backend_config") or {}
-    if url is not None and not (isinstance(url, str) and re.match(r"^https?://\S+$", url)):
-        raise SettingsError(f"profile {path}: 'engine.url' must be an http(s) URL, got {url!r}")
-    if url is None and kind != "skyrl":
-        raise SettingsError(f"profile {path}: 'engine' needs 'url' (an engine you run) or 'kind: skyrl', got {kind!r}")
-    if not isinstance(config, dict):
-        raise SettingsError(f"profile {path}: 'engine.backend_config' must be a mapping")
-    return {"kind": kind or "attached", "url": url, "backend_config": dict(config)}
-
-
-def _price(pricing: Any, path: Path) -> float | None:
-    if pricing is None:
-        return None
-    price = pricing.get("usd_per_million_tokens") if isinstance(pricing, dict) else None
-    if not isinstance(price, (int, float)) or isinstance(price, bool) or price < 0:
-        raise SettingsError(f"profile {path}: 'pricing.usd_per_million_tokens' must be a number >= 0")
-    return float(price)
+def _problems(exc: ValidationError) -> str:
+    """Each problem as `where`: what, with the value given."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(the whole)"
+        given = f", got {err['input']!r}" if err["type"] not in ("missing", "extra_forbidden") else ""
+        what = "not a known key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        lines.append(f"`{where}`: {what}{given}")
+    return "; ".join(lines)
 
 
 def default_profile(environ: Mapping[str, str]) -> tuple[str, str]:
@@ -248,17 +286,42 @@ def default_profile(environ: Mapping[str, str]) -> tuple[str, str]:
     )
 
 
-@dataclass(frozen=True)
-class EnvLimits:
+class _FromEnviron(BaseModel):
+    """Settings read from environment variables, each under its variable's name (`alias`), each
+    default written here once; a bad value is refused naming the variable."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", validate_by_name=True, validate_by_alias=True)
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> Any:
+        try:
+            return cls.model_validate({k: v for k, v in env.items() if v != ""})  # empty: unset
+        except ValidationError as exc:
+            raise SettingsError(f"environment variables: {_problems(exc)}") from None
+
+
+class EnvLimits(_FromEnviron):
     """How long an environment that scores no group is waited on (runs and rl_test_inference)."""
 
-    error_timeout_s: float = 120.0  # its rollouts raise
+    error_timeout_s: float = Field(120.0, ge=0, alias="RL_MCP_ENV_ERROR_TIMEOUT")  # its rollouts raise
     # its rollouts return no group, raising nothing: a test stops after this long or this many in a
     # row, whichever comes first; a run fails only after both (the time stretched to this many of its
     # measured groups), or after discard_hard_limit_s of discards alone
-    discard_timeout_s: float = 120.0
-    discard_groups: int = 20
-    discard_hard_limit_s: float = 3600.0
+    discard_timeout_s: float = Field(120.0, ge=0, alias="RL_MCP_ENV_DISCARD_TIMEOUT")
+    discard_groups: int = Field(20, ge=1, alias="RL_MCP_ENV_DISCARD_GROUPS")
+    discard_hard_limit_s: float = Field(3600.0, ge=0, alias="RL_MCP_ENV_DISCARD_HARD_LIMIT")
+
+
+class ServerEnviron(_FromEnviron):
+    """The server's own variables (the profile's are read with it: Settings.from_env)."""
+
+    home: Path = Field(Path("~/.rl-mcp"), alias="RL_MCP_HOME")
+    cache: Path | None = Field(None, alias="RL_MCP_CACHE")  # default: the home's cache/
+    env_dirs: str = Field("", alias="RL_MCP_ENV_DIRS")  # folders of environments, os.pathsep between them
+    profile: str | None = Field(None, alias="RL_MCP_PROFILE")
+    auth_token: str | None = Field(None, alias="RL_MCP_AUTH_TOKEN")
+    introspect_timeout_s: float = Field(60.0, ge=0, alias="RL_MCP_INTROSPECT_TIMEOUT")
+    status_min_interval_s: float = Field(1800.0, ge=0, alias="RL_MCP_STATUS_MIN_INTERVAL")  # between two checks
 
 
 @dataclass(frozen=True)
@@ -273,25 +336,12 @@ class Settings:
     auth_token: str | None = None
     python: str = sys.executable  # the children's: the training runtime (tinker_atropos.venvs.training_python)
     trainer_entry: tuple[str, ...] = TRAINER_ENTRY  # after `python`: the trainer's entry point
-    introspect_timeout_s: float = 60.0
-    status_min_interval_s: float = 1800.0  # between two rl_check_status of one active run
+    introspect_timeout_s: float = ServerEnviron.model_fields["introspect_timeout_s"].default
+    status_min_interval_s: float = ServerEnviron.model_fields["status_min_interval_s"].default
     stop_runs_on_exit: bool = False
-    # A run whose environment raises and scores no group for this long fails with its exception.
-    env_error_timeout_s: float = 120.0
-    # One whose rollouts return no group (raising nothing): EnvLimits.
-    env_discard_timeout_s: float = 120.0
-    env_discard_groups: int = 20
-    env_discard_hard_limit_s: float = 3600.0
+    # an environment that raises, or scores no group, is waited on this long
+    env_limits: EnvLimits = field(default_factory=lambda: EnvLimits.model_validate({}))
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
-
-    @property
-    def env_limits(self) -> EnvLimits:
-        return EnvLimits(
-            self.env_error_timeout_s,
-            self.env_discard_timeout_s,
-            self.env_discard_groups,
-            self.env_discard_hard_limit_s,
-        )
 
     @property
     def env_process_vars(self) -> tuple[str, ...]:
@@ -318,14 +368,15 @@ class Settings:
         stop_runs_on_exit: bool = False,
     ) -> Settings:
         env = without_placeholders(os.environ if environ is None else environ)
-        home = Path(env.get("RL_MCP_HOME") or "~/.rl-mcp").expanduser().resolve()
-        cache_dir = Path(env.get("RL_MCP_CACHE") or home / "cache").expanduser().resolve()
-        extra = [Path(p).expanduser().resolve() for p in env.get("RL_MCP_ENV_DIRS", "").split(os.pathsep) if p]
+        read: ServerEnviron = ServerEnviron.from_environ(env)
+        home = read.home.expanduser().resolve()
+        cache_dir = (read.cache or home / "cache").expanduser().resolve()
+        extra = [Path(p).expanduser().resolve() for p in read.env_dirs.split(os.pathsep) if p]
         env_dirs = tuple(dict.fromkeys([BUNDLED_ENV_DIR, *extra]))
         if profile:
             chosen, reason = profile, "--profile"
-        elif env.get("RL_MCP_PROFILE"):
-            chosen, reason = env["RL_MCP_PROFILE"], "RL_MCP_PROFILE"
+        elif read.profile:
+            chosen, reason = read.profile, "RL_MCP_PROFILE"
         else:
             chosen, reason = default_profile(env)
         return cls(
@@ -335,34 +386,10 @@ class Settings:
             profile=load_profile(chosen),
             profile_reason=reason,
             python=training_python(env),
-            auth_token=auth_token or env.get("RL_MCP_AUTH_TOKEN") or None,
-            introspect_timeout_s=_seconds(env, "RL_MCP_INTROSPECT_TIMEOUT", 60.0),
-            status_min_interval_s=_seconds(env, "RL_MCP_STATUS_MIN_INTERVAL", 1800.0),
+            auth_token=auth_token or read.auth_token,
+            introspect_timeout_s=read.introspect_timeout_s,
+            status_min_interval_s=read.status_min_interval_s,
             stop_runs_on_exit=stop_runs_on_exit,
-            env_error_timeout_s=_seconds(env, "RL_MCP_ENV_ERROR_TIMEOUT", 120.0),
-            env_discard_timeout_s=_seconds(env, "RL_MCP_ENV_DISCARD_TIMEOUT", 120.0),
-            env_discard_groups=_count(env, "RL_MCP_ENV_DISCARD_GROUPS", 20),
-            env_discard_hard_limit_s=_seconds(env, "RL_MCP_ENV_DISCARD_HARD_LIMIT", 3600.0),
+            env_limits=EnvLimits.from_environ(env),
             environ=env,
         )
-
-
-N = TypeVar("N", int, float)
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    return _number(env, name, default, float, 0.0, "seconds")
-
-
-def _count(env: Mapping[str, str], name: str, default: int) -> int:
-    return _number(env, name, default, int, 1, "a whole number")
-
-
-def _number(env: Mapping[str, str], name: str, default: N, parse: Callable[[str], N], least: N, what: str) -> N:
-    raw = env.get(name)
-    if raw is None:
-        return default
-    try:
-        return max(parse(raw), least)
-    except ValueError as exc:
-        raise SettingsError(f"{name} must be {what}, got {raw!r}") from exc

@@ -320,7 +320,7 @@ async def test_run_config_follows_the_contract(mcp_app, probe_envs, tmp_path, mo
     text = path.read_text()
     assert "tml-sentinel" not in text
     loaded = load_run_config(path)
-    env = loaded.env
+    env = loaded.env.as_written()
     assert env["rollout_server_url"] == "http://127.0.0.1:41001"
     assert env["tokenizer_name"] == str(model_dir("tiny-chat"))
     assert env["difficulty"] == 4 and env["total_steps"] == 3 and env["group_size"] == 8

@@ -76,7 +76,9 @@ class InferenceRequest:
     group_size: int
     timeout_s: float
     out_dir: Path
-    env_limits: EnvLimits = field(default_factory=EnvLimits)  # when an environment that only discards is stopped
+    env_limits: EnvLimits = field(
+        default_factory=lambda: EnvLimits.model_validate({})
+    )  # when an environment that only discards is stopped
     env_python: str | None = None  # the environment process's interpreter (an Atropos folder's own venv)
     module_home: ModuleHome | None = None  # where the environment's code imports from: named with a missing module
 

@@ -201,7 +201,9 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
     found = diagnose(run_facts(rec, cache))
     top = found[0] if found and found[0].rank >= diagnosis.SEVERITY_RANK["warning"] else None
     if rec.active and env_error is not None and env_error.at > (env_error.last_group_at or 0.0):
-        hint = descriptions.next_status_env_raising(env_error.line, env_error.errors, settings.env_error_timeout_s)
+        hint = descriptions.next_status_env_raising(
+            env_error.line, env_error.errors, settings.env_limits.error_timeout_s
+        )
     elif rec.active and requests is not None and requests.timeouts_summary:
         hint = descriptions.next_status_requests(requests.timeouts_summary)
     elif rec.active and top is not None:
