@@ -7,15 +7,20 @@ import asyncio
 import json
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from rl_mcp.environments.discovery import Discovery
 from rl_mcp.runs.live import RunPlan
+from rl_mcp.runs.preflight import RunError
 from rl_mcp.runs.resume import ModelIdentity, ResumeRefused, choose_state, fork_plan, resume_plan
+from rl_mcp.runs.start_plan import StartRequest, resumed
 from rl_mcp.runs.store import RunRecord, RunStore
+from rl_mcp.settings import BUNDLED_ENV_DIR
 from tinker_atropos.run_files import (
     RunFiles,
     TrainingState,
@@ -288,3 +293,20 @@ def test_tinker_resume_goes_through_the_sdk_with_the_tinker_path(tmp_path: Path,
     asyncio.run(go())
     assert [s.path for s in read_training_states(tmp_path)] == ["tinker://run-2/weights/state-000010"]
     assert calls[-1] == ("delete", "tinker://run-2/weights/state-000005")
+
+
+def test_a_start_is_planned_from_its_arguments_without_mcp(tmp_path: Path) -> None:
+    """rl_start_training's decisions (rl_mcp/runs/start_plan.py): the resume arguments checked, a
+    resume planned from the parent's own config and its environment found again."""
+    with pytest.raises(RunError, match="go with resume_from=<run id>"):
+        StartRequest(fork=True)
+    assert StartRequest("parent").resumes and not StartRequest("parent", fork=True).resumes
+    parent = _parent(tmp_path)
+    lookup = {"parent": parent}.__getitem__
+    catalog = Discovery((BUNDLED_ENV_DIR,)).scan()
+    plan = resumed(StartRequest("parent", checkpoint_step=3, total_steps=12), lookup, catalog)
+    assert plan.environment == "letter_repeat" and plan.env_file == catalog.environments["letter_repeat"].file
+    assert plan.lineage is not None and not plan.lineage.forked and plan.lineage.step == 3
+    gone = replace(catalog, environments={})
+    with pytest.raises(RunError, match="environment 'letter_repeat' is no longer found"):
+        resumed(StartRequest("parent"), lookup, gone)

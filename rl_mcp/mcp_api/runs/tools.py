@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -24,16 +23,13 @@ from rl_mcp.mcp_api.run_view import run_view_meta
 from rl_mcp.mcp_api.runs import descriptions, views
 from rl_mcp.mcp_api.runs.answers import CostEstimate, RunList, RunResults, RunStarted, RunStatus, RunStopped
 from rl_mcp.mcp_api.spend import SpendConfirmation, confirmed_by, figures_for
-from rl_mcp.runs import resume
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.live import RunPlan
 from rl_mcp.runs.metrics import MetricsCache
-from rl_mcp.runs.preflight import RunError
+from rl_mcp.runs.start_plan import SessionStart, StartRequest, from_session, resumed
 from rl_mcp.runs.store import RunRecord
 from rl_mcp.runs.vocab import RunStatus as Status
 from rl_mcp.runs.wandb_lookup import wandb_summary
-from rl_mcp.session.run_config import render_run_config, write_run_config
-from tinker_atropos.run_files import RunFiles, atomic_write_text
 
 
 class StatusChecks:
@@ -107,46 +103,15 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
                 answer.cost_estimate = CostEstimate(**cost[0].as_dict(), confirmed=confirmed)
             return with_run_links(answer, rec.run_id)
 
-        if resume_from is None:
-            if checkpoint_step is not None or fork or total_steps is not None:
-                raise RunError(
-                    "checkpoint_step, fork and total_steps go with resume_from=<run id>; without it, "
-                    "edit the session's config (rl_edit_config) and start a new run"
-                )
-        elif not fork:
-            plan = _resume_plan(app, resume_from, checkpoint_step, total_steps)
-            return await _started(plan)
+        request = StartRequest(resume_from, checkpoint_step, fork, total_steps)
+        if request.resumes:
+            return await _started(resumed(request, app.runs.get, app.catalog()))
         info, schema = await app.runnable_schema(progress.note)
         state, profile = app.session.state, app.settings.profile
         teacher = session_teacher(schema, profile, state, app.runs.list())  # refused here: nothing started yet
-
-        def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:
-            config = render_run_config(
-                profile=profile,
-                schema=schema,
-                state=state,
-                api_port=api_port,
-                inference_port=inference_port,
-                run_dir=run_dir,
-                run_name=run_name,
-                engine_url=app.engine_url,
-            )
-            atomic_write_text(RunFiles(run_dir).edits, json.dumps(state.edits, indent=1, default=str))
-            if teacher is not None:
-                config["tinker"]["teacher"] = teacher.ref
-                teacher.write(run_dir)
-            return write_run_config(RunFiles(run_dir).config, config)
-
         home = (await app.runtime(info)).home  # installed by now: where its code imports from
-        plan = RunPlan(info.name, info.file, write, run_name=state.wandb_name, module_home=home)
-        if resume_from is not None:  # a fork: the parent's state, the session's config
-            parent = app.runs.get(resume_from)
-            saved = resume.choose_state(parent, checkpoint_step)
-            preview = render_run_config(
-                profile=profile, schema=schema, state=state, api_port=1, inference_port=1, run_dir=Path(parent.run_dir)
-            )  # its model identity only: no engine needed
-            plan = resume.fork_plan(parent, saved, plan, resume.identity_of(preview["tinker"]), total_steps=total_steps)
-        return await _started(plan)
+        start = SessionStart(profile, schema, state, info, home, app.engine_url, teacher)
+        return await _started(from_session(start, request, app.runs.get))
 
     @server.tool(
         name="rl_check_status",
@@ -219,18 +184,6 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     ) -> RunList:
         runs = app.runs.list(status)
         return RunList(runs=[views.summary(r, cache) for r in runs], next_step=descriptions.NEXT_AFTER_RUN_LIST)
-
-
-def _resume_plan(app: AppContext, run_id: str, checkpoint_step: int | None, total_steps: int | None) -> RunPlan:
-    parent = app.runs.get(run_id)
-    saved = resume.choose_state(parent, checkpoint_step)
-    info = app.catalog().environments.get(parent.environment)
-    if info is None:
-        raise RunError(
-            f"run {run_id}'s environment {parent.environment!r} is no longer found in the environment dirs: "
-            "it cannot be resumed until its file is back (rl_list_environments)"
-        )
-    return resume.resume_plan(parent, saved, info.file, total_steps=total_steps)
 
 
 def _wandb_project(config_path: Path) -> str | None:
