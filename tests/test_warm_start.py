@@ -193,3 +193,17 @@ def test_which_children_a_template_may_fork() -> None:
     assert template_key(["run-api", "--port", "1"], env, py) is None
     assert template_key([py, "-m", "x"], {**env, "RL_MCP_WARM_START": "0"}, py) is None
     assert template_key([py, "-m", "x"], env, py, platform="darwin") is None  # fork, /proc and prctl: Linux
+
+
+def test_a_package_installed_where_children_import_from_needs_a_new_template(tmp_path: Path) -> None:
+    """A loss or an environment's package installed into a PYTHONPATH folder (or the interpreter's
+    site-packages) after a template started: the template would fork children that cannot see it."""
+    from rl_mcp.warm_start.templates import _key_for_children_of
+
+    env = {"HOME": "/h", "PYTHONPATH": str(tmp_path)}
+    before = _key_for_children_of(sys.executable, env)
+    assert before is not None and before == _key_for_children_of(sys.executable, env)
+    time.sleep(0.01)  # a later mtime on any filesystem that keeps nanoseconds
+    (tmp_path / "rl_mcp_toy_loss-0.1.0.dist-info").mkdir()
+    after = _key_for_children_of(sys.executable, env)
+    assert after is not None and after != before and after.env == before.env

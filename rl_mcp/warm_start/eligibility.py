@@ -19,10 +19,13 @@ from tinker_atropos.warm_fork import import_key
 
 @dataclass(frozen=True)
 class TemplateKey:
-    """The interpreter and the import-time environment a template serves."""
+    """The interpreter and the import-time environment a template serves, and what was installed
+    where it imports from when it started (`packages`: a package installed or removed since, such as
+    a loss registered by another package's entry point, needs a new template)."""
 
     python: str
     env: tuple[tuple[str, str], ...]
+    packages: tuple[int, ...] = ()
 
     def environment(self) -> dict[str, str]:
         return dict(self.env)

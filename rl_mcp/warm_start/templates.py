@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anyio
@@ -107,7 +107,7 @@ def fork(
     argv: Sequence[str], *, env: Mapping[str, str], cwd: Path | None, stdout: int, stderr: int
 ) -> WarmChild | None:
     """`argv` forked from a warm template with stdin from /dev/null, or None: start it cold."""
-    key = template_key(argv, env, sys.executable)
+    key = _current(template_key(argv, env, sys.executable))
     if key is None:
         return None
     with _lock:
@@ -144,7 +144,24 @@ def prepare(python: str, env: Mapping[str, str]) -> None:
 
 def _key_for_children_of(python: str, env: Mapping[str, str]) -> TemplateKey | None:
     """The key of the template that forks `python -m ...` children under `env`."""
-    return template_key([python, "-m", TEMPLATE_MODULE], env, sys.executable)
+    return _current(template_key([python, "-m", TEMPLATE_MODULE], env, sys.executable))
+
+
+def _current(key: TemplateKey | None) -> TemplateKey | None:
+    """`key` with what is installed now where its children import from: the interpreter's
+    site-packages and the PYTHONPATH folders (each changes when a package comes or goes)."""
+    if key is None:
+        return None
+    venv = Path(key.python).parent.parent
+    folders = [*sorted(venv.glob("lib/python3*/site-packages"))]
+    folders += [Path(p) for p in key.environment().get("PYTHONPATH", "").split(os.pathsep) if p]
+    stamps = []
+    for folder in folders:
+        try:
+            stamps.append(folder.stat().st_mtime_ns)
+        except OSError:
+            stamps.append(0)
+    return replace(key, packages=tuple(stamps))
 
 
 def _add(key: TemplateKey) -> None:
