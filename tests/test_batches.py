@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tinker_atropos.trainer.batches import for_loss, groups_to_datums, with_sampler_logprobs
+from tinker_atropos.losses import loss_named
+from tinker_atropos.trainer.batches import groups_to_datums, with_sampler_logprobs
 
 P = -100  # prompt mask
 
@@ -191,9 +192,9 @@ def test_single_token_sequence_has_no_target_and_is_dropped():
 def test_loss_inputs_per_loss_fn():
     group = _group([[1, 2, 3], [1, 2, 4]], [[P, P, 3], [P, P, 4]], [1.0, 0.0], [[1.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
     datums = groups_to_datums([group]).datums
-    assert for_loss(datums, "importance_sampling") is datums
+    assert loss_named("importance_sampling").datums(datums) == datums
     assert set(datums[0].loss_fn_inputs) == {"target_tokens", "logprobs", "advantages"}
-    [ce, _] = for_loss(datums, "cross_entropy")
+    [ce, _] = loss_named("cross_entropy").datums(datums)
     assert set(ce.loss_fn_inputs) == {"target_tokens", "weights"}
     assert _arr(ce, "weights") == [0.0, 0.5]
     assert ce.model_input.to_ints() == [1, 2]
