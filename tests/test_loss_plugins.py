@@ -1,6 +1,7 @@
 """A policy loss from another package (tests/plugins/toy_loss: one file and its pyproject.toml, outside
 the product) installed as a user installs one, then named in the `rl_mcp.losses` entry-point group:
-it is listed, described and trained on the local backend through the MCP tools (test_skyrl_engine.py's
+refused before it is installed, then (the introspected fields read again, not taken from the cache)
+listed, described and trained on the local backend through the MCP tools (test_skyrl_engine.py's
 fork C trains it through SkyRL's engine). A plugin that cannot be loaded is left out with the reason,
 and the product's losses stay."""
 
@@ -54,7 +55,11 @@ def test_a_plugin_that_cannot_be_loaded_is_left_out_with_the_reason(tmp_path: Pa
 async def test_an_installed_loss_is_listed_described_and_trains_on_the_local_backend(tmp_path: Path) -> None:
     site = install_toy_loss(tmp_path)
     assert losses_in_a_process(str(site)).stdout.split()[-1] == "sign_pg"
-    env = environ(tmp_path / "home", PYTHONPATH=str(site))
+    async with serving(environ(tmp_path / "before")) as (_, server), Client(server) as client:
+        await call(client, "rl_select_environment", name="letter_repeat")  # the product's fields read, cached
+        refused = await client.call_tool("rl_edit_config", {"field": "loss_fn", "value": "sign_pg"})
+        assert refused.is_error and "expected one of 'importance_sampling'" in str(refused.content)
+    env = environ(tmp_path / "home", PYTHONPATH=str(site))  # the same cache: installed since, so read again
     async with serving(env) as (_, server), Client(server) as client:
         await configure(client, "letter_repeat")
         await call(client, "rl_edit_config", field="total_steps", value=2)

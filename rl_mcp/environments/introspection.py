@@ -37,7 +37,7 @@ from rl_mcp.settings import TRAINER_PACKAGE_DIR, Settings, without_secrets
 from rl_mcp.tmpdirs import child_tmpdir
 from tinker_atropos.mcp_tools.servers_file import servers_path
 from tinker_atropos.run_files import atomic_write_text
-from tinker_atropos.venvs import OPENENV
+from tinker_atropos.venvs import OPENENV, packages_stamp
 
 TRACEBACK_TAIL_LINES = 15
 _PRODUCT_WHAT = "the fields every run has (atroposlib's BaseEnvConfig and the training fields)"
@@ -125,9 +125,12 @@ def _trainer_config_file() -> Path:
     return TRAINER_PACKAGE_DIR / "trainer" / "config.py"
 
 
-def _cache_key(info: EnvironmentInfo | None) -> str:
-    """The key of an environment's cached fields (None: the product's own fields)."""
+def _cache_key(info: EnvironmentInfo | None, installed: tuple[int, ...]) -> str:
+    """The key of an environment's cached fields (None: the product's own fields); `installed`: what is
+    installed where the child imports from (a loss registered by a package installed since widens
+    `loss_fn`'s choices)."""
     parts = [CACHE_VERSION, str(info.file), info.class_name] if info else [CACHE_VERSION, PRODUCT_FIELDS]
+    parts.append(",".join(map(str, installed)))
     for path in ([info.file] if info else []) + [_trainer_config_file()]:
         try:
             st = path.stat()
@@ -162,10 +165,13 @@ class Introspector:
 
     def cached(self, info: EnvironmentInfo) -> ConfigSchema | None:
         if info.format in FORMATS:
-            host = self._cached(_cache_key(VERIFIERS_HOST))
+            host = self._cached(self._key(VERIFIERS_HOST))
             return None if host is None else verifiers_schema(info, host, self._venv(info))
-        found = self._cached(_cache_key(info))  # a hosted environment's key is its host class's
+        found = self._cached(self._key(info))  # a hosted environment's key is its host class's
         return None if found is None else self._specialized(info, found)
+
+    def _key(self, info: EnvironmentInfo | None) -> str:
+        return _cache_key(info, packages_stamp(self.settings.python, self.settings.environ))
 
     def _specialized(self, info: EnvironmentInfo, found: ConfigSchema) -> ConfigSchema:
         """A reasoning-gym task's or a tool server's fields, from its host environment's."""
@@ -206,7 +212,7 @@ class Introspector:
 
     async def _schema(self, info: EnvironmentInfo | None) -> ConfigSchema:
         """An environment's schema (None: the product's own fields), from cache or a child process."""
-        key = _cache_key(info)
+        key = self._key(info)
         if (hit := self._cached(key)) is not None:
             return hit
         async with self._lock:  # one child at a time: each costs seconds of CPU

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rl_mcp.environments.verifiers_format import VerifiersEnv, read_file
+from tinker_atropos.venvs import packages_stamp
 
 _REQUIRES_VERIFIERS = re.compile(r"^Requires-Dist:\s*verifiers(?![\w.-])", re.MULTILINE | re.IGNORECASE)
 _NOT_MODULES = ["__pycache__", "bin", "share", "include"]  # folders beside modules in a RECORD
@@ -33,8 +34,8 @@ def site_dirs(python: Path) -> list[Path]:
 
 
 def stamp(python: Path) -> tuple[int, ...]:
-    """Changes when a package is installed or removed (each adds or drops a folder in site-packages)."""
-    return tuple(d.stat().st_mtime_ns for d in site_dirs(python))
+    """Changes when a package is installed into the venv or removed from it."""
+    return packages_stamp(python, {})
 
 
 def _top_level(dist_info: Path) -> list[str]:

@@ -27,6 +27,7 @@ import anyio
 
 from rl_mcp.warm_start.eligibility import TemplateKey, template_key
 from tinker_atropos import warm_fork
+from tinker_atropos.venvs import packages_stamp
 
 # the template's entry and the room it leaves for its children's command lines and environments
 # (light constants: the server never imports the module itself)
@@ -148,20 +149,8 @@ def _key_for_children_of(python: str, env: Mapping[str, str]) -> TemplateKey | N
 
 
 def _current(key: TemplateKey | None) -> TemplateKey | None:
-    """`key` with what is installed now where its children import from: the interpreter's
-    site-packages and the PYTHONPATH folders (each changes when a package comes or goes)."""
-    if key is None:
-        return None
-    venv = Path(key.python).parent.parent
-    folders = [*sorted(venv.glob("lib/python3*/site-packages"))]
-    folders += [Path(p) for p in key.environment().get("PYTHONPATH", "").split(os.pathsep) if p]
-    stamps = []
-    for folder in folders:
-        try:
-            stamps.append(folder.stat().st_mtime_ns)
-        except OSError:
-            stamps.append(0)
-    return replace(key, packages=tuple(stamps))
+    """`key` with what is installed now where its children import from."""
+    return None if key is None else replace(key, packages=packages_stamp(key.python, key.environment()))
 
 
 def _add(key: TemplateKey) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -93,6 +94,22 @@ OPENENV = Generation(
     child_file=Path(__file__).with_name("openenv") / "serve.py",
 )
 GENERATIONS = {g.format: g for g in (CLASSIC, V1, OPENENV)}
+
+
+def packages_stamp(python: str | Path, environ: Mapping[str, str]) -> tuple[int, ...]:
+    """Changes when a package is installed or removed where `python`'s processes import from: its venv's
+    site-packages and the PYTHONPATH folders (each gains or drops an entry, so its mtime moves). What
+    was read from a process of that interpreter (an introspected schema, a warm template's imports)
+    holds while this does."""
+    folders = sorted(Path(python).parent.parent.glob("lib/python3*/site-packages"))
+    folders += [Path(p) for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    stamps = []
+    for folder in folders:
+        try:
+            stamps.append(folder.stat().st_mtime_ns)
+        except OSError:
+            stamps.append(0)
+    return tuple(stamps)
 
 
 def verifiers_venvs(environ: Mapping[str, str]) -> dict[str, Path]:
