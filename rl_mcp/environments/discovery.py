@@ -27,7 +27,7 @@ from rl_mcp.environments.packages.folder import PYPROJECT, PackageFolder, read_f
 from rl_mcp.environments.verifiers_format import ENTRY_POINT, VerifiersEnv, read_module
 from rl_mcp.settings import Settings
 from tinker_atropos.mcp_tools.servers_file import servers_path
-from tinker_atropos.venvs import OPENENV, verifiers_venvs
+from tinker_atropos.venvs import OPENENV, packages_stamp, verifiers_venvs
 
 # atroposlib's BaseEnv, and the agent base (a BaseEnv in tinker_atropos/agent, outside the env dirs).
 BASE_CLASSES = frozenset({"BaseEnv", "HermesAgentBaseEnv"})
@@ -268,7 +268,7 @@ class Discovery:
     def _installed(self) -> list[EnvironmentInfo]:
         """The verifiers venvs' installed environments (each venv's own API generation), read again
         only when a venv's site-packages change."""
-        now = tuple((f, verifiers_packages.stamp(p)) for f, p in sorted(self.verifiers_venvs.items()))
+        now = tuple((f, packages_stamp(p, {})) for f, p in sorted(self.verifiers_venvs.items()))
         if now != self._packages[0]:
             found = [
                 EnvironmentInfo(

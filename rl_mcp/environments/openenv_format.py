@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from rl_mcp.environments.packages.folder import PackageFolder, normalize, read_project
-from rl_mcp.environments.verifiers_packages import site_dirs
 from rl_mcp.settings import BUNDLED_ENV_DIR
 from tinker_atropos.openenv.folder import MANIFEST, OpenEnvFolderError, read_openenv_folder, refuse_remote_source
+from tinker_atropos.venvs import site_dirs
 
 PREFIX = "openenv:"
 ENV_FILE = BUNDLED_ENV_DIR / "openenv_env.py"

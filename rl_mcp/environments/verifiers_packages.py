@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rl_mcp.environments.verifiers_format import VerifiersEnv, read_file
-from tinker_atropos.venvs import packages_stamp
+from tinker_atropos.venvs import site_dirs
 
 _REQUIRES_VERIFIERS = re.compile(r"^Requires-Dist:\s*verifiers(?![\w.-])", re.MULTILINE | re.IGNORECASE)
 _NOT_MODULES = ["__pycache__", "bin", "share", "include"]  # folders beside modules in a RECORD
@@ -26,16 +26,6 @@ class PackageEnv:
     file: Path
     site: Path
     found: VerifiersEnv
-
-
-def site_dirs(python: Path) -> list[Path]:
-    """The site-packages folders of the venv whose interpreter is `python` (`<venv>/bin/python`)."""
-    return sorted(python.parent.parent.glob("lib/python3*/site-packages"))
-
-
-def stamp(python: Path) -> tuple[int, ...]:
-    """Changes when a package is installed into the venv or removed from it."""
-    return packages_stamp(python, {})
 
 
 def _top_level(dist_info: Path) -> list[str]:

@@ -96,12 +96,17 @@ OPENENV = Generation(
 GENERATIONS = {g.format: g for g in (CLASSIC, V1, OPENENV)}
 
 
+def site_dirs(python: str | Path) -> list[Path]:
+    """The site-packages folders of the venv whose interpreter is `python` (`<venv>/bin/python`)."""
+    return sorted(Path(python).parent.parent.glob("lib/python3*/site-packages"))
+
+
 def packages_stamp(python: str | Path, environ: Mapping[str, str]) -> tuple[int, ...]:
     """Changes when a package is installed or removed where `python`'s processes import from: its venv's
     site-packages and the PYTHONPATH folders (each gains or drops an entry, so its mtime moves). What
     was read from a process of that interpreter (an introspected schema, a warm template's imports)
     holds while this does."""
-    folders = sorted(Path(python).parent.parent.glob("lib/python3*/site-packages"))
+    folders = site_dirs(python)
     folders += [Path(p) for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     stamps = []
     for folder in folders:

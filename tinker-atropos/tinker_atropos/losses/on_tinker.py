@@ -25,6 +25,7 @@ from tinker import types
 from tinker_atropos.backends.tinker_compat import loss_sum_of
 from tinker_atropos.losses import loss_named
 from tinker_atropos.losses.base import Loss
+from tinker_atropos.trainer.objective import aggregated
 
 
 def engine_factors(datums: Sequence[types.Datum]) -> list[float]:
@@ -42,7 +43,7 @@ async def forward_backward(
     factors = engine_factors(data) if self_hosted else [1.0] * len(data)
     if way == "two_passes":
         return await two_passes(training, data, loss, loss.config(config), factors)
-    sent = [_scaled(d, f) for d, f in zip(data, factors)]
+    sent = aggregated(list(data), factors)  # SkyRL's means undone, as a step's aggregation is applied
     given = dict(config) if config else None  # none sent for a loss without settings, as SkyRL 0.4 expects
     output = await training.forward_backward(sent, loss_fn, loss_fn_config=given)
     total = loss_sum_of(output, data, factors) if self_hosted else None
@@ -57,14 +58,6 @@ def _with_loss(
         loss_fn_outputs=outputs,
         metrics={**(output.metrics or {}), "loss:sum": total},
     )
-
-
-def _scaled(datum: types.Datum, factor: float) -> types.Datum:
-    if factor == 1.0:
-        return datum
-    inputs = dict(datum.loss_fn_inputs)
-    inputs["advantages"] = _array(inputs["advantages"].to_numpy() * factor)
-    return types.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
 
 
 def _array(values: Any) -> types.TensorData:
