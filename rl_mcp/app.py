@@ -17,10 +17,12 @@ import anyio.abc
 
 from rl_mcp.engines.from_profile import attached_url, managed_engine
 from rl_mcp.engines.service import EngineService
-from rl_mcp.environments.discovery import Catalog, Discovery, EnvironmentInfo
-from rl_mcp.environments.introspection import ConfigSchema, Introspector
+from rl_mcp.environments.discovery import Catalog, Discovery
+from rl_mcp.environments.introspection import Introspector
 from rl_mcp.environments.packages.install import EnvPackages, Report, Runtime
+from rl_mcp.environments.records import ConfigSchema, EnvironmentInfo
 from rl_mcp.errors import UserError
+from rl_mcp.formats import FORMATS
 from rl_mcp.runs.manager import RunManager
 from rl_mcp.runs.store import StoreError
 from rl_mcp.runtimes import ensure_runtime
@@ -29,7 +31,6 @@ from rl_mcp.session.state import Session
 from rl_mcp.settings import Settings
 from rl_mcp.statelock import acquire as lock_state_dir
 from rl_mcp.tool_servers.listing import ToolServers
-from tinker_atropos.venvs import GENERATIONS
 
 logger = logging.getLogger("rl_mcp")
 
@@ -136,8 +137,8 @@ class AppContext:
         that cannot run here (a folder whose dependencies cannot be met); the runtimes it runs in are
         made and an environment folder is installed first when needed (`report`: progress)."""
         info = self.selected()
-        if info.openenv is not None and info.openenv.error:  # a Hub or Docker source, a folder without its app
-            raise UserError(f"environment {info.name!r} cannot run: {info.openenv.error}")
+        if refused := FORMATS[info.format].refusal(info):  # e.g. a Hub or Docker source, a folder without its app
+            raise UserError(f"environment {info.name!r} cannot run: {refused}")
         await self.runtime(info, report)
         return info, await self.introspector.schema(info)
 
@@ -145,10 +146,10 @@ class AppContext:
         """Where `info`'s environment process runs: the training runtime and its format's made first
         when they are not (minutes, once), its folder installed when needed."""
         await self.training_runtime(report)
-        generation = GENERATIONS.get(info.format)
-        if generation is not None:
+        runtime = FORMATS[info.format].runtime
+        if runtime is not None:
             try:
-                await ensure_runtime(generation.runtime, self.settings.environ, report)
+                await ensure_runtime(runtime, self.settings.environ, report)
             except RuntimeUnavailable as exc:
                 raise RuntimeUnavailable(f"environment {info.name!r} cannot run: {exc}") from exc
         return await self.packages.runtime(info.name, info.format, info.package, report)

@@ -47,6 +47,7 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     from rl_mcp.environments.packages.install import VENVS_DIR, installed
     from rl_mcp.runtimes.inventory import runtime_states
     from rl_mcp.settings import SECRET_ENV_VARS, Settings, SettingsError, unexpanded_placeholders
+    from rl_mcp.tool_servers.files import names_a_server
     from tinker_atropos.mcp_tools.servers_file import servers_path
     from tinker_atropos.venvs import GENERATIONS, runtimes_dir
 
@@ -91,7 +92,7 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
     lines.append(f"state dir     {settings.home}")
     servers = servers_path(settings.environ, settings.home)
     catalog = Discovery.for_settings(settings).scan()
-    mcp = sorted(n for n, e in catalog.environments.items() if e.server)
+    mcp = sorted(n for n in catalog.environments if names_a_server(n))
     lines.append(f"tool servers  {servers}: {', '.join(mcp) or 'none' if servers.exists() else 'no such file'}")
     for env_dir in settings.env_dirs:
         names = sorted(e.name for e in catalog.environments.values() if e.env_dir == env_dir)
@@ -102,11 +103,8 @@ def report(environ: Mapping[str, str] | None = None) -> tuple[list[str], bool]:
         made = f"{state.path}{size}: {state.note}" if state.made else f"not made: {state.note}"
         lines.append(f"  {state.name:<12} {made}; `{state.command}`")
     for generation in GENERATIONS.values():
-        envs = [
-            e.name
-            for e in catalog.environments.values()
-            if e.module and e.package is None and e.format == generation.format
-        ]
+        venv = generation.python(settings.environ).parent.parent
+        envs = [e.name for e in catalog.environments.values() if venv in e.env_dir.parents]  # installed there
         if generation.python(settings.environ).exists():
             lines.append(f"{generation.format:<13} installed in its runtime: {', '.join(sorted(envs)) or 'none'}")
     for record in installed(settings.home):  # environment folders, each in its own layered venv

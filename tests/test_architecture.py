@@ -33,6 +33,7 @@ LAYERS = [
             "rl_mcp.model_build",
             "rl_mcp.plots",
             "rl_mcp.environments",
+            "rl_mcp.formats",
             "rl_mcp.session",
             "rl_mcp.runs",
             "rl_mcp.inference",
@@ -83,6 +84,7 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.openenv",
     "tinker_atropos.openenv.folder",
     "tinker_atropos.owner",
+    "tinker_atropos.plugins",
     "tinker_atropos.models.smollm2_wheel",
     "tinker_atropos.reply_cap",
     "tinker_atropos.request_timeouts",
@@ -179,6 +181,40 @@ def test_dependencies_run_one_way(graph: dict[str, set[str]]) -> None:
             if there is not None and there > here:
                 upward.append(f"{module} ({LAYERS[here][0]}) imports {target} ({LAYERS[there][0]})")
     assert upward == []
+
+
+# Literals equal to a format's name that name something else: a runtime of the catalog (its own
+# extension point, named as the format it serves) and a Python distribution.
+NOT_A_FORMAT = {("rl_mcp.runtimes.catalog", name) for name in ("verifiers", "verifiers-v1", "openenv")} | {
+    ("rl_mcp.doctor", "mcp")
+}
+
+
+def test_a_format_is_spelled_only_in_its_folder_and_the_registry(graph: dict[str, set[str]]) -> None:
+    """The rest of the product asks the registry (rl_mcp/formats/__init__.py): no module outside a
+    format's folder compares with its name or imports its folder."""
+    from rl_mcp.formats import BUILT_IN, FORMATS
+
+    folders = {f.name: type(f).__module__ for f in BUILT_IN}
+    assert set(FORMATS) >= set(folders) and len(set(folders.values())) == 6  # verifiers' two share one
+
+    def inside(module: str, folder: str) -> bool:
+        return module == folder or module.startswith(folder + ".")
+
+    spelled = []
+    for module, path in modules().items():
+        if not module.startswith("rl_mcp.") or module == "rl_mcp.formats":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Constant) and node.value in folders):
+                continue
+            if (module, node.value) not in NOT_A_FORMAT and not inside(module, folders[node.value]):
+                spelled.append(f"{module}:{node.lineno} spells {node.value!r}")
+        for target in graph[module]:
+            owner = next((folder for folder in folders.values() if inside(target, folder)), None)
+            if owner is not None and not inside(module, owner):
+                spelled.append(f"{module} imports {target}")
+    assert spelled == []
 
 
 def is_tool_family(folder: Path) -> bool:

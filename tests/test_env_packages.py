@@ -91,7 +91,7 @@ def test_a_folder_is_listed_once_under_its_module_with_its_format() -> None:
     }
     assert not catalog.errors and not catalog.shadowed
     roman = catalog.environments["vf_roman_numerals"]
-    assert roman.module == "vf_roman_numerals" and roman.file.name == "__init__.py"  # loaded by module, as installed
+    assert roman.entry == "vf_roman_numerals" and roman.file.name == "__init__.py"  # loaded by module, as installed
 
 
 def test_a_conflict_names_the_folders_own_pin_first_and_who_asks_for_it() -> None:

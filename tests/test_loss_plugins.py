@@ -23,14 +23,18 @@ from tinker_atropos.run_files import RunFiles, read_jsonl
 PLUGIN = Path(__file__).parent / "plugins" / "toy_loss"
 
 
-def install_toy_loss(where: Path) -> Path:
-    """The toy loss's package installed into a folder of its own (as `pip install --target`), which a
+def install_plugin(plugin: Path, where: Path) -> Path:
+    """A plugin's package installed into a folder of its own (as `pip install --target`), which a
     process's PYTHONPATH then puts on its path: the folder."""
-    source, site = where / "toy-loss-source", where / "toy-loss-site"
-    shutil.copytree(PLUGIN, source)  # the build writes beside its sources: never into the checkout
+    source, site = where / f"{plugin.name}-source", where / f"{plugin.name}-site"
+    shutil.copytree(plugin, source)  # the build writes beside its sources: never into the checkout
     argv = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
     subprocess.run([*argv, "--target", str(site), str(source)], check=True, timeout=120)
     return site
+
+
+def install_toy_loss(where: Path) -> Path:
+    return install_plugin(PLUGIN, where)
 
 
 def losses_in_a_process(pythonpath: str) -> subprocess.CompletedProcess[str]:

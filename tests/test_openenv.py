@@ -21,9 +21,11 @@ from test_runs_mcp import call, environ, serving, wait_status
 from tiny_profiles import on_tiny_chat
 
 from rl_mcp.environments.discovery import Discovery
+from rl_mcp.formats.base import Places
 from rl_mcp.settings import BUNDLED_ENV_DIR
 from tinker_atropos.openenv.folder import read_openenv_folder
 from tinker_atropos.openenv.servers import start_servers, stop_all
+from tinker_atropos.venvs import OPENENV
 
 pytestmark = [pytest.mark.anyio]
 # tiny-chat spends a token per character: room for the action's schema and two short turns
@@ -191,12 +193,11 @@ def test_an_installed_openenv_distribution_is_listed_and_runs_as_installed(tmp_p
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps"]
     subprocess.run([*pip, str(source)], check=True, capture_output=True)
-    found = Discovery((BUNDLED_ENV_DIR,), openenv_python=venv / "bin" / "python").scan().environments
+    found = Discovery((BUNDLED_ENV_DIR,), Places(environ={OPENENV.venv_var: str(venv)})).scan().environments
     info = found["openenv:installed_echo"]
     assert info.format == "openenv" and info.package is None and info.description == "an echo, installed"
-    assert info.openenv is not None and info.openenv.folder == next(
-        venv.glob("lib/python3*/site-packages/installed_echo")
-    )
+    assert info.entry is not None and info.entry.folder == next(venv.glob("lib/python3*/site-packages/installed_echo"))
     # OpenEnv's own distribution carries its `openenv init` template's openenv.yaml: not an environment
-    ours = Discovery((BUNDLED_ENV_DIR,), openenv_python=OPENENV_VENV / "python").scan().environments
+    ours = Discovery((BUNDLED_ENV_DIR,), Places(environ={OPENENV.venv_var: str(OPENENV_VENV.parent)})).scan()
+    ours = ours.environments
     assert not [name for name in ours if name.startswith("openenv:")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_mcp.environments.openenv_format import url_entries
+from rl_mcp.formats.openenv.entries import url_entries
 from tinker_atropos.openenv.folder import OpenEnvFolderError, read_openenv_folder, refuse_remote_source
 from tinker_atropos.openenv.items import ItemsError, read_items
 

@@ -53,7 +53,7 @@ async def test_every_task_is_an_environment_with_its_generator_settings_as_field
         names = [e["name"] for e in listed["environments"]]
         assert "reasoning_gym" in names and not any(n.startswith("reasoning_gym:") for n in names)
         info = app.environment(TASK)  # the entry itself, as select and start see it
-        assert (info.class_name, info.format, info.task) == ("ReasoningGymEnv", "reasoning-gym", "leg_counting")
+        assert (info.class_name, info.format, info.entry) == ("ReasoningGymEnv", "reasoning-gym", "leg_counting")
         assert "leg counting" in info.description and "0.1.25" in info.description
 
         await call(client, "rl_select_environment", name=TASK)

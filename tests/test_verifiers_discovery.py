@@ -19,7 +19,7 @@ from mcp import Client
 from mcp_types import ElicitResult
 
 from rl_mcp.environments.discovery import Discovery
-from rl_mcp.environments.verifiers_format import read_file, read_module
+from rl_mcp.formats.verifiers.files import read_file, read_module
 from rl_mcp.settings import BUNDLED_ENV_DIR
 from tinker_atropos.venvs import V1
 
@@ -147,7 +147,12 @@ def test_a_recursive_config_class_is_read_without_recursing() -> None:
 
 
 def test_an_argument_named_as_a_product_field_is_the_environments_and_says_so(tmp_path: Path) -> None:
-    from rl_mcp.environments.introspection import ConfigSchema, FieldSpec, IntrospectionError, verifiers_schema
+    from rl_mcp.environments.records import ConfigSchema, EnvironmentInfo, FieldSpec, IntrospectionError
+    from rl_mcp.formats import FORMATS
+    from rl_mcp.formats.base import FieldPlaces
+
+    def verifiers_schema(info: EnvironmentInfo, product: ConfigSchema) -> ConfigSchema:
+        return FORMATS[info.format].schema(info, product, FieldPlaces(tmp_path, {}, lambda folder: None))
 
     env = tmp_path / "seeded.py"
     env.write_text("import verifiers as vf\n\ndef load_environment(seed: int = 7, n: int = 2):\n    ...\n")

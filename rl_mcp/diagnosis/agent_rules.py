@@ -2,9 +2,8 @@
 
 Seen with a published verifiers ToolEnv on SmolLM2: 0 tool calls in 2 steps, and the only finding
 was `no_reward_signal`, whose next step called the reward broken. A reward over tool use cannot
-separate replies that all skip the tools: the finding names that, and the ways out (an OpenEnv
-environment has no demonstrations: its typed action taken in plain text, else a supervised stage from
-a file or a teacher).
+separate replies that all skip the tools: the finding names that, and the ways out (a format may
+have its own: rl_mcp/formats/).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from rl_mcp.diagnosis.findings import Finding, NextStep
 from rl_mcp.diagnosis.next_steps import edit
 from rl_mcp.diagnosis.sft_rules import sft_taught_no_tool_calls
 from rl_mcp.diagnosis.tie_rules import ties_evidence
-from rl_mcp.environments import openenv_format
+from rl_mcp.formats import of_run
 from rl_mcp.runs.metrics import series
 
 WAYS_OUT = (
@@ -29,19 +28,6 @@ SFT_START = {"sources": ["demonstrations"], "items": 64, "epochs": 3}
 SFT_HOW = (
     "sources 'demonstrations' where the environment has demonstration(item), else 'file' with a JSONL of "
     "conversations that call its tools (file: <path>); rl_preview_sft shows the examples first; then start a new run"
-)
-# An OpenEnv environment has no demonstrations: a typed action a reply can fill is taken in words, else
-# the supervised stage learns the calls from a file or a teacher
-TEXT_HOW = (
-    "with action_mode 'text' the model's plain reply is the action (its one required field, a string), which "
-    "a model that writes no call does from the first step; a start refuses it, naming the action's fields, "
-    "where the action has other required fields (then a supervised stage from a file or a teacher)"
-)
-OPENENV_SFT_START = {"sources": ["file"], "file": "<path>", "epochs": 3}
-OPENENV_SFT_HOW = (
-    "the environment has no demonstrations: 'file' with a JSONL of conversations that call its tools, or "
-    "sources ['teacher'] with teacher {base_url, model, api_key_var} or {adapter: an earlier run's final_weights}; "
-    "rl_preview_sft shows the examples first; then start a new run"
 )
 
 
@@ -68,14 +54,14 @@ def no_tool_calls(facts: RunFacts) -> Finding | None:
             shares,
             "no tool call in the base model's evaluation; since then atroposlib drops every group as all-equal",
         )
-    openenv = any(facts.env.get(k) for k in openenv_format.SET_BY_SERVER)  # its folder or URL
-    # the action was a tool by choice (or the run predates action_mode); null: the environment chose the tool
-    if openenv and facts.env.get("action_mode", "tool") == "tool":
-        step = edit("action_mode", "text", f"{WAYS_OUT}: {TEXT_HOW}")
+    fmt = of_run(facts.env)  # a format may have a way out of its own (OpenEnv: the action in words)
+    own = fmt.next_step("no_tool_calls", facts, WAYS_OUT) if fmt is not None else None
+    demonstrations = fmt is None or fmt.demonstrations
+    if own is not None:
+        step = own
     elif "sft" in facts.env and not facts.env.get("sft"):
-        start, how = (OPENENV_SFT_START, OPENENV_SFT_HOW) if openenv else (SFT_START, SFT_HOW)
-        step = edit("sft", start, f"{WAYS_OUT}: a supervised stage before RL teaches it ({how})")
-    elif not openenv and "demonstrations_per_group" in facts.env and not facts.env.get("demonstrations_per_group"):
+        step = edit("sft", SFT_START, f"{WAYS_OUT}: a supervised stage before RL teaches it ({SFT_HOW})")
+    elif demonstrations and "demonstrations_per_group" in facts.env and not facts.env.get("demonstrations_per_group"):
         step = edit("demonstrations_per_group", 1, f"{WAYS_OUT}: one demonstrated rollout per group shows the format")
     elif "system_prompt" in facts.env:
         step = edit("system_prompt", "<a prompt with one example tool call>", WAYS_OUT)

@@ -20,12 +20,12 @@ from rl_mcp.diagnosis.distill_rules import teacher_kl_flat, teacher_no_better
 from rl_mcp.diagnosis.facts import RunFacts, evidence_of, mean_of, sample_replies, span_of, window
 from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.diagnosis.next_steps import edit
-from rl_mcp.diagnosis.openenv_rules import episodes_never_done
 from rl_mcp.diagnosis.request_rules import requests_time_out
 from rl_mcp.diagnosis.sampler_rules import sampler_mismatch_grows
 from rl_mcp.diagnosis.sft_rules import sft_left_no_signal, sft_memorized, sft_taught_no_tool_calls
 from rl_mcp.diagnosis.tie_rules import items_solved, ties_at_top, ties_evidence
 from rl_mcp.diagnosis.update_rules import loss_unstable, off_policy_drift
+from rl_mcp.formats import rules as format_rules
 from rl_mcp.runs.metrics import series
 
 
@@ -337,7 +337,7 @@ RULES: tuple[Callable[[RunFacts], Finding | None], ...] = (
     sft_left_no_signal,
     items_solved,
     no_tool_calls,
-    episodes_never_done,
+    *format_rules(),  # those a format adds (OpenEnv: episodes the environment never ends)
     no_reward_signal,
     groups_narrowing,
     reward_up_eval_flat,

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rl_mcp.environments.introspection import ConfigSchema
+from rl_mcp.environments.records import ConfigSchema
 from rl_mcp.export.plan import ExportError, choose_checkpoint
 from rl_mcp.inference.run_weights import sampler_checkpoints
 from rl_mcp.runs.checkpoint_choice import checkpoint_choice

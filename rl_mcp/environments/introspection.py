@@ -4,40 +4,35 @@ The child (`python -m rl_mcp.children.introspect FILE CLASS`) imports the file, 
 `config_init()` and prints JSON; import side effects, heavy dependencies and crashes stay there.
 Its answer is cached by the file's mtime, in memory and on disk.
 
-A verifiers environment cannot be imported there (nor in the server): its own fields are read from
-its AST (`verifiers_format.py`), before the fields every run has, which the same child reports
-without importing any environment (`--product-fields`: atroposlib's BaseEnvConfig, the training
-fields), cached once.
+The class the child reads is the one its format names (`fields_of`: the environment's own, or the
+host class that runs it), and the format makes the environment's fields from what was read (`schema`:
+a task's generator settings added, what a run sets taken out; a verifiers environment's own read from
+its AST, since it can never be imported there).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 
 from rl_mcp import warm_start
 from rl_mcp.children.introspect import PRODUCT_FIELDS, RESULT_MARKER
-from rl_mcp.environments import mcp_format, openenv_format
-from rl_mcp.environments.discovery import EnvironmentInfo
 from rl_mcp.environments.missing_module import explain
-from rl_mcp.environments.packages.install import EnvPackages
-from rl_mcp.environments.reasoning_gym_format import SET_BY_TASK, task_fields
-from rl_mcp.environments.verifiers_format import FORMATS, HOST_CLASS, HOST_FILE, SET_BY_HOST, read_file
-from rl_mcp.errors import UserError
+from rl_mcp.environments.packages.install import EnvPackages, default_runtime
+from rl_mcp.environments.records import ConfigSchema, EnvironmentInfo, FieldSpec, IntrospectionError
+from rl_mcp.formats import FORMATS
+from rl_mcp.formats.base import FieldPlaces
 from rl_mcp.processes import run_captured
 from rl_mcp.runtimes import ensure_runtime
 from rl_mcp.settings import TRAINER_PACKAGE_DIR, Settings, without_secrets
 from rl_mcp.tmpdirs import child_tmpdir
-from tinker_atropos.mcp_tools.servers_file import servers_path
 from tinker_atropos.run_files import atomic_write_text
-from tinker_atropos.venvs import OPENENV, packages_stamp
+from tinker_atropos.venvs import packages_stamp
 
 TRACEBACK_TAIL_LINES = 15
 _PRODUCT_WHAT = "the fields every run has (atroposlib's BaseEnvConfig and the training fields)"
@@ -53,64 +48,6 @@ CORE_MINIMUMS = {
     "steps_per_eval": 1,
     "max_batches_offpolicy": 1,
 }
-
-
-class IntrospectionError(UserError):
-    """The environment could not be imported or configured; the message ends with its traceback."""
-
-
-@dataclass(frozen=True)
-class FieldSpec:
-    """One config field as the child process reported it."""
-
-    name: str
-    # verifiers: load_environment's arguments (or its EnvConfig); task: a reasoning-gym task's generator settings
-    section: Literal["env", "tinker", "verifiers", "task"]
-    type: str
-    default: Any
-    description: str | None
-    json_schema: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ConfigSchema:
-    """An environment's config fields (env section) plus the editable training fields."""
-
-    environment: str
-    config_class: str
-    fields: dict[str, FieldSpec]
-    defs: dict[str, Any] = field(default_factory=dict)
-    training_error: str | None = None
-    task: str | None = None  # a reasoning-gym task environment's task (its run sets `task` and `task_config`)
-    # a verifiers environment's {"verifiers_file": path} or, installed, {"verifiers_module": name}: its run's
-    verifiers_source: dict[str, str] | None = None
-    # what the server sets in each run of a hosted environment: an MCP tool server's mcp_server,
-    # tool_servers_file, default_tasks_file; an OpenEnv environment's folder and Python, or URL
-    host_source: dict[str, str] | None = None
-
-    def field_schema(self, name: str) -> dict[str, Any]:
-        """A self-contained JSON schema for one field (with the model's $defs)."""
-        spec = self.fields[name]
-        return {**spec.json_schema, "$defs": self.defs} if self.defs else dict(spec.json_schema)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "environment": self.environment,
-            "config_class": self.config_class,
-            "fields": {n: asdict(f) for n, f in self.fields.items()},
-            "defs": self.defs,
-            "training_error": self.training_error,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ConfigSchema:
-        return cls(
-            environment=data["environment"],
-            config_class=data["config_class"],
-            fields={n: FieldSpec(**f) for n, f in data["fields"].items()},
-            defs=data.get("defs") or {},
-            training_error=data.get("training_error"),
-        )
 
 
 def _with_core_bounds(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -140,18 +77,6 @@ def _cache_key(info: EnvironmentInfo | None, installed: tuple[int, ...]) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
-# The environment class a verifiers run's environment process runs (its fields are every verifiers run's).
-VERIFIERS_HOST = EnvironmentInfo(
-    name="verifiers",
-    class_name=HOST_CLASS,
-    file=HOST_FILE,
-    env_dir=HOST_FILE.parent,
-    line=0,
-    description="",
-    config_class="VerifiersHostConfig",
-)
-
-
 class Introspector:
     """Runs the introspection child, bounded by a timeout; caches answers by file mtime."""
 
@@ -164,29 +89,16 @@ class Introspector:
         self._lock = anyio.Lock()
 
     def cached(self, info: EnvironmentInfo) -> ConfigSchema | None:
-        if info.format in FORMATS:
-            host = self._cached(self._key(VERIFIERS_HOST))
-            return None if host is None else verifiers_schema(info, host, self._venv(info))
-        found = self._cached(self._key(info))  # a hosted environment's key is its host class's
-        return None if found is None else self._specialized(info, found)
+        fmt = FORMATS[info.format]
+        found = self._cached(self._key(fmt.fields_of(info)))  # a hosted environment's key is its host class's
+        return None if found is None else fmt.schema(info, found, self._places)
 
     def _key(self, info: EnvironmentInfo | None) -> str:
         return _cache_key(info, packages_stamp(self.settings.python, self.settings.environ))
 
-    def _specialized(self, info: EnvironmentInfo, found: ConfigSchema) -> ConfigSchema:
-        """A reasoning-gym task's or a tool server's fields, from its host environment's."""
-        if info.task:
-            return task_schema(info, found)
-        if info.server:
-            servers = servers_path(self.settings.environ, self.settings.home)
-            source = mcp_format.run_source(self.settings.home, servers, info.server)
-            return hosted_schema(info, found, source, mcp_format.SET_BY_SERVER)
-        if info.openenv is not None:
-            venv = self.packages.venv(info.package) if info.package else None
-            python = venv / "bin" / "python" if venv else OPENENV.python(self.settings.environ)
-            source = openenv_format.run_source(info.openenv.folder, info.openenv.url, str(python))
-            return hosted_schema(info, found, source, openenv_format.SET_BY_SERVER)
-        return found
+    @property
+    def _places(self) -> FieldPlaces:
+        return FieldPlaces(self.settings.home, self.settings.environ, self.packages.venv)
 
     def _cached(self, key: str) -> ConfigSchema | None:
         hit = self._memory.get(key)
@@ -200,15 +112,10 @@ class Introspector:
         self._memory[key] = schema
         return schema
 
-    def _venv(self, info: EnvironmentInfo) -> Path | None:
-        """An environment folder's own venv (its run's verifiers child runs there), else None."""
-        return self.packages.venv(info.package) if info.package is not None else None
-
     async def schema(self, info: EnvironmentInfo) -> ConfigSchema:
         """The config schema of `info`, from cache or a fresh child process."""
-        if info.format in FORMATS:
-            return verifiers_schema(info, await self._schema(VERIFIERS_HOST), self._venv(info))
-        return self._specialized(info, await self._schema(_host(info)))
+        fmt = FORMATS[info.format]
+        return fmt.schema(info, await self._schema(fmt.fields_of(info)), self._places)
 
     async def _schema(self, info: EnvironmentInfo | None) -> ConfigSchema:
         """An environment's schema (None: the product's own fields), from cache or a child process."""
@@ -232,9 +139,11 @@ class Introspector:
 
     async def _run_child(self, info: EnvironmentInfo | None) -> dict[str, Any]:
         args = [str(info.file), info.class_name] if info else [PRODUCT_FIELDS]
-        fmt, package = (info.format, info.package) if info else ("atropos", None)
         await ensure_runtime("training", self.settings.environ)  # made already where a tool reports it
-        runtime = await self.packages.runtime(info.name if info else "", fmt, package)
+        if info is None:
+            runtime = default_runtime(None, self.settings.environ, self.settings.python)
+        else:
+            runtime = await self.packages.runtime(info.name, info.format, info.package)
         warm_start.prepare(self.settings.python, self.settings.environ)  # for the run a selection leads to
         cmd = [runtime.python, "-m", "rl_mcp.children.introspect", *args]
         what = f"environment {info.name!r} ({info.file}, class {info.class_name})" if info else _PRODUCT_WHAT
@@ -270,76 +179,3 @@ class Introspector:
             )
         answer: dict[str, Any] = json.loads(stdout[marker + len(RESULT_MARKER) :])
         return answer
-
-
-def verifiers_schema(info: EnvironmentInfo, host: ConfigSchema, venv: Path | None = None) -> ConfigSchema:
-    """A verifiers environment's fields, read from its file now (section `verifiers`), then its host's
-    (VerifiersHostEnv, less what the run sets); where a name is both, the environment's field is kept
-    (as an Atropos config's is). `venv`: an environment folder's own, where its run's child runs."""
-    found = read_file(info.file)
-    if found is None or found.format != info.format:
-        raise IntrospectionError(
-            f"{info.file} no longer defines the {info.format} environment {info.name!r} (or no longer parses): "
-            "fix it, or call rl_list_environments and select again"
-        )
-    hosted = {n: f for n, f in host.fields.items() if n not in SET_BY_HOST}
-    fields: dict[str, FieldSpec] = {}
-    for name, spec in found.fields.items():
-        if name in hosted:
-            shadows = f"hides the {hosted[name].section} field {name!r} of every run"
-            spec = {**spec, "description": "; ".join(filter(None, [spec["description"], shadows]))}
-        fields[name] = FieldSpec(name=name, section="verifiers", **spec)
-    for name, host_spec in hosted.items():
-        fields.setdefault(name, host_spec)
-    return ConfigSchema(
-        environment=info.name,
-        config_class=found.config_class,
-        fields=fields,
-        defs=host.defs,
-        training_error=host.training_error,
-        verifiers_source={
-            "verifiers_format": info.format,
-            **({"verifiers_module": info.module} if info.module else {"verifiers_file": str(info.file)}),
-            **({"verifiers_venv": str(venv)} if venv is not None else {}),
-        },
-    )
-
-
-def task_schema(info: EnvironmentInfo, host: ConfigSchema) -> ConfigSchema:
-    """A reasoning-gym task's fields: its host environment's (ReasoningGymEnv, less `task` and
-    `task_config`, which the task sets), then the task generator's settings (section `task`)."""
-    assert info.task is not None
-    fields = {n: f for n, f in host.fields.items() if n not in SET_BY_TASK}
-    for name, spec in task_fields(info.task).items():
-        if name in fields:  # a generator setting named as a run field: the run's field wins, the setting is fixed
-            continue
-        fields[name] = FieldSpec(name=name, section="task", **spec)
-    return ConfigSchema(
-        environment=info.name,
-        config_class=info.config_class,
-        fields=fields,
-        defs=host.defs,
-        training_error=host.training_error,
-        task=info.task,
-    )
-
-
-def _host(info: EnvironmentInfo) -> EnvironmentInfo:
-    """The class whose fields an environment has: an OpenEnv environment's are OpenEnvEnv's, read in
-    the product's venv (its folder is installed when a run or test needs it, not at a selection)."""
-    return dataclasses.replace(info, package=None, openenv=None, format="hermes") if info.openenv else info
-
-
-def hosted_schema(
-    info: EnvironmentInfo, host: ConfigSchema, source: dict[str, str], set_by_server: tuple[str, ...]
-) -> ConfigSchema:
-    """A tool server's or an OpenEnv environment's fields: its host environment's (McpToolsEnv's,
-    OpenEnvEnv's), less what the server sets for each run (`source`)."""
-    return ConfigSchema(
-        environment=info.name,
-        config_class=host.config_class,
-        fields={n: f for n, f in host.fields.items() if n not in set_by_server},
-        defs=host.defs,
-        training_error=host.training_error,
-        host_source=source,
-    )

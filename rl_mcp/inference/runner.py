@@ -23,7 +23,7 @@ import httpx
 
 from rl_mcp import warm_start
 from rl_mcp.environments.missing_module import MODULE_TAIL_LINES, explained
-from rl_mcp.environments.verifiers_format import runnable_file
+from rl_mcp.formats import process_file
 from rl_mcp.inference.progress import Progress, ProgressFn, waiting_line
 from rl_mcp.inference.scores import ScoreSummary, read_groups, summarize
 from rl_mcp.inference.target import InferenceRequest, Target, child_env, model_slug, process_config
@@ -193,7 +193,7 @@ async def _run_process(
         req.env_python or python,
         "-m",
         "rl_mcp.children.env_process",
-        str(runnable_file(req.env_file).resolve()),
+        str(process_file(req.env_file).resolve()),
         "process",
         "--config",
         str(files.config),

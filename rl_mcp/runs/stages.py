@@ -17,7 +17,7 @@ import httpx
 from rl_mcp import warm_start
 from rl_mcp.engines.service import EngineService
 from rl_mcp.environments.packages.install import runtime_of_file
-from rl_mcp.environments.verifiers_format import runnable_file
+from rl_mcp.formats import process_file
 from rl_mcp.logs import tail_lines
 from rl_mcp.model_build import ModelBuildError, build_models, models_to_build
 from rl_mcp.processes import Child, StageError, health_ok
@@ -91,7 +91,7 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
     # atroposlib imported) where the script would start cold
     run_api = [python, "-m", "atroposlib.cli.run_api"]
     # an Atropos environment folder runs on its own venv (installed before the run started)
-    env_python = runtime_of_file(settings.home, env_file, "atropos", settings.environ, python).python
+    env_python = runtime_of_file(settings.home, env_file, None, settings.environ, python).python
     api_url = f"http://127.0.0.1:{rec.api_port}"
     return [
         StagePlan(
@@ -110,7 +110,7 @@ def stage_plans(settings: Settings, rec: RunRecord, env_file: Path, http: httpx.
                 env_python,
                 "-m",
                 "rl_mcp.children.env_process",
-                str(runnable_file(env_file)),
+                str(process_file(env_file)),
                 "serve",
                 "--config",
                 config,
@@ -140,8 +140,8 @@ def preparations(
     if engine is not None:
         steps.append((Stage.ENGINE, engine.ensure_running))
     if sft_pending(_config_of(rec), rec.files):
-        python = runtime_of_file(settings.home, env_file, "atropos", settings.environ, settings.python).python
-        argv = sft_command(python, rec.config_path, runnable_file(env_file))
+        python = runtime_of_file(settings.home, env_file, None, settings.environ, settings.python).python
+        argv = sft_command(python, rec.config_path, process_file(env_file))
         # it trains: the trainer's secrets, and its teacher's key where it names one; no others
         env = with_teacher_key(child_env(settings, rec, ProcessName.TRAINER), _config_of(rec), settings.environ)
         steps.append((Stage.SFT, warm_template))  # the stage's process forks from it too

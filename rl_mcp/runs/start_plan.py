@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rl_mcp.distill.teacher import Teacher
-from rl_mcp.environments.discovery import Catalog, EnvironmentInfo
-from rl_mcp.environments.introspection import ConfigSchema
+from rl_mcp.environments.discovery import Catalog
 from rl_mcp.environments.missing_module import ModuleHome
+from rl_mcp.environments.records import ConfigSchema, EnvironmentInfo
 from rl_mcp.runs import resume
 from rl_mcp.runs.live import RunPlan
 from rl_mcp.runs.preflight import RunError

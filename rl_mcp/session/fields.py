@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any, Literal
 
-from rl_mcp.environments.introspection import ConfigSchema
+from rl_mcp.environments.records import ConfigSchema
 from rl_mcp.session.state import EditRejected, Session, SessionState
 from rl_mcp.settings import Profile
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from rl_mcp.environments.introspection import ConfigSchema
+from rl_mcp.environments.records import ConfigSchema
 from rl_mcp.session.fields import resolve_field
 from rl_mcp.session.state import SessionState, wandb_name_for
 from rl_mcp.settings import Profile
@@ -42,12 +42,10 @@ def render_run_config(
     def edited(section: str) -> dict[str, Any]:  # the rest keep the environment's own defaults
         return {n: v for n, (v, status) in values.items() if schema.fields[n].section == section and status == "edited"}
 
-    if schema.task is not None:  # a reasoning-gym task: its generator's settings
-        env.update(task=schema.task, task_config=edited("task"))
-    if schema.host_source is not None:  # an MCP tool server or an OpenEnv environment: which, and where
-        env.update(**schema.host_source)
-    if schema.verifiers_source is not None:  # a verifiers environment: its load_environment arguments
-        env.update(**schema.verifiers_source, verifiers_args=edited("verifiers"))
+    # what its format runs (a task, a tool server, a verifiers file or folder, an OpenEnv source), then
+    # its own sections' edits (a task's generator settings, load_environment's arguments)
+    env.update(schema.run_source)
+    env.update({key: edited(section) for section, key in schema.section_keys.items()})
     env.update(
         tokenizer_name=profile.tokenizer_name,
         rollout_server_url=f"http://127.0.0.1:{api_port}",

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rl_mcp.environments.discovery import EnvironmentInfo
+from rl_mcp.environments.records import EnvironmentInfo
 from rl_mcp.errors import UserError
 from tinker_atropos.run_files import atomic_write_text
 

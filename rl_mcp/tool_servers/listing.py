@@ -18,9 +18,9 @@ from typing import Any
 
 import anyio
 
-from rl_mcp.environments.mcp_format import servers_file
 from rl_mcp.errors import UserError
 from rl_mcp.settings import Settings, without_secrets
+from rl_mcp.tool_servers.files import servers_file
 from tinker_atropos.mcp_tools.servers_file import PROBE_MARKER, ServersFileError, ServerSpec, servers_path
 from tinker_atropos.mcp_tools.tool_policy import Allowed, ToolInfo, allowed_tools
 

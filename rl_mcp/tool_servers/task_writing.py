@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rl_mcp.environments.mcp_format import tasks_path
 from rl_mcp.errors import UserError
+from rl_mcp.tool_servers.files import tasks_path
 from rl_mcp.tool_servers.listing import ServerTools
 from tinker_atropos.mcp_tools.tasks import Task, TaskError, parse_task, read_tasks, split_tasks
 from tinker_atropos.mcp_tools.tool_policy import ToolPolicyError, refuse_unenabled

@@ -74,14 +74,14 @@ def site_dirs(venv: Path) -> list[Path]:
     return sorted(venv.glob("lib/python3*/site-packages"))
 
 
-def parent_python(env_format: str, environ: Mapping[str, str], product_python: str) -> Path:
+def parent_python(env_format: str | None, environ: Mapping[str, str], product_python: str) -> Path:
     """The interpreter of the venv an environment of `env_format` runs in, before any layer."""
-    generation = GENERATIONS.get(env_format)
+    generation = GENERATIONS.get(env_format) if env_format else None
     return generation.python(environ) if generation is not None else Path(product_python)
 
 
-def _label(env_format: str) -> str:
-    generation = GENERATIONS.get(env_format)
+def _label(env_format: str | None) -> str:
+    generation = GENERATIONS.get(env_format) if env_format else None
     return f"the {generation.runtime} runtime" if generation else "the training runtime"
 
 
@@ -91,7 +91,7 @@ def lookup_sites(environ: Mapping[str, str], product_python: str) -> tuple[Path,
     return tuple(site for python in pythons for site in site_dirs(python.parent.parent))
 
 
-def default_runtime(env_format: str, environ: Mapping[str, str], product_python: str) -> Runtime:
+def default_runtime(env_format: str | None, environ: Mapping[str, str], product_python: str) -> Runtime:
     """An environment file's runtime: its generation's venv (verifiers) or the product's."""
     venv = parent_python(env_format, environ, product_python).parent.parent
     return Runtime(product_python, ModuleHome(venv, _label(env_format), lookup=lookup_sites(environ, product_python)))
@@ -120,7 +120,7 @@ def installed(home: Path) -> list[InstallRecord]:
 
 
 def runtime_of_file(
-    home: Path, env_file: Path, env_format: str, environ: Mapping[str, str], product_python: str
+    home: Path, env_file: Path, env_format: str | None, environ: Mapping[str, str], product_python: str
 ) -> Runtime:
     """The runtime of the environment in `env_file`: its folder's layered venv when that folder is
     installed (a run starts after its install), else its generation's."""

@@ -7,7 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from rl_mcp.environments.discovery import EnvFormat
+from rl_mcp.formats import NAMES, SECTIONS, described
+
+EnvFormat = Literal[NAMES]  # type: ignore[valid-type]  # the registry's: rl_mcp/formats/
+SectionName = Literal[("env", "tinker", *SECTIONS)]  # type: ignore[valid-type]
 
 
 class EnvironmentSummary(BaseModel):
@@ -20,13 +23,7 @@ class EnvironmentSummary(BaseModel):
         "arguments, or its v1 EnvConfig class)"
     )
     bundled: bool = Field(description="True for environments shipped with rl-mcp, false for RL_MCP_ENV_DIRS")
-    format: EnvFormat = Field(
-        description="atropos (a BaseEnv), hermes (a HermesAgentBaseEnv), reasoning-gym (one task of the "
-        "reasoning-gym package, run by the bundled reasoning_gym environment), verifiers (classic "
-        "`load_environment`) or verifiers-v1 (Taskset + Harness), each run in its venv; mcp: one of the "
-        "user's MCP tool servers (see `tool_servers`); openenv: an OpenEnv environment (a folder with an "
-        "openenv.yaml, served from its own venv, or a running server by URL)"
-    )
+    format: EnvFormat = Field(description=described())
 
 
 class ShadowedEnvironment(BaseModel):
@@ -45,7 +42,7 @@ class TaskCatalog(BaseModel):
     """A family of environments listed by name only: every task runs one host environment."""
 
     host: str = Field(description="The environment that runs every task (listed in `environments`)")
-    format: EnvFormat = Field(description="As in `environments` (reasoning-gym)")
+    format: EnvFormat = Field(description="As in `environments`")
     description: str
     tasks: list[str] = Field(description="Each one an environment name for rl_select_environment")
 
@@ -99,10 +96,9 @@ class ProfileInfo(BaseModel):
 
 class ConfigField(BaseModel):
     name: str
-    section: Literal["env", "tinker", "verifiers", "task"] = Field(
-        description="env: the environment's config; tinker: training; verifiers: a verifiers environment's "
-        "own arguments (load_environment's, or its v1 EnvConfig's); task: a reasoning-gym task's generator "
-        "settings"
+    section: SectionName = Field(
+        description="env: the environment's config; tinker: training; "
+        + "; ".join(f"{name}: {summary}" for name, summary in SECTIONS.items())
     )
     type: str
     value: Any = Field(description="What a run started now would use")

@@ -8,7 +8,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from rl_mcp.app import AppContext
-from rl_mcp.environments.verifiers_format import FORMATS as VERIFIERS_FORMATS
+from rl_mcp.formats import FORMATS
 from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.environments import descriptions
 from rl_mcp.mcp_api.environments.answers import ConfigView, EditResult, EnvironmentList, SelectionResult
@@ -18,6 +18,7 @@ from rl_mcp.mcp_api.inputs import FIELD_NAME_PATTERN, EnvName
 from rl_mcp.mcp_api.progress import CallProgress
 from rl_mcp.session.fields import apply_edit, resolve_field
 from rl_mcp.session.state import EditRejected
+from rl_mcp.tool_servers.files import names_a_server
 from rl_mcp.tool_servers.listing import ToolServerError
 
 
@@ -30,7 +31,7 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
     async def rl_list_environments() -> EnvironmentList:
         catalog = app.catalog()
         listed = environment_list(catalog, app.session.state.environment)
-        if any(e.server for e in catalog.environments.values()):  # their tools, from a child process
+        if any(names_a_server(n) for n in catalog.environments):  # their tools, from a child process
             try:
                 listed.tool_servers = tool_server_views(await app.tool_servers.listing())
             except ToolServerError:
@@ -47,7 +48,7 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
     async def rl_select_environment(name: EnvName, ctx: Context) -> SelectionResult:
         info, progress = app.environment(name), CallProgress(ctx.report_progress)
         await app.training_runtime(progress.note)  # its config is read in a child there: made on first use
-        if info.package is not None and info.format not in VERIFIERS_FORMATS:  # its fields are read in its venv
+        if FORMATS[info.format].fields_of(info).package is not None:  # its fields are read in its venv
             # (a verifiers folder's are read from its file: it is installed at its first test or run)
             await app.runtime(info, progress.note)
         fresh = app.introspector.cached(info) is None

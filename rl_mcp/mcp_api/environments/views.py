@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rl_mcp.environments.discovery import Catalog, EnvironmentInfo
-from rl_mcp.environments.introspection import ConfigSchema
-from rl_mcp.environments.mcp_format import PREFIX
+from rl_mcp.environments.discovery import Catalog
+from rl_mcp.environments.records import ConfigSchema, EnvironmentInfo
+from rl_mcp.formats import FORMATS, SECTIONS
 from rl_mcp.mcp_api.environments import descriptions
 from rl_mcp.mcp_api.environments.answers import (
     ConfigField,
@@ -25,16 +25,18 @@ from rl_mcp.runs.reply_length import config_note
 from rl_mcp.session.fields import constraints, resolve_field
 from rl_mcp.session.state import SessionState
 from rl_mcp.settings import BUNDLED_ENV_DIR, Profile
+from rl_mcp.tool_servers.files import environment_name
 from rl_mcp.tool_servers.listing import ServerTools
 
 
 def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
     """The rl_list_environments answer; tasks by name only (106 full entries would bury the rest)."""
     listed = sorted(catalog.environments.values(), key=lambda e: e.name)
-    hosts = {(e.file, e.class_name): e.name for e in listed if e.task is None}
+    catalogued = {e.name for e in listed if FORMATS[e.format].catalogued}
+    hosts = {(e.file, e.class_name): e.name for e in listed if e.name not in catalogued}
     families: dict[tuple[Path, str], list[EnvironmentInfo]] = {}
     for e in listed:
-        if e.task is not None:
+        if e.name in catalogued:
             families.setdefault((e.file, e.class_name), []).append(e)
     return EnvironmentList(
         environments=[
@@ -48,7 +50,7 @@ def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
                 format=e.format,
             )
             for e in listed
-            if e.task is None
+            if e.name not in catalogued
         ],
         task_catalogs=[
             TaskCatalog(
@@ -70,8 +72,8 @@ def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
 def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, state: SessionState) -> ConfigView:
     """The rl_get_current_config answer."""
     fields = []
-    values: dict[str, dict[str, Any]] = {"env": {}, "tinker": {"base_model": profile.model}, "verifiers": {}}
-    values["task"] = {}
+    values: dict[str, dict[str, Any]] = {"env": {}, "tinker": {"base_model": profile.model}}
+    values.update({section: {} for section in SECTIONS})
     for name, spec in schema.fields.items():
         value, status = resolve_field(schema, profile, state, name)
         values[spec.section][name] = value
@@ -111,7 +113,7 @@ def tool_server_views(listing: dict[str, ServerTools]) -> list[ToolServerView]:
         allowed = st.allowed() if st.error is None else None
         views.append(
             ToolServerView(
-                environment=f"{PREFIX}{name}",
+                environment=environment_name(name),
                 server=name,
                 connection=st.spec.public() if st.spec is not None else None,
                 tools=[

@@ -1,47 +1,9 @@
 """The guide's text: the rl_workflow prompt an agent reads to walk the workflow, with what it should
-know about an environment of each format (a tool server's included)."""
+know about an environment of its format (each format's `note`, rl_mcp/formats/)."""
 
 from __future__ import annotations
 
-MCP_FORMAT_NOTE = (
-    " It is one of the user's MCP tool servers: every tool call of a rollout is a real MCP tools/call. "
-    "It needs tasks: read the server's tools in rl_list_environments (`tool_servers`) and write them with "
-    "rl_write_mcp_tasks(server, tasks) before step 3 (or set `tasks_file`). `tools` is the allow-list "
-    "(default: the read-only tools); `reward` is `check` (each task's check, partial credit for a correct "
-    "call) or `judge` (a judge model ranks each group; judge_base_url, judge_model). A small local model "
-    "often makes no tool call at all at first: rl_test_inference's trajectories show it."
-)
-
-SFT_NOTE = (
-    " A small model that never writes a tool call learns nothing from RL alone (every rollout scores the "
-    "same): where rl_test_inference shows no tool calls, set `sft` (rl_edit_config(field='sft', value="
-    "{'sources': ['demonstrations']}), or 'file' with a JSONL of conversations that call its tools), look "
-    "at what it would train on with rl_preview_sft, and the run trains a supervised stage before RL."
-)
-
-# What an agent should know about an environment of each format before it edits a field.
-FORMAT_NOTES = {
-    "hermes": " It is an agent environment: its episodes are multi-turn with tools (max_agent_turns, "
-    "enabled_toolsets, terminal_backend)." + SFT_NOTE,
-    "reasoning-gym": " It is a reasoning-gym task: the fields in section `task` are its generator's "
-    "settings (difficulty, sizes).",
-    "verifiers": " It is a verifiers environment, run from its own code in the verifiers venv: the fields "
-    "in section `verifiers` are its load_environment arguments; its rubric scores the replies, and a long "
-    "prompt (tools, many turns) counts against max_token_trainer_length.",
-    "verifiers-v1": " It is a verifiers-v1 environment, run from its own code in the verifiers-v1 venv: "
-    "the fields in section `verifiers` are its EnvConfig's; its Task's rewards score the episodes.",
-    "mcp": MCP_FORMAT_NOTE + SFT_NOTE,
-    "openenv": " It is an OpenEnv environment, served from its own venv: each rollout is one episode "
-    "(reset with an item's arguments, its observation the first message; then a step per action, until "
-    "`done` or max_agent_turns), scored by its step rewards summed. An MCP environment offers its own tools. "
-    "A typed one's action is, by `action_mode`, the model's plain reply ('text': its one required field, a "
-    "string; the default where the action fits, so a model that writes no tool call still acts) or the tool "
-    "`step` ('tool'). "
-    '`items_file` (a JSONL of {"reset": {...}}) sets the episodes; else its own Task API, else seeds.'
-    " It has no demonstrations: a model that calls no tool gets `sft` from a 'file' of "
-    "conversations or a 'teacher' (rl_preview_sft shows the examples).",
-}
-
+from rl_mcp.formats import FORMATS
 
 SIGNALS = (
     "demonstrations of the task -> the supervised stage (`sft`) first; a stronger model that shares this "
@@ -77,7 +39,7 @@ def workflow_prompt(
     )
     return f"""\
 Train the RL environment `{environment}` ({description or "no description"}) with rl-mcp, on profile
-`{profile}` ({backend} backend).{money}{FORMAT_NOTES.get(env_format, "")}
+`{profile}` ({backend} backend).{money}{FORMATS[env_format].note if env_format in FORMATS else ""}
 
 1. rl_select_environment(name="{environment}"): read the config fields; `locked` ones come from the
    operator and cannot be edited.

@@ -18,7 +18,7 @@ from mcp_types import (
 )
 
 from rl_mcp.app import AppContext
-from rl_mcp.environments.introspection import ConfigSchema
+from rl_mcp.environments.records import ConfigSchema
 from rl_mcp.errors import UserError
 from rl_mcp.mcp_api.guide import descriptions
 from rl_mcp.mcp_api.inputs import ENV_NAME_PATTERN

@@ -8,7 +8,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from rl_mcp.app import AppContext
-from rl_mcp.environments.verifiers_format import runnable_file
+from rl_mcp.formats import process_file
 from rl_mcp.inference.target import new_test_dir
 from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
@@ -53,7 +53,7 @@ def register_sft_tool(server: MCPServer, app: AppContext) -> None:
             run_dir=folder,
             engine_url=app.engine_url,
         )
-        req = PreviewRequest(config, folder, runnable_file(info.file), runtime.python, timeout_s)
+        req = PreviewRequest(config, folder, process_file(info.file), runtime.python, timeout_s)
         # the environment's own variables and the teacher's key; the preview trains nothing: no trainer secret
         env = with_teacher_key(
             without_secrets(settings.environ, allow=settings.env_process_vars), config, settings.environ

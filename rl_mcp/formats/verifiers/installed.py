@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rl_mcp.environments.verifiers_format import VerifiersEnv, read_file
+from rl_mcp.formats.verifiers.files import VerifiersEnv, read_file
 from tinker_atropos.venvs import site_dirs
 
 _REQUIRES_VERIFIERS = re.compile(r"^Requires-Dist:\s*verifiers(?![\w.-])", re.MULTILINE | re.IGNORECASE)

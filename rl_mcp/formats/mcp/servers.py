@@ -7,18 +7,15 @@ listing's tools come from `rl_mcp/tool_servers/listing.py`, in a child process.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 from rl_mcp.settings import BUNDLED_ENV_DIR
-from tinker_atropos.mcp_tools.servers_file import ServersFile, read_servers
+from rl_mcp.tool_servers.files import environment_name, servers_file, tasks_path
 
-PREFIX = "mcp:"
 ENV_FILE = BUNDLED_ENV_DIR / "mcp_tools_env.py"
 ENV_CLASS = "McpToolsEnv"
 SET_BY_SERVER = ("mcp_server", "tool_servers_file", "default_tasks_file")
-TASKS_DIR = "mcp-tasks"
 
 
 @dataclass(frozen=True)
@@ -33,35 +30,17 @@ def is_host(file: Path, class_name: str) -> bool:
     return class_name == ENV_CLASS and file.resolve() == ENV_FILE.resolve()
 
 
-def servers_file(path: Path) -> ServersFile:
-    """The file as read now (cached while its mtime and size stay); ServersFileError when unreadable."""
-    try:
-        st = path.stat()
-        stamp = (st.st_mtime_ns, st.st_size)
-    except OSError:
-        stamp = (0, -1)
-    return _read(path, stamp)
-
-
-@functools.lru_cache(maxsize=8)
-def _read(path: Path, stamp: tuple[int, int]) -> ServersFile:
-    return read_servers(path)
-
-
 def server_entries(path: Path) -> tuple[ServerEntry, ...]:
     """Every server of the file, a bad entry included (its error is its description: listed, not dropped)."""
     found = servers_file(path)
     entries = [
-        ServerEntry(f"{PREFIX}{name}", name, f"train a model to use the MCP tool server {name!r} ({spec.transport})")
+        ServerEntry(
+            environment_name(name), name, f"train a model to use the MCP tool server {name!r} ({spec.transport})"
+        )
         for name, spec in found.servers.items()
     ]
-    entries += [ServerEntry(f"{PREFIX}{name}", name, f"unusable: {error}") for name, error in found.errors.items()]
+    entries += [ServerEntry(environment_name(name), name, f"unusable: {error}") for name, error in found.errors.items()]
     return tuple(sorted(entries, key=lambda e: e.name))
-
-
-def tasks_path(home: Path, server: str) -> Path:
-    """Where the tasks written for `server` are saved (the user reads and edits them there)."""
-    return home / TASKS_DIR / f"{server}.jsonl"
 
 
 def run_source(home: Path, servers: Path, server: str) -> dict[str, str]:

@@ -71,11 +71,6 @@ class VerifiersEnv:
     fields: dict[str, dict[str, Any]]  # name -> {type, default, description, json_schema}
 
 
-def runnable_file(env_file: Path) -> Path:
-    """The file an environment process runs: the verifiers host for a verifiers file, else the file."""
-    return HOST_FILE if read_file(env_file) is not None else env_file
-
-
 def _name(node: ast.expr | None) -> str | None:
     """The last part of a dotted name (`vf.EnvConfig` -> EnvConfig), Generic[...] included."""
     if isinstance(node, ast.Name):
