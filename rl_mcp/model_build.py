@@ -2,7 +2,7 @@
 
 A run starts run-api, the trainer and the environment at once, and rl_test_inference starts an
 environment (and maybe an inference server): each may load the model folder a config names
-(`tinker.base_model`, `env.tokenizer_name`, a server's `tokenizer_name`). On a first run that
+(`trainer.base_model`, `env.tokenizer_name`, a server's `tokenizer_name`). On a first run that
 folder does not exist yet, so it is built here first, in a supervised child (torch stays out of
 the server), and the processes start only once it is complete.
 """
@@ -33,7 +33,7 @@ class ModelBuildError(UserError):
 
 def models_to_build(config: Mapping[str, Any]) -> list[str]:
     """The offline models a run or test config points at that are not built yet, in a stable order."""
-    refs = [(config.get("tinker") or {}).get("base_model"), (config.get("env") or {}).get("tokenizer_name")]
+    refs = [(config.get("trainer") or {}).get("base_model"), (config.get("env") or {}).get("tokenizer_name")]
     refs += [server.get("tokenizer_name") for server in config.get("openai") or [] if isinstance(server, Mapping)]
     names = (offline_model_named(str(ref)) for ref in refs if ref)
     return [name for name in dict.fromkeys(n for n in names if n) if not is_built(name)]

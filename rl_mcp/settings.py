@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 import tinker_atropos
 from rl_mcp.errors import UserError
+from tinker_atropos.run_files import OLD_TRAINER_SECTION, TRAINER_SECTION, with_trainer_section
 from tinker_atropos.venvs import training_python
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -30,7 +31,7 @@ PROFILES_DIR = PACKAGE_DIR / "profiles"
 TRAINER_PACKAGE_DIR = Path(tinker_atropos.__file__).resolve().parent
 BUNDLED_ENV_DIR = TRAINER_PACKAGE_DIR / "environments"
 TRAINER_ENTRY = ("-m", "tinker_atropos.trainer.launch")
-SECTIONS = ("env", "tinker")
+SECTIONS = ("env", "trainer")
 
 
 class SettingsError(UserError):
@@ -110,10 +111,10 @@ class Profile:
 
     @property
     def runs_own_vllm(self) -> bool:
-        """Its runs sample with a vLLM server of their own (`tinker.sampler: vllm` and no `vllm_url`): the
+        """Its runs sample with a vLLM server of their own (`trainer.sampler: vllm` and no `vllm_url`): the
         vllm runtime is made before the first."""
-        tinker = {**self.defaults["tinker"], **self.locked["tinker"]}
-        return self.backend == "local" and tinker.get("sampler") == "vllm" and not tinker.get("vllm_url")
+        trainer = {**self.defaults["trainer"], **self.locked["trainer"]}
+        return self.backend == "local" and trainer.get("sampler") == "vllm" and not trainer.get("vllm_url")
 
     @cached_property
     def tokenizer_name(self) -> str:
@@ -128,7 +129,7 @@ class Profile:
     @cached_property
     def locked_fields(self) -> dict[str, tuple[str, Any]]:
         """field -> (section, value): the profile's locked values plus the model it implies."""
-        out = {"base_model": ("tinker", self.model), "tokenizer_name": ("env", self.tokenizer_name)}
+        out = {"base_model": ("trainer", self.model), "tokenizer_name": ("env", self.tokenizer_name)}
         for section in SECTIONS:
             out.update({name: (section, value) for name, value in self.locked[section].items()})
         return out
@@ -175,9 +176,22 @@ class _Sections(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     env: dict[str, Any] = Field(default_factory=dict)
-    tinker: dict[str, Any] = Field(default_factory=dict)
+    trainer: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("env", "tinker", mode="before")
+    @model_validator(mode="before")
+    @classmethod
+    def _old_section_name(cls, data: Any) -> Any:
+        """`tinker`, the trainer section's name before it fitted both backends: read as `trainer`."""
+        if isinstance(data, dict) and OLD_TRAINER_SECTION in data and TRAINER_SECTION not in data:
+            _log.warning(
+                "profile section %r is now %r (the trainer's settings, on either backend): read as such; rename it",
+                OLD_TRAINER_SECTION,
+                TRAINER_SECTION,
+            )
+            data = with_trainer_section(dict(data))
+        return data
+
+    @field_validator("env", "trainer", mode="before")
     @classmethod
     def _none_is_empty(cls, v: Any) -> Any:
         return {} if v is None else v

@@ -113,7 +113,7 @@ async def test_a_run_that_falls_hands_out_its_best_checkpoint(tmp_path: Path) ->
         assert results["reason"] == "its max_training_minutes are spent"
 
         # the schedule: half the rate on the warmup step, then a decay that the minutes drive
-        lr = yaml.safe_load(Path(run["config_path"]).read_text())["tinker"]["learning_rate"]
+        lr = yaml.safe_load(Path(run["config_path"]).read_text())["trainer"]["learning_rate"]
         used = [m["learning_rate"] for m in read_jsonl(run_dir / "metrics.jsonl") if m["learning_rate"] is not None]
         assert used[0] == pytest.approx(lr / 2) and used[1] == pytest.approx(lr, rel=0.2)
         assert all(a >= b for a, b in itertools.pairwise(used[1:])) and 0.1 * lr <= used[-1] < 0.8 * lr, used
@@ -154,4 +154,4 @@ async def test_a_run_that_falls_hands_out_its_best_checkpoint(tmp_path: Path) ->
         await call(client, "rl_stop_training", run_id=fork["run_id"])
         seeded = read_jsonl(RunFiles(Path(fork["run_dir"])).validation)
         assert best_of(seeded).weights == outcome["best_checkpoint"]  # type: ignore[union-attr]
-        assert yaml.safe_load(Path(fork["config_path"]).read_text())["tinker"]["keep_best"] is True
+        assert yaml.safe_load(Path(fork["config_path"]).read_text())["trainer"]["keep_best"] is True

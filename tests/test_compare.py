@@ -98,7 +98,7 @@ async def test_two_runs_side_by_side(two_runs: dict[str, Any]) -> None:
     assert [r["run_id"] for r in answer["runs"]] == [b, a]  # the order given
     # the one field edited between the two starts, and nothing else
     assert answer["config_differences"] == [
-        {"field": "tinker.learning_rate", "values": {b: SECOND_LEARNING_RATE, a: EDITS["learning_rate"]}}
+        {"field": "trainer.learning_rate", "values": {b: SECOND_LEARNING_RATE, a: EDITS["learning_rate"]}}
     ]
     width, height = _png_size(_png(result))
     assert width >= 600 and height >= 300
@@ -173,7 +173,7 @@ def test_the_command_line_prints_the_same_comparison(two_runs: dict[str, Any], t
     lines = out.stdout.splitlines()
     assert lines[0].split()[:3] == ["run", "status", "steps"]
     assert lines[1].startswith(a) and lines[2].startswith(b) and "completed" in lines[1]
-    assert f"tinker.learning_rate: {a}=0.001  {b}=0.0002" in out.stdout
+    assert f"trainer.learning_rate: {a}=0.001  {b}=0.0002" in out.stdout
     as_json = cli(a, b, "--json")
     assert as_json.returncode == 0, as_json.stderr
     answer = json.loads(as_json.stdout)
@@ -210,7 +210,7 @@ def _config(learning_rate: float, port: int) -> dict[str, Any]:
         "env": {"total_steps": 8, "batch_size": 4, "max_token_length": 100, "group_size": 2,
                 "rollout_server_url": f"http://127.0.0.1:{port}", "wandb_name": f"lr-{learning_rate}"},
         "openai": [{"model_name": "Qwen/Qwen3-8B", "base_url": f"http://127.0.0.1:{port + 1}/v1"}],
-        "tinker": {"backend": "tinker", "base_model": "Qwen/Qwen3-8B", "learning_rate": learning_rate,
+        "trainer": {"backend": "tinker", "base_model": "Qwen/Qwen3-8B", "learning_rate": learning_rate,
                    "inference_port": port + 1, "run_dir": f"/runs/{port}", "run_name": f"lr-{learning_rate}"},
     }  # fmt: skip
 
@@ -240,7 +240,7 @@ def test_the_definitions_on_written_run_files(tmp_path: Path) -> None:
     assert (early.backend, early.model) == ("tinker", "Qwen/Qwen3-8B")
     assert early.wall_seconds == 600.0
     assert [(d.field, d.values) for d in comparison.config_differences] == [
-        ("tinker.learning_rate", {"base-high": 1e-3, "early-half": 1e-4, "no-evals": 1e-4})
+        ("trainer.learning_rate", {"base-high": 1e-3, "early-half": 1e-4, "no-evals": 1e-4})
     ]  # names, ports and folders differ in every run and are left out
 
     # a run still going is measured to now; a run whose config is gone is compared on what is left
@@ -251,7 +251,7 @@ def test_the_definitions_on_written_run_files(tmp_path: Path) -> None:
     assert later.notes and "no-evals" in later.notes[0]
     assert later.runs[0].cost_usd is None  # paid, but no price configured
     fields = {d.field for d in later.config_differences}
-    assert "tinker.learning_rate" in fields and "tinker.backend" in fields  # absent in the lost config
+    assert "trainer.learning_rate" in fields and "trainer.backend" in fields  # absent in the lost config
 
 
 def test_ties_and_nothing_to_rank(tmp_path: Path) -> None:

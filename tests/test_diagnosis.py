@@ -14,7 +14,6 @@ from typing import Any
 
 import anyio
 import pytest
-import yaml
 from mcp import Client
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
@@ -28,6 +27,7 @@ from rl_mcp.diagnosis.rules import diagnose
 from rl_mcp.mcp_api.findings.notices import LOGGER, FindingNotices
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.mcp_api.subscriptions import ResourcePublisher
+from rl_mcp.runs.config_file import read_run_config
 from rl_mcp.runs.env_health import Discards
 from rl_mcp.runs.item_counts import ItemCounts
 from rl_mcp.runs.metrics import MetricsCache
@@ -46,14 +46,14 @@ def recorded(name: str, *, upto: int | None = None, active: bool = False) -> Run
     if upto is not None:
         metrics = metrics[:upto]
         evals = [e for e in evals if e["step"] <= upto and not e.get("final")]
-    config = yaml.safe_load((folder / "config.yaml").read_text())
+    config = read_run_config(folder / "config.yaml")  # recorded before the trainer section's rename: read as today
     replies_step, replies = latest_replies(folder / "latest_replies.json") if upto is None else (None, [])
     return RunFacts(
         f"run-{name}",
         metrics,
         evals,
         config["env"],
-        config["tinker"],
+        config["trainer"],
         active=active,
         now=metrics[-1]["time"],
         replies_step=replies_step,

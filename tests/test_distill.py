@@ -1,4 +1,4 @@
-"""On-policy distillation (tinker.teacher): the signal against hand-computed values, a teacher refused
+"""On-policy distillation (trainer.teacher): the signal against hand-computed values, a teacher refused
 for its tokenizer before anything starts, and a run on the local backend distilling an adapter trained
 here, its KL to the teacher falling."""
 
@@ -122,7 +122,7 @@ async def test_a_run_distills_an_adapter_trained_here_and_its_kl_falls(tmp_path:
         done = await wait_status(client, run["run_id"], {"completed", "failed"}, timeout=300)
         assert done["status"] == "completed", done
         run_dir = Path(run["run_dir"])
-        config = yaml.safe_load(Path(run["config_path"]).read_text())["tinker"]
+        config = yaml.safe_load(Path(run["config_path"]).read_text())["trainer"]
         described = json.loads(RunFiles(run_dir).teacher.read_text())
         assert described["run_id"] == teacher["run_id"] and config["teacher"] == described["ref"]
         assert Path(config["teacher"]).is_dir() and Path(config["teacher"]).is_relative_to(teacher["run_dir"])
@@ -136,7 +136,7 @@ async def test_a_run_distills_an_adapter_trained_here_and_its_kl_falls(tmp_path:
         rl, distilled = compared["runs"]
         assert rl["teacher_kl_first"] is None and distilled["teacher_kl_last"] == kl[-1]
         differing = {d["field"] for d in compared["config_differences"]}
-        assert {"tinker.teacher", "tinker.reward_coef"} <= differing, differing
+        assert {"trainer.teacher", "trainer.reward_coef"} <= differing, differing
 
         # a resume goes on with its teacher
         resumed = await call(client, "rl_start_training", resume_from=run["run_id"], total_steps=13)

@@ -408,8 +408,8 @@ def test_a_self_hosted_run_plans_its_export_and_test_from_the_engine(rl_home: Pa
     assert (trained.backend, trained.engine_url) == ("local", "http://127.0.0.1:8123")
     req = InferenceRequest("arithmetic", Path("env.py"), {"env": {}}, 1, 2, 60.0, rl_home)
     config = process_config(req, target, target.models[1], run_dir=rl_home, inference_port=9, use_wandb=False)
-    assert config["tinker"]["backend"] == "local" and config["tinker"]["self_hosted"] is True
-    assert config["tinker"]["tinker_base_url"] == "http://127.0.0.1:8123"
+    assert config["trainer"]["backend"] == "local" and config["trainer"]["self_hosted"] is True
+    assert config["trainer"]["tinker_base_url"] == "http://127.0.0.1:8123"
 
 
 def _export(tmp_path: Path, url: str, fmt: str) -> dict[str, Any]:
@@ -440,7 +440,7 @@ def _serve(tmp_path: Path, url: str, port: int) -> tuple[warm_children.Forked | 
     config = {
         "env": {"tokenizer_name": str(ensure_model(MODEL))},
         "openai": [{"model_name": "trained", "base_url": f"http://127.0.0.1:{port}/v1", "server_type": "sglang"}],
-        "tinker": {
+        "trainer": {
             "backend": "local", "self_hosted": True, "tinker_base_url": url, "base_model": MODEL,
             "total_steps": 1, "device": "cpu", "api_url": "http://127.0.0.1:1", "inference_port": port,
             "run_dir": str(tmp_path),

@@ -186,7 +186,7 @@ async def test_requests_that_outlive_a_binding_timeout_get_a_derived_one_and_the
     the retries fit and it trains."""
     profile = yaml.safe_load((PROFILES_DIR / "local.yaml").read_text())
     profile["inference"]["timeout"] = 1
-    profile["locked"]["tinker"]["max_token_trainer_length"] = 2048  # the long replies are trained
+    profile["locked"]["trainer"]["max_token_trainer_length"] = 2048  # the long replies are trained
     (tmp_path / "slow.yaml").write_text(yaml.safe_dump(profile))
     settings = settings_with(monkeypatch, profile=str(tmp_path / "slow.yaml"))
     seen: dict[str, dict[str, Any]] = {}

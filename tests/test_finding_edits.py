@@ -173,7 +173,7 @@ def run_sections(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     but those the server sets per run, the training fields and the profile's model."""
     fields = config["fields"]
     env = {f["name"]: f["value"] for f in fields if f["section"] == "env" and f["status"] != "managed"}
-    tinker = {f["name"]: f["value"] for f in fields if f["section"] == "tinker"}
+    tinker = {f["name"]: f["value"] for f in fields if f["section"] == "trainer"}
     return env, {**tinker, "base_model": config["profile"]["model"]}
 
 

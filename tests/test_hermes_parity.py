@@ -173,7 +173,9 @@ async def test_tinker_profile_locks_the_seeds_eval_values(mcp_app, probe_envs) -
 def _completed_run(home: Path) -> None:
     run_dir = home / "runs" / "done-run"
     (run_dir / "logs").mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump({"tinker": {"wandb_project": "proj", "run_name": "done-name"}}))
+    (run_dir / "config.yaml").write_text(
+        yaml.safe_dump({"trainer": {"wandb_project": "proj", "run_name": "done-name"}})
+    )
     RunStore(home / "runs.sqlite").insert(
         RunRecord(
             run_id="done-run",

@@ -31,7 +31,7 @@ def _train_run(home: Path) -> None:
     """A completed run whose step-000040 adapter answers the letter_repeat prompt with q's."""
     files = RunFiles(home / "runs" / RUN_ID)
     files.logs_dir.mkdir(parents=True)
-    files.config.write_text(yaml.safe_dump({"tinker": {"backend": "local", "base_model": "tiny-chat"}}))
+    files.config.write_text(yaml.safe_dump({"trainer": {"backend": "local", "base_model": "tiny-chat"}}))
     base = load_base_model("tiny-chat", "cpu")
     client = LocalTrainingClient(base, rank=8, run_dir=files.run_dir, run_name=RUN_ID, seed=0)
     prompt = base.tokenizer.apply_chat_template(

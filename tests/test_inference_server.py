@@ -440,7 +440,7 @@ def standalone_config(tmp_path: Path, port: int, api: int, model: str = MODEL) -
     config = {
         "env": {"tokenizer_name": str(ensure_model(model))},
         "openai": [{"model_name": model, "base_url": f"http://127.0.0.1:{port}/v1", "server_type": "sglang"}],
-        "tinker": {
+        "trainer": {
             "backend": "local",
             "base_model": model,
             "total_steps": 1,

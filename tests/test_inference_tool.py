@@ -277,7 +277,7 @@ def inference_server(tmp_path_factory: pytest.TempPathFactory):
         port = s.getsockname()[1]
     cfg = yaml.safe_load(LOCAL_CONFIG.read_text())
     cfg["env"]["tokenizer_name"] = cfg["openai"][0]["tokenizer_name"] = folder
-    cfg["tinker"].update(inference_port=port, run_dir=str(work))
+    cfg["trainer"].update(inference_port=port, run_dir=str(work))
     (work / "config.yaml").write_text(yaml.safe_dump(cfg))
     argv = [sys.executable, "-m", "tinker_atropos.inference_server", "--config", str(work / "config.yaml")]
     with open(work / "server.log", "wb") as log:  # forked warm, as the server's inference test forks it

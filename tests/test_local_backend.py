@@ -35,7 +35,7 @@ def _cfg(run_dir: Path, **tinker: object):
         "lora_rank": 4,
         "device": "cpu",
     }
-    return parse_run_config({"tinker": {**base, **tinker}})
+    return parse_run_config({"trainer": {**base, **tinker}})
 
 
 @pytest.fixture(scope="module")

@@ -66,7 +66,7 @@ async def test_every_task_is_an_environment_with_its_generator_settings_as_field
             10,
             True,
         )
-        assert fields["group_size"]["section"] == "env" and fields["learning_rate"]["section"] == "tinker"
+        assert fields["group_size"]["section"] == "env" and fields["learning_rate"]["section"] == "trainer"
         refused = await client.call_tool("rl_edit_config", {"field": "max_animals", "value": "many"})
         assert refused.is_error and "max_animals" in refused.content[0].text  # type: ignore[union-attr]
         await call(client, "rl_edit_config", field="max_animals", value=4)

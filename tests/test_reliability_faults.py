@@ -38,7 +38,7 @@ def seed_finished_run(home: Path, run_id: str, steps: int = 3) -> Path:
         (run_dir / "logs" / f"{name}.log").write_text(
             "".join(f"{name} line {i}\n" for i in range(50)) + f"{name} of {run_id} done\n"
         )
-    config = {"env": {"total_steps": steps}, "tinker": {"total_steps": steps, "run_name": run_id, "use_wandb": False}}
+    config = {"env": {"total_steps": steps}, "trainer": {"total_steps": steps, "run_name": run_id, "use_wandb": False}}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     with open(run_dir / "metrics.jsonl", "w") as f:
         for step in range(1, steps + 1):
@@ -233,7 +233,7 @@ PARTIAL_WRITE = textwrap.dedent(
     big = {f"field_{i}": "x" * 100 for i in range(200)}  # ~25 KB: far past the limit
     try:
         if what == "run_config":
-            write_run_config(path, {"env": big, "tinker": {"total_steps": 1}})
+            write_run_config(path, {"env": big, "trainer": {"total_steps": 1}})
         else:
             Session(path, SessionState(environment="letter_repeat", edits=big)).save()
     except OSError as exc:

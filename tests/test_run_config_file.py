@@ -14,15 +14,21 @@ from tinker_atropos.run_files import atomic_write_text
 
 def test_each_reader_gets_its_own_copy_and_a_rewrite_is_read_again(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
-    atomic_write_text(path, yaml.safe_dump({"tinker": {"total_steps": 5}, "env": {"group_size": 4}}))
+    atomic_write_text(path, yaml.safe_dump({"trainer": {"total_steps": 5}, "env": {"group_size": 4}}))
     first = read_run_config(path)
-    first["tinker"]["total_steps"] = 99  # a caller's edit stays its own
-    assert read_run_config(path) == {"tinker": {"total_steps": 5}, "env": {"group_size": 4}}
-    atomic_write_text(path, yaml.safe_dump({"tinker": {"total_steps": 6}, "env": {"group_size": 4}}))  # same size
-    assert read_run_config(path)["tinker"]["total_steps"] == 6
-    path.write_text("tinker: {total_steps: 7}\n")  # rewritten in place, same inode
+    first["trainer"]["total_steps"] = 99  # a caller's edit stays its own
+    assert read_run_config(path) == {"trainer": {"total_steps": 5}, "env": {"group_size": 4}}
+    atomic_write_text(path, yaml.safe_dump({"trainer": {"total_steps": 6}, "env": {"group_size": 4}}))  # same size
+    assert read_run_config(path)["trainer"]["total_steps"] == 6
+    path.write_text("trainer: {total_steps: 7}\n")  # rewritten in place, same inode
     os.utime(path, ns=(1, 1))
-    assert read_run_config(path) == {"tinker": {"total_steps": 7}}
+    assert read_run_config(path) == {"trainer": {"total_steps": 7}}
+
+
+def test_a_config_written_before_the_trainer_section_was_renamed_reads_as_today(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("env: {group_size: 4}\ntinker: {total_steps: 5, backend: local}\n")
+    assert read_run_config(path) == {"env": {"group_size": 4}, "trainer": {"total_steps": 5, "backend": "local"}}
 
 
 def test_a_file_without_a_mapping_reads_empty_and_bad_files_raise(tmp_path: Path) -> None:

@@ -236,7 +236,7 @@ async def test_runs_end_to_end(tmp_path: Path) -> None:
             assert not result.is_error
             res = result.structured_content or {}
             assert len(res["history"]) == STEPS == res["history_total_steps"]
-            trained = yaml.safe_load(Path(a["config_path"]).read_text())["tinker"]
+            trained = yaml.safe_load(Path(a["config_path"]).read_text())["trainer"]
             assert {k: trained[k] for k in objective} == objective
             lines = [json.loads(line) for line in (Path(a["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
             assert all(m["reference_seconds"] is not None for m in lines if m["num_datums"]), lines
@@ -258,7 +258,7 @@ async def test_runs_end_to_end(tmp_path: Path) -> None:
             log_text = (await client.read_resource(trainer_log_uri)).contents[0].text  # type: ignore[union-attr]
             assert 0 < len(log_text.splitlines()) <= 200
             cfg = (await client.read_resource(f"rl://runs/{a['run_id']}/config")).contents[0].text  # type: ignore[union-attr]
-            assert "tinker:" in cfg
+            assert "trainer:" in cfg
 
             # --- C: stopped mid-run; nothing of it is left ---------------------------------------
             c = await call(client, "rl_start_training", wait=True)

@@ -36,7 +36,7 @@ def _config(run_dir: Path, **tinker: Any) -> dict[str, Any]:
     return {
         "env": {"total_steps": 8, "group_size": 4, "batch_size": 8, "wandb_name": "lr-parent", "tokenizer_name": "x"},
         "openai": [{"model_name": "tiny-chat", "base_url": "http://127.0.0.1:1111/v1", "api_key": "local"}],
-        "tinker": {
+        "trainer": {
             "backend": "local",
             "base_model": "tiny-chat",
             "lora_rank": 16,
@@ -122,7 +122,7 @@ def test_resume_writes_the_parents_config_and_seeds_the_folder(tmp_path: Path) -
     run_dir = tmp_path / "runs" / "child"
     path = plan.write_config(run_dir, 2000, 2222, "lr-parent")
     cfg = parse_run_config(yaml.safe_load(path.read_text()))  # the trainer accepts it
-    t = cfg.tinker
+    t = cfg.trainer
     assert (t.resume_from, t.start_step, t.total_steps, t.wandb_run_id) == (state.path, 3, 12, "wb1")
     assert (t.api_url, t.inference_port, t.run_dir) == ("http://127.0.0.1:2000", 2222, run_dir.resolve())
     env = cfg.env.as_written()
@@ -152,7 +152,7 @@ def test_fork_uses_the_session_config(tmp_path: Path) -> None:
     assert plan.lineage and plan.lineage.forked and plan.run_name == "fork-name"
     run_dir = tmp_path / "runs" / "fork"
     cfg = parse_run_config(yaml.safe_load(plan.write_config(run_dir, 3000, 3333, "fork-name").read_text()))
-    assert (cfg.tinker.learning_rate, cfg.tinker.start_step, cfg.tinker.wandb_run_id) == (1e-4, 5, None)
+    assert (cfg.trainer.learning_rate, cfg.trainer.start_step, cfg.trainer.wandb_run_id) == (1e-4, 5, None)
     assert [r["step"] for r in read_jsonl(RunFiles(run_dir).metrics)] == [1, 2, 3, 4, 5]
     # the newest readable position at or before step 5 is step 3's, renamed for the fork's env
     assert json.loads(RunFiles(run_dir).env_position("fork-name", 5).read_text()) == {"_cursor": 13}
@@ -239,13 +239,13 @@ def test_tinker_resume_goes_through_the_sdk_with_the_tinker_path(tmp_path: Path,
 
     cfg = parse_run_config(_config(tmp_path, backend="tinker", resume_from="/a/local/folder", start_step=3))
     with pytest.raises(BackendUnavailable, match="resumes from a tinker:// state"):
-        tinker_backend.create_tinker_training_client(cfg.tinker)
+        tinker_backend.create_tinker_training_client(cfg.trainer)
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     cfg = parse_run_config(
         _config(tmp_path, backend="tinker", resume_from="tinker://run-1/weights/final", start_step=3)
     )
     with pytest.raises(BackendUnavailable, match="TINKER_API_KEY is not set"):
-        tinker_backend.create_tinker_training_client(cfg.tinker)
+        tinker_backend.create_tinker_training_client(cfg.trainer)
 
     calls: list[tuple[str, Any]] = []
 
@@ -282,7 +282,7 @@ def test_tinker_resume_goes_through_the_sdk_with_the_tinker_path(tmp_path: Path,
             return Rest()
 
     monkeypatch.setattr(tinker_backend, "_connect", lambda t: Service())
-    client = tinker_backend.create_tinker_training_client(cfg.tinker)
+    client = tinker_backend.create_tinker_training_client(cfg.trainer)
     assert calls == [("from_state", "tinker://run-1/weights/final")]
     keeper = StateKeeper(parse_run_config(_config(tmp_path, backend="tinker", keep_states=1)), client)  # type: ignore[arg-type]
 

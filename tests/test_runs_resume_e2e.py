@@ -118,8 +118,8 @@ async def test_stop_resume_fork_kill_resume(tmp_path: Path) -> None:
             await call(client, "rl_edit_config", field="learning_rate", value=5e-4)  # must not leak into B
             b = await call(client, "rl_start_training", resume_from=a["run_id"])
             assert b["resumed_from"] == {"parent_run_id": a["run_id"], "step": a_last, "kind": "resume"}
-            b_cfg = yaml.safe_load(Path(b["config_path"]).read_text())["tinker"]
-            a_cfg = yaml.safe_load(Path(a["config_path"]).read_text())["tinker"]
+            b_cfg = yaml.safe_load(Path(b["config_path"]).read_text())["trainer"]
+            a_cfg = yaml.safe_load(Path(a["config_path"]).read_text())["trainer"]
             assert (b_cfg["learning_rate"], b_cfg["start_step"], b_cfg["run_name"]) == (1e-3, a_last, a_cfg["run_name"])
             b_done = await wait_for(client, b["run_id"], ended, 240)
             assert b_done["status"] == "completed", b_done
@@ -150,7 +150,7 @@ async def test_stop_resume_fork_kill_resume(tmp_path: Path) -> None:
                 client, "rl_start_training", resume_from=a["run_id"], checkpoint_step=2, fork=True, total_steps=C_TOTAL
             )
             assert c["resumed_from"] == {"parent_run_id": a["run_id"], "step": 2, "kind": "fork"}
-            c_cfg = yaml.safe_load(Path(c["config_path"]).read_text())["tinker"]
+            c_cfg = yaml.safe_load(Path(c["config_path"]).read_text())["trainer"]
             assert (c_cfg["learning_rate"], c_cfg["start_step"]) == (5e-4, 2)
             await wait_for(client, c["run_id"], lambda s: s["step"] >= 3, timeout=240)
             assert steps_of(c)[:3] == [1, 2, 3]  # its first own step is the checkpoint's + 1
@@ -173,5 +173,5 @@ async def test_stop_resume_fork_kill_resume(tmp_path: Path) -> None:
             d_done = await wait_for(client, d["run_id"], ended, 240)
             assert d_done["status"] == "completed", d_done
             assert steps_of(d) == list(range(1, C_TOTAL + 1))
-            assert yaml.safe_load(Path(d["config_path"]).read_text())["tinker"]["learning_rate"] == 5e-4
+            assert yaml.safe_load(Path(d["config_path"]).read_text())["trainer"]["learning_rate"] == 5e-4
             assert steps_of(a) == list(range(1, a_last + 1))  # the parent is untouched

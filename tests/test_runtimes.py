@@ -63,7 +63,7 @@ async def test_vllm_where_it_has_no_build_is_refused_with_what_to_do_instead(
     assert time.monotonic() - started < 5 and left_in(tmp_path / "runtimes") == []
     assert (
         "no build for this platform (darwin" in message
-        and "tinker.sampler: engine" in message
+        and "trainer.sampler: engine" in message
         and "tinker profile" in message
     )
 

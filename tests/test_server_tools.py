@@ -91,10 +91,10 @@ async def test_workflow_list_select_edit_reset(mcp_app, probe_envs, mode):
         assert fields["tokenizer_name"]["status"] == "locked" and not fields["tokenizer_name"]["editable"]
         assert fields["rollout_server_url"]["status"] == "managed"
         assert fields["wandb_name"]["value"] == selected["wandb_name"]
-        assert fields["learning_rate"]["section"] == "tinker"  # training fields are editable here too
+        assert fields["learning_rate"]["section"] == "trainer"  # training fields are editable here too
         # the losses of 2026: each field listed with its description, a bad value refused at the edit
         for name in ("loss_fn", "loss_aggregation", "advantage_scale", "clip_low", "clip_high", "dro_beta", "kl_beta"):
-            assert fields[name]["section"] == "tinker" and fields[name]["description"], name
+            assert fields[name]["section"] == "trainer" and fields[name]["description"], name
         assert fields["loss_aggregation"]["constraints"]["enum"] == ["sum", "seq_mean", "token_mean", "constant"]
         assert fields["loss_fn"]["constraints"]["enum"] == [
             "importance_sampling",
@@ -286,7 +286,7 @@ async def test_resources(mcp_app, probe_envs, mode):
         assert source.text == (first / "probe.py").read_text()
 
         profile = json.loads((await client.read_resource("rl://profile")).contents[0].text)
-        assert profile["backend"] == "local" and profile["locked"]["tinker"]["base_model"] == "tiny-chat"
+        assert profile["backend"] == "local" and profile["locked"]["trainer"]["base_model"] == "tiny-chat"
 
         for bad in ("rl://environments/..%2F..%2Fetc%2Fpasswd", "rl://environments/%2Fetc%2Fpasswd"):
             with pytest.raises(MCPError):
@@ -329,14 +329,14 @@ async def test_run_config_follows_the_contract(mcp_app, probe_envs, tmp_path, mo
     (server_cfg,) = loaded.openai
     assert server_cfg["base_url"] == "http://127.0.0.1:41002/v1" and server_cfg["server_type"] == "sglang"
     assert server_cfg["tokenizer_name"] == str(model_dir("tiny-chat")) and server_cfg["api_key"] == "local"
-    tinker = loaded.tinker
-    assert (tinker.backend, tinker.base_model, tinker.total_steps, tinker.lora_rank) == ("local", "tiny-chat", 3, 4)
-    assert (tinker.inference_port, tinker.api_url, tinker.run_name) == (
+    trainer = loaded.trainer
+    assert (trainer.backend, trainer.base_model, trainer.total_steps, trainer.lora_rank) == ("local", "tiny-chat", 3, 4)
+    assert (trainer.inference_port, trainer.api_url, trainer.run_name) == (
         41002,
         "http://127.0.0.1:41001",
         env["wandb_name"],
     )
-    assert tinker.max_token_trainer_length == 1024  # locked by the local profile
+    assert trainer.max_token_trainer_length == 1024  # locked by the local profile
     assert yaml.safe_load(text)["slurm"] is False
 
 

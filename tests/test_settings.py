@@ -23,12 +23,12 @@ def test_a_profile_is_read_with_its_sections_engine_and_price(tmp_path: Path) ->
     engine = {"kind": "skyrl", "backend_config": {"max_lora_adapters": 3}}
     path = profile_file(
         tmp_path, backend="tinker", model="tiny-chat", engine=engine, pricing={"usd_per_million_tokens": 2},
-        locked={"tinker": {"lora_rank": 8}, "env": None}, requires_env=None,
+        locked={"trainer": {"lora_rank": 8}, "env": None}, requires_env=None,
     )  # fmt: skip
     profile = load_profile(path)
     assert (profile.name, profile.backend, profile.usd_per_million_tokens) == ("mine", "tinker", 2.0)
     assert profile.engine == {"kind": "skyrl", "url": None, "backend_config": {"max_lora_adapters": 3}}
-    assert profile.locked == {"env": {}, "tinker": {"lora_rank": 8}} and profile.requires_env == ()
+    assert profile.locked == {"env": {}, "trainer": {"lora_rank": 8}} and profile.requires_env == ()
     attached = load_profile(profile_file(tmp_path, backend="tinker", model="m", engine={"url": "http://h:1"}))
     assert attached.engine is not None and attached.engine["kind"] == "attached"
 
@@ -37,7 +37,7 @@ def test_a_profile_is_read_with_its_sections_engine_and_price(tmp_path: Path) ->
     ("fields", "refused"),
     [
         ({**LOCAL, "lockd": {}}, "`lockd`: not a known key"),
-        ({**LOCAL, "locked": {"trainer": {}}}, "`locked.trainer`: not a known key"),
+        ({**LOCAL, "locked": {"train": {}}}, "`locked.train`: not a known key"),
         ({"backend": "gpu", "model": "m"}, "`backend`: Input should be 'tinker' or 'local', got 'gpu'"),
         ({"backend": "local"}, "`model`: Field required"),
         ({**LOCAL, "engine": {"kind": "skyrl"}}, "only on a profile with backend: tinker"),
@@ -52,6 +52,16 @@ def test_a_bad_profile_is_refused_naming_the_key_and_the_value(tmp_path: Path, f
     with pytest.raises(SettingsError, match="profile .*mine.yaml: ") as err:
         load_profile(path)
     assert refused in str(err.value)
+
+
+def test_a_profile_with_the_old_section_name_loads_with_a_deprecation_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = profile_file(tmp_path, backend="local", model="tiny-chat", defaults={"tinker": {"lora_rank": 8}})
+    with caplog.at_level("WARNING", logger="rl_mcp"):
+        profile = load_profile(path)
+    assert profile.defaults["trainer"] == {"lora_rank": 8}
+    assert "profile section 'tinker' is now 'trainer'" in caplog.text
 
 
 def test_the_variables_are_read_once_with_their_defaults_and_bad_ones_refused(tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ async def test_a_run_stopped_in_its_stage_resumes_there_and_a_fork_starts_rl_fro
     c_files = RunFiles(Path(c["run_dir"]))
     assert not c_files.log("sft").exists()  # the stage is not trained again
     sft_state = json.loads(b_files.sft_result.read_text())["state"]
-    assert yaml.safe_load(c_files.config.read_text())["tinker"]["resume_from"] == sft_state
+    assert yaml.safe_load(c_files.config.read_text())["trainer"]["resume_from"] == sft_state
     assert [m["step"] for m in read_jsonl(c_files.metrics)] == [1, 2]
 
 

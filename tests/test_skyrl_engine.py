@@ -345,7 +345,7 @@ async def test_a_run_starts_the_engine_and_trains_through_the_tinker_sdk(story: 
     # a warmup of 2 steps: 1/3 and 2/3 of the rate, sent to the engine in each step's AdamParams
     await select(client, "letter_repeat", **LETTERS, lr_schedule="linear", lr_warmup_steps=2)
     a = story.runs["A"] = await call(client, "rl_start_training")
-    config = yaml.safe_load(Path(a["config_path"]).read_text())["tinker"]
+    config = yaml.safe_load(Path(a["config_path"]).read_text())["trainer"]
     assert config["backend"] == "tinker" and config["self_hosted"] is True
     assert config["tinker_base_url"] == story.app.engine_url and config["lora_rank"] == 16
     await wait_for(client, a["run_id"], lambda s: s["step"] >= 1, timeout=1500)
@@ -402,7 +402,7 @@ async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(stor
     trained = metrics_of(c)[a_first:]  # the fork's own step: A's up to the state are seeded
     assert all(isinstance(m["teacher_kl"], float) and m["teacher_logprob"] < 0 for m in trained), trained
     assert all(math.isfinite(m["loss"]) and m["grad_norm"] > 0 for m in trained), trained
-    assert yaml.safe_load(Path(c["config_path"]).read_text())["tinker"]["loss_fn"] == "sign_pg"
+    assert yaml.safe_load(Path(c["config_path"]).read_text())["trainer"]["loss_fn"] == "sign_pg"
 
     # A's last weights as a teacher: the engine unloaded A's model at A's end, so the trainer downloads the
     # checkpoint from the engine's archive and scores with it in its own process
@@ -418,7 +418,7 @@ async def test_a_stopped_run_resumes_and_forks_from_its_state_on_the_engine(stor
     teacher = resolve_teacher(a["run_id"], None, Student("tinker", MODEL, self_hosted=True), story.app.runs.list())
     assert teacher.ref.startswith("tinker://") and teacher.run_id == a["run_id"], teacher
     config = yaml.safe_load(Path(c["config_path"]).read_text())
-    config["tinker"].update(teacher=teacher.ref, run_dir=str(tmp_path), loss_fn="ppo")  # the plugin's is C's alone
+    config["trainer"].update(teacher=teacher.ref, run_dir=str(tmp_path), loss_fn="ppo")  # the plugin's is C's alone
     cfg = RunConfig.model_validate(config)
     tokenizer = AutoTokenizer.from_pretrained(model_dir(MODEL))
     sampler = await teacher_sampler(cfg, BackendSamplers(cfg, None), tokenizer, 1024)  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ def _closed_port() -> int:
 def _cfg(tmp_path: Path, base_url: str | None = None):
     return parse_run_config(
         {
-            "tinker": {
+            "trainer": {
                 "backend": "tinker",
                 "base_model": "Qwen/Qwen3-8B",
                 "total_steps": 1,
@@ -74,7 +74,7 @@ def test_unreachable_service_fails_fast_and_the_process_exits(tmp_path: Path) ->
         import sys
         from tinker_atropos.backends.factory import BackendUnavailable, create_training_backend
         from tinker_atropos.trainer.config import parse_run_config
-        cfg = parse_run_config({{"tinker": {{"backend": "tinker", "base_model": "Qwen/Qwen3-8B",
+        cfg = parse_run_config({{"trainer": {{"backend": "tinker", "base_model": "Qwen/Qwen3-8B",
             "total_steps": 1, "api_url": "http://127.0.0.1:1", "inference_port": 2,
             "run_dir": {str(tmp_path)!r}, "tinker_base_url": {url!r}}}}})
         try:

@@ -261,7 +261,7 @@ def _closed_port() -> int:
 def _cfg(tmp_path: Path, url: str | None, **tinker: Any):
     return parse_run_config(
         {
-            "tinker": {
+            "trainer": {
                 "backend": "tinker",
                 "base_model": "tiny-chat",
                 "total_steps": 1,
@@ -287,7 +287,7 @@ def test_the_sdk_sends_the_engine_the_placeholder_never_the_cloud_key(
     with pytest.raises(BackendUnavailable) as err:
         create_training_backend(_cfg(tmp_path, engine.url))
     assert str(err.value) == (
-        f"tinker.base_model 'tiny-chat' is not served by the self-hosted Tinker engine at {engine.url}; "
+        f"trainer.base_model 'tiny-chat' is not served by the self-hosted Tinker engine at {engine.url}; "
         "choose one of: smollm2-135m"
     )
     assert ("GET", "/api/v1/get_server_capabilities") in [(m, p) for m, p, _, _ in engine.requests]
@@ -314,7 +314,7 @@ def test_an_engine_that_refuses_is_named_with_where_to_look(
 def test_self_hosted_needs_an_engine_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TINKER_BASE_URL", raising=False)
     monkeypatch.setenv("TINKER_API_KEY", CLOUD_KEY)
-    with pytest.raises(BackendUnavailable, match="tinker.self_hosted is set but no engine URL is"):
+    with pytest.raises(BackendUnavailable, match="trainer.self_hosted is set but no engine URL is"):
         create_training_backend(_cfg(tmp_path, None))
 
 

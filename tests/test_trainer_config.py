@@ -24,49 +24,49 @@ def _valid() -> dict:
 
 def test_shipped_configs_load() -> None:
     tinker_cfg = load_run_config(CONFIGS / "default.yaml")
-    assert tinker_cfg.tinker.backend == "tinker"
-    assert tinker_cfg.tinker.base_model == "Qwen/Qwen3-8B"
-    assert tinker_cfg.tinker.lora_rank == 32
-    assert tinker_cfg.tinker.learning_rate == 4e-5  # the same literal parsed: exactly equal
-    assert (tinker_cfg.tinker.beta1, tinker_cfg.tinker.beta2) == (0.9, 0.95)
+    assert tinker_cfg.trainer.backend == "tinker"
+    assert tinker_cfg.trainer.base_model == "Qwen/Qwen3-8B"
+    assert tinker_cfg.trainer.lora_rank == 32
+    assert tinker_cfg.trainer.learning_rate == 4e-5  # the same literal parsed: exactly equal
+    assert (tinker_cfg.trainer.beta1, tinker_cfg.trainer.beta2) == (0.9, 0.95)
     local_cfg = load_run_config(CONFIGS / "local.yaml")
-    assert local_cfg.tinker.backend == "local"
-    assert local_cfg.tinker.base_model == "tiny-chat"
+    assert local_cfg.trainer.backend == "local"
+    assert local_cfg.trainer.base_model == "tiny-chat"
     assert isinstance(local_cfg.openai, list) and local_cfg.openai[0]["model_name"] == "tiny-chat"
-    assert local_cfg.tinker.run_dir.is_absolute()
+    assert local_cfg.trainer.run_dir.is_absolute()
 
 
 def test_ports_and_urls_come_from_the_file(tmp_path: Path) -> None:
     data = _valid()
-    data["tinker"].update(api_url="http://127.0.0.1:45678", inference_port=45679)
+    data["trainer"].update(api_url="http://127.0.0.1:45678", inference_port=45679)
     cfg = load_run_config(_write(tmp_path, data))
     assert isinstance(cfg, RunConfig)
-    assert cfg.tinker.api_url == "http://127.0.0.1:45678"
-    assert cfg.tinker.inference_port == 45679
+    assert cfg.trainer.api_url == "http://127.0.0.1:45678"
+    assert cfg.trainer.inference_port == 45679
 
 
 def test_defaults_fill_optional_keys(tmp_path: Path) -> None:
     minimal = {
-        "tinker": {"total_steps": 3, "api_url": "http://127.0.0.1:1", "inference_port": 2, "run_dir": str(tmp_path)}
+        "trainer": {"total_steps": 3, "api_url": "http://127.0.0.1:1", "inference_port": 2, "run_dir": str(tmp_path)}
     }
     cfg = load_run_config(_write(tmp_path, minimal))
-    assert cfg.tinker.loss_fn == "importance_sampling"
+    assert cfg.trainer.loss_fn == "importance_sampling"
     assert cfg.env.as_written() == {} and cfg.openai == [] and cfg.slurm is False
 
 
 @pytest.mark.parametrize(
     ("section", "key", "value", "expected"),
     [
-        ("tinker", "lora_rank", "big", "integer > 0"),
-        ("tinker", "lora_rank", 0, "integer > 0"),
-        ("tinker", "learning_rate", "fast", "number > 0"),
-        ("tinker", "beta2", 1.5, "number >= 0 and < 1"),
-        ("tinker", "backend", "gpu", "one of 'local', 'tinker'"),
-        ("tinker", "loss_fn", "dpo", "one of 'importance_sampling', 'ppo', 'cispo', 'dro', 'cross_entropy'"),
-        ("tinker", "inference_port", 70000, "integer >= 1 and <= 65535"),
-        ("tinker", "api_url", "127.0.0.1:8000", "string matching"),
-        ("tinker", "use_wandb", [1], "boolean"),
-        ("tinker", "wandb_group", 5, "string or null"),
+        ("trainer", "lora_rank", "big", "integer > 0"),
+        ("trainer", "lora_rank", 0, "integer > 0"),
+        ("trainer", "learning_rate", "fast", "number > 0"),
+        ("trainer", "beta2", 1.5, "number >= 0 and < 1"),
+        ("trainer", "backend", "gpu", "one of 'local', 'tinker'"),
+        ("trainer", "loss_fn", "dpo", "one of 'importance_sampling', 'ppo', 'cispo', 'dro', 'cross_entropy'"),
+        ("trainer", "inference_port", 70000, "integer >= 1 and <= 65535"),
+        ("trainer", "api_url", "127.0.0.1:8000", "string matching"),
+        ("trainer", "use_wandb", [1], "boolean"),
+        ("trainer", "wandb_group", 5, "string or null"),
     ],
 )
 def test_bad_value_names_key_and_type(tmp_path: Path, section: str, key: str, value: object, expected: str) -> None:
@@ -81,25 +81,25 @@ def test_bad_value_names_key_and_type(tmp_path: Path, section: str, key: str, va
 
 def test_missing_key_names_it(tmp_path: Path) -> None:
     data = _valid()
-    del data["tinker"]["total_steps"]
-    with pytest.raises(ConfigError, match=r"`tinker.total_steps` is missing: expected integer > 0") as err:
+    del data["trainer"]["total_steps"]
+    with pytest.raises(ConfigError, match=r"`trainer.total_steps` is missing: expected integer > 0") as err:
         load_run_config(_write(tmp_path, data))
-    assert err.value.key == "tinker.total_steps"
+    assert err.value.key == "trainer.total_steps"
 
 
 def test_missing_section_names_it(tmp_path: Path) -> None:
     data = _valid()
-    del data["tinker"]
-    with pytest.raises(ConfigError, match=r"`tinker` is missing: expected mapping"):
+    del data["trainer"]
+    with pytest.raises(ConfigError, match=r"`trainer` is missing: expected mapping"):
         load_run_config(_write(tmp_path, data))
 
 
 def test_unknown_key_is_rejected_with_the_known_ones(tmp_path: Path) -> None:
     data = _valid()
-    data["tinker"]["lora_rnak"] = 8
-    with pytest.raises(ConfigError, match=r"`tinker.lora_rnak` is not a known key .*lora_rank") as err:
+    data["trainer"]["lora_rnak"] = 8
+    with pytest.raises(ConfigError, match=r"`trainer.lora_rnak` is not a known key .*lora_rank") as err:
         load_run_config(_write(tmp_path, data))
-    assert err.value.key == "tinker.lora_rnak"
+    assert err.value.key == "trainer.lora_rnak"
 
 
 @pytest.mark.parametrize(
@@ -128,10 +128,10 @@ def test_bad_list_item_is_located(tmp_path: Path) -> None:
 
 def test_all_problems_are_reported_at_once(tmp_path: Path) -> None:
     data = _valid()
-    data["tinker"].update(lora_rank=-1, device="tpu")
+    data["trainer"].update(lora_rank=-1, device="tpu")
     with pytest.raises(ConfigError) as err:
         load_run_config(_write(tmp_path, data))
-    assert "`tinker.lora_rank`" in str(err.value) and "`tinker.device`" in str(err.value)
+    assert "`trainer.lora_rank`" in str(err.value) and "`trainer.device`" in str(err.value)
 
 
 def test_file_level_errors(tmp_path: Path) -> None:
@@ -141,3 +141,16 @@ def test_file_level_errors(tmp_path: Path) -> None:
         load_run_config(_write(tmp_path, "tinker: [unclosed"))
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_run_config(_write(tmp_path, "- just\n- a list\n"))
+
+
+def test_a_config_written_with_the_old_section_name_loads_with_a_deprecation_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = _valid()
+    data["tinker"] = data.pop("trainer")
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with caplog.at_level("WARNING", logger="tinker_atropos.trainer.config"):
+        cfg = load_run_config(path)
+    assert cfg.trainer.base_model == "tiny-chat"
+    assert f"{path}: section 'tinker' is now 'trainer'" in caplog.text

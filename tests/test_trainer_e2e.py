@@ -149,7 +149,7 @@ def write_config(run_dir: Path, model: str, api_port: int, inf_port: int, steps:
                 "timeout": 120,
             }
         ],
-        "tinker": {
+        "trainer": {
             "backend": "local",
             "base_model": "tiny-chat",
             "lora_rank": 16,
@@ -426,10 +426,10 @@ def _launch(config: Path, timeout: float = 120, **env: str) -> subprocess.Comple
 
 def test_exit_2_names_the_missing_key(tmp_path, tiny_model):
     config = write_config(tmp_path / "run", tiny_model, free_port(), free_port(), 3)
-    edit_config(config, lambda c: c["tinker"].pop("total_steps"))
+    edit_config(config, lambda c: c["trainer"].pop("total_steps"))
     done = _launch(config)
     assert done.returncode == 2, done.stderr
-    assert "tinker.total_steps" in done.stderr
+    assert "trainer.total_steps" in done.stderr
 
 
 def test_exit_2_for_a_missing_env_batch_size(tmp_path, tiny_model):

@@ -161,14 +161,14 @@ def test_an_argument_named_as_a_product_field_is_the_environments_and_says_so(tm
         environment="",
         config_class="BaseEnvConfig",
         fields={
-            "seed": FieldSpec("seed", "tinker", "int", 0, None, {"type": "integer"}),
+            "seed": FieldSpec("seed", "trainer", "int", 0, None, {"type": "integer"}),
             "total_steps": FieldSpec("total_steps", "env", "int", 1000, None, {"type": "integer", "minimum": 1}),
         },
     )
     schema = verifiers_schema(info, product)
     assert list(schema.fields) == ["seed", "n", "total_steps"]
     assert (schema.fields["seed"].section, schema.fields["seed"].default) == ("verifiers", 7)
-    assert "hides the tinker field 'seed'" in (schema.fields["seed"].description or "")
+    assert "hides the trainer field 'seed'" in (schema.fields["seed"].description or "")
     assert schema.fields["total_steps"] is product.fields["total_steps"]
     env.write_text("def load_environment(seed: int = 7):\n    ...\n")  # no longer a verifiers file
     with pytest.raises(IntrospectionError, match="no longer defines the verifiers environment 'seeded'"):
@@ -227,7 +227,7 @@ async def test_list_select_configure_and_refuse_through_mcp(mcp_app, verifiers_e
         for name in ("total_steps", "group_size", "batch_size", "max_token_length"):  # every run's fields
             assert fields[name]["section"] == "env", name
         for name in ("learning_rate", "lora_rank"):
-            assert fields[name]["section"] == "tinker", name
+            assert fields[name]["section"] == "trainer", name
         assert fields["group_size"]["value"] == 8 and fields["group_size"]["status"] == "profile_default"
 
         edit = await _ok(client, "rl_edit_config", {"field": "num_examples", "value": 10})

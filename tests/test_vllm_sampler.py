@@ -1,4 +1,4 @@
-"""`tinker.sampler: vllm`: the local backend samples with vLLM's OpenAI server (the CPU build, from the
+"""`trainer.sampler: vllm`: the local backend samples with vLLM's OpenAI server (the CPU build, from the
 vllm runtime `make vllm` makes), each step's adapter loaded into it at runtime.
 
 One vLLM server on tiny-chat is shared by the module (a run points at it with `vllm_url`, as a user's
@@ -119,7 +119,7 @@ def _profile(folder: Path, **tinker: str) -> Path:
     """The local profile (tiny-chat), its runs sampled by vLLM: `tinker` adds to its locked section."""
     profile = yaml.safe_load((ROOT / "rl_mcp" / "profiles" / "local.yaml").read_text())
     profile["name"] = "local-vllm"
-    profile["locked"]["tinker"].update(sampler="vllm", **tinker)
+    profile["locked"]["trainer"].update(sampler="vllm", **tinker)
     path = folder / "local-vllm.yaml"
     path.write_text(yaml.safe_dump(profile))
     return path
@@ -162,13 +162,13 @@ async def test_a_run_samples_on_vllm_with_each_steps_adapter(tmp_path: Path, sha
         distilled = await call(client, "rl_start_training")
         taught = await wait_status(client, distilled["run_id"], {"completed", "failed", "stopped"}, timeout=300)
         assert taught["status"] == "completed", (taught.get("error"), taught.get("failure_log_tail"))
-    student = yaml.safe_load(Path(distilled["config_path"]).read_text())["tinker"]["run_name"]
+    student = yaml.safe_load(Path(distilled["config_path"]).read_text())["trainer"]["run_name"]
     assert f"Loaded new LoRA adapter: name '{student}-teacher'" in shared_vllm.log_path.read_text()
     kl = [m["teacher_kl"] for m in read_jsonl(Path(distilled["run_dir"]) / "metrics.jsonl")]
     assert len(kl) == 3 and all(isinstance(v, float) for v in kl), kl
     run_dir = Path(started["run_dir"])
     assert _served_requests(url) >= after_test + 3 * 8, "every step's rollouts (and evaluations) came from vLLM"
-    name = yaml.safe_load((run_dir / "config.yaml").read_text())["tinker"]["run_name"]
+    name = yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["run_name"]
     log = shared_vllm.log_path.read_text()
     for step in range(4):  # the policy before the first step, then each step's
         assert f"Loaded new LoRA adapter: name '{name}-step-{step:06d}'" in log, f"step {step}"
@@ -203,7 +203,7 @@ async def test_a_supervised_stage_evaluates_on_vllm(tmp_path: Path, shared_vllm:
     before = _served_requests(url)
     async with serving(env) as (_, server), Client(server) as client:
         started = await stage_only_run(client)
-    name = yaml.safe_load(Path(started["config_path"]).read_text())["tinker"]["run_name"]
+    name = yaml.safe_load(Path(started["config_path"]).read_text())["trainer"]["run_name"]
     log = shared_vllm.log_path.read_text()
     for label in ("sft-000000", "sft-000001-final"):
         assert f"Loaded new LoRA adapter: name '{name}-{label}'" in log, label
@@ -275,7 +275,9 @@ async def test_an_endpoint_teacher_is_checked_by_its_tokenizer_then_scores_repli
     from tinker_atropos.trainer.config import RunConfig
 
     tinker = {"total_steps": 1, "api_url": "http://127.0.0.1:1", "inference_port": 1, "run_dir": str(tmp_path)}
-    cfg = RunConfig.model_validate({"tinker": {**tinker, "teacher": TINY_CHAT, "teacher_url": f"{shared_vllm.url}/v1"}})
+    cfg = RunConfig.model_validate(
+        {"trainer": {**tinker, "teacher": TINY_CHAT, "teacher_url": f"{shared_vllm.url}/v1"}}
+    )
     samplers = BackendSamplers(cfg, None)  # type: ignore[arg-type]  # an endpoint needs no backend
     student = AutoTokenizer.from_pretrained(ensure_model(TINY_CHAT))
     teacher = await teacher_sampler(cfg, samplers, student, 1024)

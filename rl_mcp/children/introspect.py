@@ -111,10 +111,10 @@ def _child_main(argv: list[str]) -> int:
             for name, info in TinkerConfig.model_fields.items()
             if not info.is_required()
         }
-        tinker_fields, tinker_defs = _model_fields(TinkerConfig, defaults, "tinker", TRAINING_FIELDS)
-        for name, spec_ in tinker_fields.items():
+        trainer_fields, trainer_defs = _model_fields(TinkerConfig, defaults, "trainer", TRAINING_FIELDS)
+        for name, spec_ in trainer_fields.items():
             fields.setdefault(name, spec_)
-        defs.update(tinker_defs)
+        defs.update(trainer_defs)
     except Exception as exc:  # the trainer side is optional for discovery; say why it is missing
         training_error = f"training fields unavailable: {type(exc).__name__}: {exc}"
     result = {

@@ -60,7 +60,7 @@ def _next_step(facts: RunFacts, best_step: int, held: bool) -> NextStep:
             "takes the best checkpoint by validation (keep_best), and a fork with a decaying or lower learning rate "
             "goes on from a saved state",
         )
-    if held and facts.tinker.get("lr_schedule", "constant") == "constant":
+    if held and facts.trainer.get("lr_schedule", "constant") == "constant":
         why = "a rate that decays over the run's budget keeps the late steps from undoing the peak"
         return edit("lr_schedule", "cosine", why)
     if held:

@@ -1,4 +1,4 @@
-"""The rules on a run with a teacher (tinker.teacher): a teacher no better than the student, and a KL to
+"""The rules on a run with a teacher (trainer.teacher): a teacher no better than the student, and a KL to
 the teacher that does not fall.
 
 Distillation pulls the student toward the teacher on every reply token, so it can lift the student at
@@ -43,7 +43,7 @@ def teacher_kl_flat(facts: RunFacts) -> Finding | None:
     before, now = mean_of(first), mean_of(recent)
     if now < t.TEACHER_KL_FALL * before or now < t.TEACHER_KL_CLOSE:
         return None
-    coef = facts.tinker.get("distill_coef")
+    coef = facts.trainer.get("distill_coef")
     if isinstance(coef, (int, float)) and coef < 1:
         next_step = edit("distill_coef", 1.0, "a larger share of each token's advantage from the teacher")
     else:

@@ -22,7 +22,7 @@ class RunFacts:
     metrics: list[dict[str, Any]]
     evals: list[dict[str, Any]]
     env: dict[str, Any] = field(default_factory=dict)  # the run config's env section
-    tinker: dict[str, Any] = field(default_factory=dict)  # ... and its tinker section
+    trainer: dict[str, Any] = field(default_factory=dict)  # ... and its trainer section
     active: bool = False
     now: float = 0.0
     running_since: float | None = None  # when the run reached `running`

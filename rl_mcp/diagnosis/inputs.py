@@ -22,13 +22,13 @@ ENV_LOG_LINES = 50
 
 
 def run_config_sections(config_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The run config's env and tinker sections ({} where the file is missing or unreadable)."""
+    """The run config's env and trainer sections ({} where the file is missing or unreadable)."""
     try:
         data = read_run_config(config_path)
     except RUN_CONFIG_ERRORS:
         return {}, {}
-    env, tinker = data.get("env"), data.get("tinker")
-    return (env if isinstance(env, dict) else {}), (tinker if isinstance(tinker, dict) else {})
+    env, trainer = data.get("env"), data.get("trainer")
+    return (env if isinstance(env, dict) else {}), (trainer if isinstance(trainer, dict) else {})
 
 
 def drops_equal_groups(env_log_tail: list[str]) -> bool:
@@ -47,7 +47,7 @@ def latest_replies(path: Path) -> tuple[int | None, list[tuple[float, str]]]:
 
 def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> RunFacts:
     metrics = cache.metrics(rec)
-    env, tinker = run_config_sections(rec.config_path)
+    env, trainer = run_config_sections(rec.config_path)
     drops = rec.active and drops_equal_groups(tail_lines(rec.log_path(ProcessName.ENV), ENV_LOG_LINES))
     replies_step, replies = latest_replies(rec.files.latest_replies)
     health = read_health(rec.files.env_health)
@@ -57,7 +57,7 @@ def run_facts(rec: RunRecord, cache: MetricsCache, now: float | None = None) -> 
         evals=cache.evals(rec),
         validation=cache.validation(rec),
         env=env,
-        tinker=tinker,
+        trainer=trainer,
         active=rec.active,
         now=time.time() if now is None else now,
         running_since=rec.running_at,

@@ -25,7 +25,7 @@ def raise_learning_rate(facts: RunFacts, why: str) -> NextStep:
 
 
 def _learning_rate_times(facts: RunFacts, factor: float, words: str, why: str) -> NextStep:
-    lr = facts.tinker.get("learning_rate")
+    lr = facts.trainer.get("learning_rate")
     if not isinstance(lr, (int, float)):
         return NextStep("rl_get_current_config", {}, f"{why}: set learning_rate to {words} its value")
     value = float(f"{lr * factor:.3g}")

@@ -29,7 +29,7 @@ def requests_time_out(facts: RunFacts) -> Finding | None:
         f"{r.timeouts} model request tries outlived their timeout and {r.retries_after_timeout} were sent again "
         f"({r.answered} answered): each try starts its reply over"
     )
-    field = limit(r.max_asked, None, facts.env, facts.tinker).field
+    field = limit(r.max_asked, None, facts.env, facts.trainer).field
     room, now = _tokens_that_fit(facts, timeout), _current(facts, field)
     severity: Severity = "warning" if facts.metrics or not facts.active else "error"
     if room is not None and field and now is not None and room < now:
@@ -71,7 +71,7 @@ def _tokens_that_fit(facts: RunFacts, timeout: float) -> float | None:
 def _current(facts: RunFacts, field: str | None) -> int | None:
     """The run's value of the field that sets the reply tokens."""
     if field == CAP_FIELD:
-        value = facts.tinker.get(CAP_FIELD, DEFAULT_MAX_REPLY_TOKENS)
+        value = facts.trainer.get(CAP_FIELD, DEFAULT_MAX_REPLY_TOKENS)
     else:
         value = facts.env.get(field) if field else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None

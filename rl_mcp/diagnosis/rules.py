@@ -58,9 +58,9 @@ def _widen_groups(facts: RunFacts, *, collapsed: bool, equal_groups: bool = True
 
 
 def taught(facts: RunFacts) -> bool:
-    """A teacher's signal trains every group, tied ones too (tinker.teacher with distill_coef > 0)."""
-    coef = facts.tinker.get("distill_coef", 1.0)
-    return bool(facts.tinker.get("teacher")) and isinstance(coef, (int, float)) and coef > 0
+    """A teacher's signal trains every group, tied ones too (trainer.teacher with distill_coef > 0)."""
+    coef = facts.trainer.get("distill_coef", 1.0)
+    return bool(facts.trainer.get("teacher")) and isinstance(coef, (int, float)) and coef > 0
 
 
 def no_reward_signal(facts: RunFacts) -> Finding | None:

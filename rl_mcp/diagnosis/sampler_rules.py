@@ -1,4 +1,4 @@
-"""The rule on vLLM's sampler against the trainer (`tinker.sampler: vllm`): their logprobs of the same
+"""The rule on vLLM's sampler against the trainer (`trainer.sampler: vllm`): their logprobs of the same
 tokens under the same weights (`sampler_mismatch`) growing apart over the run.
 
 A steady mismatch is bfloat16 kernels against the trainer's (0.005 nats a token on tiny-chat); one that
@@ -24,7 +24,7 @@ def sampler_mismatch_grows(facts: RunFacts) -> Finding | None:
     before, now = mean_of(first), mean_of(recent)
     if now < t.MISMATCH_WARN or now < t.MISMATCH_GROWTH * before:
         return None
-    if facts.tinker.get("loss_fn") != "cispo":
+    if facts.trainer.get("loss_fn") != "cispo":
         why = (
             "cispo weighs each token by its importance ratio clipped at clip_high (truncated importance sampling): "
             "tokens on which vLLM and the trainer disagree cannot push the update far"

@@ -72,12 +72,12 @@ LEARNING_RATE_CUT = 0.1
 # 1.22 or below 0.82 on a typical token, beyond PPO's usual clip range of 0.2. Over the latest steps
 # a warning; over MIN_WINDOW_STEPS steps that passed, info (the episode: the neighbouring steps above it).
 DRIFT_WARN = 0.2
-# sampler_mismatch (tinker.sampler vllm: vLLM and the trainer scoring the same tokens with the same weights):
+# sampler_mismatch (trainer.sampler vllm: vLLM and the trainer scoring the same tokens with the same weights):
 # 0.005 nats a token on tiny-chat (bfloat16 kernels against float32). A recent window at MISMATCH_WARN or
 # above that is MISMATCH_GROWTH times the first window's is a sampler drifting off the trained policy
 MISMATCH_WARN = 0.05
 MISMATCH_GROWTH = 2.0
-# teacher_kl (tinker.teacher): a recent window above TEACHER_KL_FALL x the first window's has not fallen,
+# teacher_kl (trainer.teacher): a recent window above TEACHER_KL_FALL x the first window's has not fallen,
 # unless it is under TEACHER_KL_CLOSE already (the student samples nearly as the teacher would)
 TEACHER_KL_FALL = 0.9
 TEACHER_KL_CLOSE = 0.02

@@ -85,7 +85,7 @@ def off_policy_drift(facts: RunFacts) -> Finding | None:
         return None
     mean = mean_of(high)
     ratio = math.exp(mean)
-    if facts.tinker.get("loss_fn") == "importance_sampling":
+    if facts.trainer.get("loss_fn") == "importance_sampling":
         why = "ppo clips the importance ratio, so stale rollouts cannot push the update far"
         next_step = edit("loss_fn", "ppo", why)
     else:

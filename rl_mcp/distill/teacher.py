@@ -40,7 +40,7 @@ class Student:
 
 @dataclass(frozen=True)
 class Teacher:
-    """tinker.teacher as the trainer gets it (`ref`), and what the run's files say of it (teacher.json)."""
+    """trainer.teacher as the trainer gets it (`ref`), and what the run's files say of it (teacher.json)."""
 
     ref: str  # an adapter folder, a tinker:// path, a base model, or the endpoint's model name
     base_model: str
@@ -78,10 +78,10 @@ def resolve_teacher(value: str, url: str | None, student: Student, runs: list[Ru
 
 def _from_run(rec: RunRecord, student: Student) -> Teacher:
     try:
-        tinker = read_run_config(rec.config_path).get("tinker") or {}
+        trainer = read_run_config(rec.config_path).get("trainer") or {}
     except RUN_CONFIG_ERRORS as exc:
         raise RunError(f"teacher run {rec.run_id}: its config is unreadable ({exc})") from exc
-    backend, self_hosted = str(tinker.get("backend") or "local"), bool(tinker.get("self_hosted"))
+    backend, self_hosted = str(trainer.get("backend") or "local"), bool(trainer.get("self_hosted"))
     if (backend, self_hosted) != (student.backend, student.self_hosted):
         raise RunError(
             f"teacher run {rec.run_id} trained on the {_where(backend, self_hosted)}, and this profile trains on "
@@ -91,7 +91,7 @@ def _from_run(rec: RunRecord, student: Student) -> Teacher:
     saved = [c for c in sampler_checkpoints(rec) if c.path.startswith("tinker://") or Path(c.path).is_dir()]
     if not saved:
         raise RunError(f"teacher run {rec.run_id} has no saved weights yet: wait for its first step, or pick another")
-    keep_best = bool(tinker.get("keep_best", True))
+    keep_best = bool(trainer.get("keep_best", True))
     try:
         chosen, why = choose_checkpoint(rec, saved, None, keep_best=keep_best)
     except ExportError as exc:
@@ -105,7 +105,7 @@ def _from_run(rec: RunRecord, student: Student) -> Teacher:
     else:
         finals = [e for e in evals if e.get("final") and e.get("checkpoint") != BEST]
         held = _accuracy(finals[-1]) if finals else None
-    base = str(tinker.get("base_model") or student.base_model)
+    base = str(trainer.get("base_model") or student.base_model)
     return Teacher(chosen.path, base, f"run {rec.run_id}'s {why}", run_id=rec.run_id, held_out_accuracy=held)
 
 

@@ -48,7 +48,7 @@ class SkyrlSpec:
     """One engine: where it runs from, what it serves and where it keeps its state."""
 
     venv: Path
-    model_name: str  # what runs call the base model (tinker.base_model)
+    model_name: str  # what runs call the base model (trainer.base_model)
     model_dir: Path  # the folder the engine loads in its place
     port: int
     state_dir: Path  # its database, checkpoints and uv cache

@@ -36,7 +36,7 @@ from tinker_atropos.venvs import packages_stamp
 
 TRACEBACK_TAIL_LINES = 15
 _PRODUCT_WHAT = "the fields every run has (atroposlib's BaseEnvConfig and the training fields)"
-CACHE_VERSION = "3"  # bump when the shape of a cached introspection changes
+CACHE_VERSION = "4"  # bump when the shape of a cached introspection changes
 # BaseEnvConfig leaves these unbounded, but a run cannot work below these values (GRPO needs
 # at least two completions per group to compare; max_batches_offpolicy 0 gives atroposlib no worker
 # at all: a run sat at step 0 for 5 minutes).

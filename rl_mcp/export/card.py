@@ -118,8 +118,8 @@ def _edit_lines(files: RunFiles) -> list[str]:
 
 def _training_settings(plan: ExportPlan) -> dict[str, Any]:
     try:
-        tinker = read_run_config(RunFiles(plan.run_dir).config).get("tinker") or {}
+        trainer = read_run_config(RunFiles(plan.run_dir).config).get("trainer") or {}
     except RUN_CONFIG_ERRORS:
         return {}
     keep = ("base_model", "lora_rank", "learning_rate", "loss_fn", "group_size", "total_steps", "max_tokens")
-    return {k: tinker[k] for k in keep if k in tinker}
+    return {k: trainer[k] for k in keep if k in trainer}

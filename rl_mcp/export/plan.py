@@ -53,16 +53,16 @@ def plan_export(
     if dtype is not None and dtype not in DTYPES[fmt]:
         allowed = ", ".join(DTYPES[fmt]) or "none (an adapter is saved as trained)"
         raise ExportError(f"dtype {dtype!r} does not apply to format {fmt!r}; allowed: {allowed}")
-    tinker = _run_config(rec).get("tinker") or {}
+    trainer = _run_config(rec).get("trainer") or {}
     saved = [c for c in sampler_checkpoints(rec) if c.path.startswith("tinker://") or Path(c.path).is_dir()]
     if not saved:
         raise ExportError(
             f"run {rec.run_id} has no saved weights (no sampler checkpoint in its folder): wait for its first "
             "step (rl_check_status), or export another run (rl_list_runs)"
         )
-    chosen, why = choose_checkpoint(rec, saved, checkpoint, keep_best=bool(tinker.get("keep_best", True)))
-    backend = str(tinker.get("backend") or "local")
-    self_hosted = backend == "tinker" and bool(tinker.get("self_hosted"))
+    chosen, why = choose_checkpoint(rec, saved, checkpoint, keep_best=bool(trainer.get("keep_best", True)))
+    backend = str(trainer.get("backend") or "local")
+    self_hosted = backend == "tinker" and bool(trainer.get("self_hosted"))
     state = None
     if backend == "tinker" and not self_hosted:
         try:
@@ -78,7 +78,7 @@ def plan_export(
         run_id=rec.run_id,
         environment=rec.environment,
         run_dir=Path(rec.run_dir),
-        base_model=str(tinker.get("base_model") or ""),
+        base_model=str(trainer.get("base_model") or ""),
         backend=backend,
         checkpoint=chosen,
         chosen_because=why,
@@ -87,7 +87,7 @@ def plan_export(
         out=Path(out).expanduser().resolve() if out else RunFiles(Path(rec.run_dir)).exports_dir / label,
         name=f"{rec.environment}-{rec.run_id.rsplit('-', 1)[-1]}".replace("_", "-"),
         tinker_state=state,
-        tinker_base_url=tinker.get("tinker_base_url"),
+        tinker_base_url=trainer.get("tinker_base_url"),
         self_hosted=self_hosted,
     )
 

@@ -35,7 +35,7 @@ TOOL_CALLS_NOTE = (
 
 @dataclass(frozen=True)
 class Section:
-    """A config section of a format's own, beside `env` and `tinker`."""
+    """A config section of a format's own, beside `env` and `trainer`."""
 
     name: str
     env_key: str  # the env key its edited fields go under, as one mapping

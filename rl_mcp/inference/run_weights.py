@@ -68,18 +68,18 @@ def run_target(rec: RunRecord, checkpoint: RunCheckpoint) -> Target:
         raise InferenceTestError(
             f"the config of run {rec.run_id} is unreadable ({exc}): its weights cannot be served"
         ) from exc
-    tinker = config.get("tinker") or {}
-    base, backend = str(tinker.get("base_model") or ""), str(tinker.get("backend") or "local")
+    trainer = config.get("trainer") or {}
+    base, backend = str(trainer.get("base_model") or ""), str(trainer.get("backend") or "local")
     if not base:
-        raise InferenceTestError(f"run {rec.run_id}'s config names no tinker.base_model")
+        raise InferenceTestError(f"run {rec.run_id}'s config names no trainer.base_model")
     trained = f"{rec.run_id}@{checkpoint.name}"
     engine = None
-    if backend == "tinker" and tinker.get("self_hosted"):
+    if backend == "tinker" and trainer.get("self_hosted"):
         # a self-hosted engine's checkpoint is downloaded and both models sampled here: this works
         # after the run ended and the engine unloaded its model, and takes none of its adapter slots
-        backend, engine = "local", tinker.get("tinker_base_url")
+        backend, engine = "local", trainer.get("tinker_base_url")
         if not engine:
-            raise InferenceTestError(f"run {rec.run_id}'s config names no tinker.tinker_base_url (its engine)")
+            raise InferenceTestError(f"run {rec.run_id}'s config names no trainer.tinker_base_url (its engine)")
     weights = {
         base: LocalWeights(base, None, backend),
         trained: LocalWeights(base, checkpoint.path, backend, engine_url=engine),

@@ -285,7 +285,7 @@ def _at_cap(health: EnvHealth | None, config_file: Path) -> Limit | None:
         config = read_run_config(config_file)
     except RUN_CONFIG_ERRORS:
         config = {}
-    return at_cap(health.requests, config.get("env") or {}, config.get("tinker"))
+    return at_cap(health.requests, config.get("env") or {}, config.get("trainer"))
 
 
 async def _watch_log(log: Path, offset: int, model: str, tracker: Progress) -> int:

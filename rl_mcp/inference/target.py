@@ -211,11 +211,11 @@ def process_config(
         }
     ]
     if inference_port is None:
-        cfg.pop("tinker", None)  # read by the local server only; the environment ignores it
+        cfg.pop("trainer", None)  # read by the local server only; the environment ignores it
         cfg.pop("request_timeouts", None)  # another server: its timeout is the test's
     else:
-        tinker = cfg.setdefault("tinker", {})
-        tinker.update(
+        trainer = cfg.setdefault("trainer", {})
+        trainer.update(
             backend=weights.backend,
             base_model=weights.base_model,
             inference_host="127.0.0.1",
@@ -224,7 +224,7 @@ def process_config(
             use_wandb=False,
         )
         if weights.engine_url:  # the server downloads the checkpoint from there, then samples it itself
-            tinker.update(self_hosted=True, tinker_base_url=weights.engine_url)
+            trainer.update(self_hosted=True, tinker_base_url=weights.engine_url)
     return cfg
 
 

@@ -39,11 +39,11 @@ PER_RUN_FIELDS = (
     "env.rollout_server_url",
     "env.data_dir_to_save_evals",
     "openai.*.base_url",
-    "tinker.api_url",
-    "tinker.inference_port",
-    "tinker.run_dir",
-    "tinker.run_name",
-    "tinker.wandb_run_id",
+    "trainer.api_url",
+    "trainer.inference_port",
+    "trainer.run_dir",
+    "trainer.run_name",
+    "trainer.wandb_run_id",
 )
 
 
@@ -77,7 +77,7 @@ class RunFigures:
     budget_usd: float | None
     reward_curve: Points
     eval_curve: Points
-    teacher_kl_first: float | None = None  # a distilled run (tinker.teacher): its first step's KL to the teacher
+    teacher_kl_first: float | None = None  # a distilled run (trainer.teacher): its first step's KL to the teacher
     teacher_kl_last: float | None = None  # ... and its newest
 
 

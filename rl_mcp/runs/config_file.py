@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from tinker_atropos.run_files import with_trainer_section
+
 RUN_CONFIG_ERRORS = (OSError, yaml.YAMLError)  # what read_run_config raises for a file it cannot read
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the same YAML, parsed in C (~10x faster)
 _MAX_CACHED = 64  # configs kept: a server follows a handful of runs at a time
@@ -32,7 +34,7 @@ def read_run_config(path: str | Path) -> dict[str, Any]:
             hit = _cache.get(key)
         if hit is None:
             data = yaml.load(fh, Loader=_LOADER)
-            hit = data if isinstance(data, dict) else {}
+            hit = with_trainer_section(data) if isinstance(data, dict) else {}  # a run's from before the rename too
             with _lock:
                 if len(_cache) >= _MAX_CACHED:
                     _cache.pop(next(iter(_cache)))

@@ -53,10 +53,10 @@ def estimate(profile: Profile, run_config: Mapping[str, Any]) -> CostFigures:
 def recorded_estimate(run_config: Mapping[str, Any], usd_per_million_tokens: float | None) -> CostFigures:
     """A recorded run's figures from its own config (its backend and model, whatever the profile is
     now); the operator's price applies only to a paid backend."""
-    tinker = run_config.get("tinker") or {}
-    backend = str(tinker.get("backend") or "")
+    trainer = run_config.get("trainer") or {}
+    backend = str(trainer.get("backend") or "")
     price = usd_per_million_tokens if backend == PAID_BACKEND else None
-    return _figures(run_config, backend, str(tinker.get("base_model") or ""), price)
+    return _figures(run_config, backend, str(trainer.get("base_model") or ""), price)
 
 
 def usd_for(tokens: int, usd_per_million_tokens: float | None) -> float | None:

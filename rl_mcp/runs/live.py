@@ -112,10 +112,10 @@ class Live:
 def read_run_identity(config_path: Path, fallback: str) -> tuple[str, int]:
     """run_name and total_steps as the trainer will read them from the written config."""
     data = read_run_config(config_path)
-    tinker = data.get("tinker") or {}
+    trainer = data.get("trainer") or {}
     env = data.get("env") or {}
-    run_name = str(tinker.get("run_name") or env.get("wandb_name") or fallback)
-    total_steps = int(tinker.get("total_steps") or env.get("total_steps") or 0)
+    run_name = str(trainer.get("run_name") or env.get("wandb_name") or fallback)
+    total_steps = int(trainer.get("total_steps") or env.get("total_steps") or 0)
     return run_name, total_steps
 
 

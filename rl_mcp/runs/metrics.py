@@ -18,7 +18,7 @@ LATEST_KEYS = ("loss", "reward_mean", "reward_std", "percent_correct", "logprob_
 # Written by the trainer only for agent (multi-turn tool-calling) environments.
 AGENT_KEYS = ("agent_turns_mean", "agent_tool_calls_mean", "agent_tool_errors")
 SIGNAL_KEYS = ("no_signal_share", "distinct_reply_share", "sampler_mismatch")
-# Written by the trainer only for a run with a teacher (tinker.teacher).
+# Written by the trainer only for a run with a teacher (trainer.teacher).
 TEACHER_KEYS = ("teacher_kl", "teacher_logprob")
 T = TypeVar("T")
 

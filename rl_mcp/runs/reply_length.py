@@ -25,13 +25,13 @@ class Limit:
     summary: str
 
 
-def served(tinker: dict[str, Any] | None) -> ReplyCap | None:
-    """The cap of the product's inference server a run config's tinker section describes (None: the
+def served(trainer: dict[str, Any] | None) -> ReplyCap | None:
+    """The cap of the product's inference server a run config's trainer section describes (None: the
     requests go to another server, e.g. rl_test_inference's remote targets)."""
-    if not tinker or not tinker.get("base_model"):
+    if not trainer or not trainer.get("base_model"):
         return None
     # a config written before the field existed has none: the trainer's default applies
-    return served_cap(str(tinker["base_model"]), int(tinker.get(CAP_FIELD) or DEFAULT_MAX_REPLY_TOKENS))
+    return served_cap(str(trainer["base_model"]), int(trainer.get(CAP_FIELD) or DEFAULT_MAX_REPLY_TOKENS))
 
 
 def token_fields(env: dict[str, Any]) -> dict[str, int]:
@@ -39,9 +39,9 @@ def token_fields(env: dict[str, Any]) -> dict[str, int]:
     return {k: v for k, v in env.items() if _TOKEN_FIELD.match(k) and isinstance(v, int) and not isinstance(v, bool)}
 
 
-def limit(asked: int | None, prompt_tokens: int | None, env: dict[str, Any], tinker: dict[str, Any] | None) -> Limit:
+def limit(asked: int | None, prompt_tokens: int | None, env: dict[str, Any], trainer: dict[str, Any] | None) -> Limit:
     """What cuts a reply to a request that asked for `asked` tokens after a prompt of `prompt_tokens`."""
-    cap = served(tinker)
+    cap = served(trainer)
     context = cap.context if cap else None
     room = context - prompt_tokens if context and prompt_tokens else context
     if cap is not None and context and asked and asked > context and (room is None or cap.max_reply_tokens <= room):
@@ -66,10 +66,10 @@ def limit(asked: int | None, prompt_tokens: int | None, env: dict[str, Any], tin
     return Limit("max_tokens", None, "the server's default max_tokens (the environment asks for none)")
 
 
-def config_note(env: dict[str, Any], tinker: dict[str, Any] | None, model: str) -> str | None:
+def config_note(env: dict[str, Any], trainer: dict[str, Any] | None, model: str) -> str | None:
     """rl_get_current_config's statement of the cap, where an environment field asks for more
     tokens a reply than the model's context holds."""
-    cap = served(tinker)
+    cap = served(trainer)
     if cap is None or cap.context is None:
         return None
     over = {k: v for k, v in token_fields(env).items() if v > cap.context}
@@ -83,15 +83,15 @@ def config_note(env: dict[str, Any], tinker: dict[str, Any] | None, model: str) 
     )
 
 
-def at_cap(requests: Requests, env: dict[str, Any], tinker: dict[str, Any] | None) -> Limit | None:
+def at_cap(requests: Requests, env: dict[str, Any], trainer: dict[str, Any] | None) -> Limit | None:
     """What cut the replies that ran to their cap, or None when none did."""
     last = requests.last_at_cap
     if not requests.replies_at_cap or last is None:
         return None
-    return limit(last.asked, last.prompt_tokens, env, tinker)
+    return limit(last.asked, last.prompt_tokens, env, trainer)
 
 
-def timeouts_line(requests: Requests, env: dict[str, Any], tinker: dict[str, Any] | None, now: float) -> str | None:
+def timeouts_line(requests: Requests, env: dict[str, Any], trainer: dict[str, Any] | None, now: float) -> str | None:
     """Requests that outlive the client's timeout (each retried, the work begun again), or that are in
     flight past it now, and the field that would shorten them; None when there are none."""
     timeout = requests.client_timeout_s
@@ -99,7 +99,7 @@ def timeouts_line(requests: Requests, env: dict[str, Any], tinker: dict[str, Any
     overdue = bool(timeout and age > timeout)
     if not (requests.timeouts or requests.retries_after_timeout or overdue):
         return None
-    which = limit(requests.max_asked, None, env, tinker)
+    which = limit(requests.max_asked, None, env, trainer)
     waited = f"; one has been in flight {age:.0f} s" if overdue else ""
     change = f"lower {which.field}" if which.field else "shorter replies"
     return (

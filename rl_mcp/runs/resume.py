@@ -6,8 +6,8 @@
 - fork (`fork=true`): the session's current config (e.g. a lower learning rate), a new W&B run.
 
 Both start from the parent's latest training state (or the one at `checkpoint_step`): the trainer
-loads it (`tinker.resume_from`, adapter + optimizer) and numbers its steps from
-`tinker.start_step + 1`. The new run's folder is seeded before its trainer starts:
+loads it (`trainer.resume_from`, adapter + optimizer) and numbers its steps from
+`trainer.start_step + 1`. The new run's folder is seeded before its trainer starts:
 
 - `metrics.jsonl` / `eval.jsonl` get the parent's lines up to the state's step (the parent's
   lines after it, from a run killed between two saves, are left out), so the new run's results
@@ -73,7 +73,7 @@ def choose_state(parent: RunRecord, checkpoint_step: int | None) -> TrainingStat
     if not states:
         raise ResumeRefused(
             f"run {parent.run_id} has no saved training state to resume from (it ended before its first "
-            "save: tinker.save_state_every steps, or a stop); start a new run instead"
+            "save: trainer.save_state_every steps, or a stop); start a new run instead"
         )
     steps = sorted({s.step for s in states})
     if checkpoint_step is None:
@@ -95,7 +95,7 @@ def stopped_stage_state(parent: RunRecord) -> TrainingState | None:
     stopped = stopped_sft(Path(parent.run_dir))
     if stopped is None:
         return None
-    identity = identity_of(parent_config(parent)["tinker"])
+    identity = identity_of(parent_config(parent)["trainer"])
     return TrainingState(0, stopped[1], STOPPED_STAGE, identity.backend, identity.base_model, identity.lora_rank)
 
 
@@ -116,8 +116,10 @@ def check_fits(state: TrainingState, target: ModelIdentity, parent_id: str) -> N
         )
 
 
-def identity_of(tinker: dict[str, Any]) -> ModelIdentity:
-    return ModelIdentity(str(tinker.get("backend")), str(tinker.get("base_model")), int(tinker.get("lora_rank") or 0))
+def identity_of(trainer: dict[str, Any]) -> ModelIdentity:
+    return ModelIdentity(
+        str(trainer.get("backend")), str(trainer.get("base_model")), int(trainer.get("lora_rank") or 0)
+    )
 
 
 def parent_config(parent: RunRecord) -> dict[str, Any]:
@@ -125,7 +127,7 @@ def parent_config(parent: RunRecord) -> dict[str, Any]:
         data = read_run_config(parent.config_path)
     except RUN_CONFIG_ERRORS as exc:
         raise ResumeRefused(f"run {parent.run_id}: its config {parent.config_path} cannot be read ({exc})") from exc
-    if not isinstance(data.get("tinker"), dict) or not isinstance(data.get("env"), dict):  # {}: no mapping at all
+    if not isinstance(data.get("trainer"), dict) or not isinstance(data.get("env"), dict):  # {}: no mapping at all
         raise ResumeRefused(f"run {parent.run_id}: its config {parent.config_path} is not a run config")
     return data
 
@@ -143,12 +145,12 @@ def _total(requested: int | None, current: int, state: TrainingState, parent: Ru
 def resume_plan(parent: RunRecord, state: TrainingState, env_file: Path, *, total_steps: int | None = None) -> RunPlan:
     """Continue `parent` from `state` with its own config."""
     config = parent_config(parent)
-    check_fits(state, identity_of(config["tinker"]), parent.run_id)
-    total = _total(total_steps, int(config["tinker"].get("total_steps") or 0), state, parent)
+    check_fits(state, identity_of(config["trainer"]), parent.run_id)
+    total = _total(total_steps, int(config["trainer"].get("total_steps") or 0), state, parent)
 
     def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:
         data = json.loads(json.dumps(config))  # a private deep copy
-        data["tinker"]["wandb_run_id"] = state.wandb_run_id  # the same W&B run goes on
+        data["trainer"]["wandb_run_id"] = state.wandb_run_id  # the same W&B run goes on
         path = _write_started(data, parent, state, run_dir, api_port, inference_port, run_name, total)
         if parent.files.teacher.is_file():  # its teacher goes on too (a fork's is the session's)
             shutil.copyfile(parent.files.teacher, RunFiles(run_dir).teacher)
@@ -177,8 +179,8 @@ def fork_plan(
     def write(run_dir: Path, api_port: int, inference_port: int, run_name: str) -> Path:
         path = session_plan.write_config(run_dir, api_port, inference_port, run_name)
         data = read_run_config(path)
-        total = _total(total_steps, int(data["tinker"]["total_steps"]), state, parent)
-        data["tinker"]["wandb_run_id"] = None  # a fork is a new W&B run
+        total = _total(total_steps, int(data["trainer"]["total_steps"]), state, parent)
+        data["trainer"]["wandb_run_id"] = None  # a fork is a new W&B run
         return _write_started(data, parent, state, run_dir, api_port, inference_port, run_name, total)
 
     return RunPlan(
@@ -204,9 +206,9 @@ def _write_started(
     """Point `data` at this run (ports, folder, name, state, steps), write it, seed the folder."""
     run_dir = Path(run_dir).resolve()
     api_url = f"http://127.0.0.1:{api_port}"
-    env, tinker = data["env"], data["tinker"]
+    env, trainer = data["env"], data["trainer"]
     env.update(rollout_server_url=api_url, data_dir_to_save_evals=str(run_dir), total_steps=total)
-    tinker.update(
+    trainer.update(
         api_url=api_url,
         inference_port=inference_port,
         run_dir=str(run_dir),

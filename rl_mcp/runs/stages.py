@@ -155,7 +155,7 @@ def ended_by_sft(rec: RunRecord) -> bool:
     section = sft_section(_config_of(rec))
     if section is None or section.get("then") != "stop":
         return False
-    write_sft_only_result(rec.files, str(_config_of(rec)["tinker"].get("backend", "local")))
+    write_sft_only_result(rec.files, str(_config_of(rec)["trainer"].get("backend", "local")))
     return True
 
 

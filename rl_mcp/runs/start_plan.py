@@ -95,7 +95,7 @@ def from_session(start: SessionStart, request: StartRequest, run: RunLookup) -> 
         )
         atomic_write_text(RunFiles(run_dir).edits, json.dumps(start.state.edits, indent=1, default=str))
         if start.teacher is not None:
-            config["tinker"]["teacher"] = start.teacher.ref
+            config["trainer"]["teacher"] = start.teacher.ref
             start.teacher.write(run_dir)
         return write_run_config(RunFiles(run_dir).config, config)
 

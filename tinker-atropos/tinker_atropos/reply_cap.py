@@ -1,5 +1,5 @@
 """The product's per-turn generation cap: where an environment asks one request for more tokens
-than the model's context holds, the inference server generates at most `tinker.max_reply_tokens`.
+than the model's context holds, the inference server generates at most `trainer.max_reply_tokens`.
 
 hermes-agent's terminal_test_env asks 16000 tokens a turn; on SmolLM2 (8192-token context, on a
 CPU) such a reply ran to the whole context in 702 s, and every chat request of the run that

@@ -37,6 +37,10 @@ ENV_HEALTH_VAR = "TINKER_ATROPOS_ENV_HEALTH"  # where an environment process kee
 WARNING_MARK = "[rl-mcp warning]"
 MODEL_BUILD = "model"  # the offline model build before a run's processes start: logs/model.log
 SFT_STAGE = "sft"  # the supervised stage before RL (tinker_atropos.sft.stage): logs/sft.log
+# config.yaml's section of the trainer's settings (either backend's), and its name before 2026-12
+# (`tinker`, though it held the local backend's too): a config written then is read as if renamed.
+TRAINER_SECTION = "trainer"
+OLD_TRAINER_SECTION = "tinker"
 
 
 class ExitCode(IntEnum):
@@ -161,7 +165,7 @@ class RunFiles:
 
     @property
     def teacher(self) -> Path:
-        """tinker.teacher as the server resolved it at the start: what it is, and its held-out score where known."""
+        """trainer.teacher as the server resolved it at the start: what it is, and its held-out score where known."""
         return self.run_dir / "teacher.json"
 
     @property
@@ -516,3 +520,11 @@ def latest_env_position(run_dir: Path, env_wandb_name: str, step: int) -> tuple[
         if isinstance(data, dict):
             return n, data
     return None
+
+
+def with_trainer_section(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` (a run config's mapping) with its trainer section under today's name: one written
+    before the rename is renamed in place."""
+    if OLD_TRAINER_SECTION in config and TRAINER_SECTION not in config:
+        config[TRAINER_SECTION] = config.pop(OLD_TRAINER_SECTION)
+    return config

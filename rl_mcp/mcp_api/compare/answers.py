@@ -42,13 +42,13 @@ class ComparedRun(BaseModel):
     reward_curve: list[tuple[int, float]] = Field(description="(step, mean reward), evenly downsampled")
     eval_curve: list[tuple[int, float]] = Field(description="(step, held-out eval accuracy)")
     teacher_kl_first: float | None = Field(
-        default=None, description="A distilled run (tinker.teacher): its first step's KL to the teacher per token"
+        default=None, description="A distilled run (trainer.teacher): its first step's KL to the teacher per token"
     )
     teacher_kl_last: float | None = Field(default=None, description="A distilled run: its newest step's KL")
 
 
 class ConfigDifference(BaseModel):
-    field: str = Field(description="Dotted name in config.yaml: env.group_size, tinker.learning_rate, ...")
+    field: str = Field(description="Dotted name in config.yaml: env.group_size, trainer.learning_rate, ...")
     values: dict[str, Any] = Field(description="run id -> value (null where a run's config lacks the field)")
 
 

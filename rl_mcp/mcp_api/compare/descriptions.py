@@ -12,7 +12,7 @@ keep, export or continue. Works on running runs too (their figures so far).
 </when_to_use>
 
 <returns>
-`config_differences`: each config.yaml field (dotted, e.g. tinker.learning_rate) whose values
+`config_differences`: each config.yaml field (dotted, e.g. trainer.learning_rate) whose values
 differ, with each run's value (per-run names, ports and folders left out). Per run: status,
 steps, first and last mean reward, `reward_gain` (mean reward of the last ceil(n/4) steps minus
 that of the first ceil(n/4)), `training_seconds` (the sum of the steps' wait_seconds +

@@ -38,7 +38,7 @@ def at_cap_view(cut: Limit | None, requests: Requests | None) -> RepliesAtCap | 
     )
 
 
-def requests_view(requests: Requests, env: dict[str, Any], tinker: dict[str, Any], now: float) -> EnvRequests | None:
+def requests_view(requests: Requests, env: dict[str, Any], trainer: dict[str, Any], now: float) -> EnvRequests | None:
     """A run's environment requests, once it has sent any."""
     if not requests.sent:
         return None
@@ -54,8 +54,8 @@ def requests_view(requests: Requests, env: dict[str, Any], tinker: dict[str, Any
         in_flight=requests.in_flight,
         oldest_in_flight_s=round(now - oldest, 1) if oldest else None,
         reply_tokens=requests.reply_tokens,
-        replies_at_cap=at_cap_view(at_cap(requests, env, tinker), requests),
-        timeouts_summary=timeouts_line(requests, env, tinker, now),
+        replies_at_cap=at_cap_view(at_cap(requests, env, trainer), requests),
+        timeouts_summary=timeouts_line(requests, env, trainer, now),
     )
 
 

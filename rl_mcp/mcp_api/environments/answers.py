@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from rl_mcp.formats import NAMES, SECTIONS, described
 
 EnvFormat = Literal[NAMES]  # type: ignore[valid-type]  # the registry's: rl_mcp/formats/
-SectionName = Literal[("env", "tinker", *SECTIONS)]  # type: ignore[valid-type]
+SectionName = Literal[("env", "trainer", *SECTIONS)]  # type: ignore[valid-type]
 
 
 class EnvironmentSummary(BaseModel):
@@ -90,14 +90,14 @@ class ProfileInfo(BaseModel):
     description: str
     source: str = Field(description="The profile file")
     requires_env: list[str] = Field(description="Environment variables the profile needs (names only)")
-    locked: dict[str, dict[str, Any]] = Field(description="Locked values per section (env, tinker)")
+    locked: dict[str, dict[str, Any]] = Field(description="Locked values per section (env, trainer)")
     defaults: dict[str, dict[str, Any]] = Field(description="The profile's starting values (editable)")
 
 
 class ConfigField(BaseModel):
     name: str
     section: SectionName = Field(
-        description="env: the environment's config; tinker: training; "
+        description="env: the environment's config; trainer: training; "
         + "; ".join(f"{name}: {summary}" for name, summary in SECTIONS.items())
     )
     type: str

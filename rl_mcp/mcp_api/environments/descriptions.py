@@ -65,7 +65,7 @@ bounds. Read-only and cheap.
 
 <returns>
 The active profile (backend, model, locked values), every config field (section `env` for the
-environment, `tinker` for training, `verifiers` for a verifiers environment's own arguments) with
+environment, `trainer` for training, `verifiers` for a verifiers environment's own arguments) with
 its value, default, type, constraints and status:
 `locked` (operator's profile, cannot be edited), `managed` (set per run: ports, run directory),
 `edited` (your edit), `profile_default` / `default`, `selection` (wandb_name). `generation_cap`:

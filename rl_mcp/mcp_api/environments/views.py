@@ -72,7 +72,7 @@ def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
 def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, state: SessionState) -> ConfigView:
     """The rl_get_current_config answer."""
     fields = []
-    values: dict[str, dict[str, Any]] = {"env": {}, "tinker": {"base_model": profile.model}}
+    values: dict[str, dict[str, Any]] = {"env": {}, "trainer": {"base_model": profile.model}}
     values.update({section: {} for section in SECTIONS})
     for name, spec in schema.fields.items():
         value, status = resolve_field(schema, profile, state, name)
@@ -101,7 +101,7 @@ def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, s
         fields=fields,
         edits=dict(state.edits),
         note=schema.training_error,
-        generation_cap=config_note(values["env"], values["tinker"], profile.model),
+        generation_cap=config_note(values["env"], values["trainer"], profile.model),
         next_step=descriptions.NEXT_AFTER_CONFIG,
     )
 

@@ -125,11 +125,11 @@ class LatestMetrics(BaseModel):
     )
     teacher_kl: float | None = Field(
         default=None,
-        description="tinker.teacher: the student's logprob less the teacher's per reply token, on the student's "
+        description="trainer.teacher: the student's logprob less the teacher's per reply token, on the student's "
         "own samples (the reverse KL to the teacher): it falls as the student learns to sample like the teacher",
     )
     teacher_logprob: float | None = Field(
-        default=None, description="tinker.teacher: the teacher's mean logprob of the student's reply tokens"
+        default=None, description="trainer.teacher: the teacher's mean logprob of the student's reply tokens"
     )
     agent_turns_mean: float | None = Field(default=None, description="Agent environments: turns per rollout")
     agent_tool_calls_mean: float | None = Field(default=None, description="Agent environments: tool calls per rollout")

@@ -191,6 +191,6 @@ def _wandb_project(config_path: Path) -> str | None:
         data = read_run_config(config_path)
     except RUN_CONFIG_ERRORS:
         return None
-    tinker = data.get("tinker") or {}
-    project = tinker.get("wandb_project")
-    return str(project) if tinker.get("use_wandb") and project else None
+    trainer = data.get("trainer") or {}
+    project = trainer.get("wandb_project")
+    return str(project) if trainer.get("use_wandb") and project else None

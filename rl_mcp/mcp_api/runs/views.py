@@ -104,18 +104,18 @@ def summary(rec: RunRecord, cache: MetricsCache) -> RunSummary:
     )
 
 
-def _tinker_section(rec: RunRecord) -> dict[str, Any]:
+def _trainer_section(rec: RunRecord) -> dict[str, Any]:
     try:
-        return dict(read_run_config(rec.config_path).get("tinker") or {})
+        return dict(read_run_config(rec.config_path).get("trainer") or {})
     except RUN_CONFIG_ERRORS:
         return {}
 
 
 def wandb_identity(rec: RunRecord) -> tuple[str | None, str | None]:
     """The run's W&B project and run name, from its config (the names Hermes' RL tool answers with)."""
-    tinker = _tinker_section(rec)
-    project = tinker.get("wandb_project")
-    return str(project) if project else None, str(tinker.get("run_name") or rec.run_name or "") or None
+    trainer = _trainer_section(rec)
+    project = trainer.get("wandb_project")
+    return str(project) if project else None, str(trainer.get("run_name") or rec.run_name or "") or None
 
 
 def started(rec: RunRecord) -> RunStarted:
@@ -333,12 +333,12 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
 
 
 def _budget_minutes(rec: RunRecord) -> float | None:
-    minutes = _tinker_section(rec).get("max_training_minutes")
+    minutes = _trainer_section(rec).get("max_training_minutes")
     return float(minutes) if isinstance(minutes, int | float) else None
 
 
 def _keeps_best(rec: RunRecord) -> bool:
-    return bool(_tinker_section(rec).get("keep_best", True))
+    return bool(_trainer_section(rec).get("keep_best", True))
 
 
 def _choice_view(choice: CheckpointChoice | None) -> CheckpointChoiceView | None:

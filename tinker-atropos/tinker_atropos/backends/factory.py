@@ -12,8 +12,8 @@ logger = logging.getLogger(__name__)
 
 
 def create_training_backend(cfg: RunConfig) -> TrainingBackend:
-    """A LoRA training client for `cfg.tinker` (resumed from `tinker.resume_from` when set)."""
-    t = cfg.tinker
+    """A LoRA training client for `cfg.trainer` (resumed from `trainer.resume_from` when set)."""
+    t = cfg.trainer
     if t.backend == "tinker":
         from .tinker_backend import create_tinker_training_client
 
@@ -33,14 +33,14 @@ def create_training_backend(cfg: RunConfig) -> TrainingBackend:
 
 def create_base_sampler(cfg: RunConfig, adapter: str | None = None) -> SamplingBackend:
     """A sampler for the base model, or for `adapter` (a sampler_weights folder / tinker:// path)."""
-    if cfg.tinker.backend == "tinker":
+    if cfg.trainer.backend == "tinker":
         from .tinker_backend import create_tinker_sampler
 
-        return create_tinker_sampler(cfg.tinker, adapter)
+        return create_tinker_sampler(cfg.trainer, adapter)
     from .local import create_sampler
 
     try:
-        return create_sampler(_local_base(cfg), adapter, cfg.tinker.local_compute, seed=cfg.tinker.seed)
+        return create_sampler(_local_base(cfg), adapter, cfg.trainer.local_compute, seed=cfg.trainer.seed)
     except (OSError, ValueError) as exc:
         raise BackendUnavailable(f"cannot load adapter {adapter!r}: {exc}") from exc
 
@@ -49,7 +49,7 @@ def _local_base(cfg: RunConfig):
     from .local import ModelLoadError, load_base_model
 
     try:
-        return load_base_model(cfg.tinker.base_model, cfg.tinker.device)
+        return load_base_model(cfg.trainer.base_model, cfg.trainer.device)
     except ModelLoadError as exc:
         raise BackendUnavailable(str(exc)) from exc
 

@@ -1,5 +1,5 @@
 """Where a run's samplers come from: the training backend itself (the local engine, Tinker's sampling
-clients), or vLLM's server (`tinker.sampler: vllm`, tinker_atropos/vllm_server/). The trainer asks for
+clients), or vLLM's server (`trainer.sampler: vllm`, tinker_atropos/vllm_server/). The trainer asks for
 one after every step, for kl_beta the base model's, for a teacher its adapter's; it never knows which it got.
 """
 
@@ -60,13 +60,13 @@ class BackendSamplers:
 @asynccontextmanager
 async def backend_and_samplers(cfg: RunConfig) -> AsyncIterator[tuple[TrainingBackend, SamplerSource]]:
     """The run's training backend and its samplers (the trainer's, the supervised stage's): with
-    `tinker.sampler: vllm` vLLM's server, started from this thread (its guard watches the process that
+    `trainer.sampler: vllm` vLLM's server, started from this thread (its guard watches the process that
     started it) while the backend loads, else the backend's own; both closed at the end.
     BackendUnavailable when either cannot be had."""
     from tinker_atropos.backends.factory import close_backend, create_training_backend
 
     vllm = None
-    if cfg.tinker.sampler == "vllm":
+    if cfg.trainer.sampler == "vllm":
         from tinker_atropos.vllm_server.run import VllmSamplers
 
         vllm = VllmSamplers.start(cfg)
@@ -76,11 +76,11 @@ async def backend_and_samplers(cfg: RunConfig) -> AsyncIterator[tuple[TrainingBa
         if vllm is not None:
             await vllm.close()
         raise
-    logger.info("backend %s ready: %s", cfg.tinker.backend, cfg.tinker.base_model)
+    logger.info("backend %s ready: %s", cfg.trainer.backend, cfg.trainer.base_model)
     try:
         if vllm is not None:
             await vllm.wait_ready()
-            logger.info("vLLM serving %s at %s", cfg.tinker.base_model, vllm.client.url)
+            logger.info("vLLM serving %s at %s", cfg.trainer.base_model, vllm.client.url)
         yield training, vllm or BackendSamplers(cfg, training)
     finally:
         if vllm is not None:

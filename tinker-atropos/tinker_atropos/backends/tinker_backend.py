@@ -4,7 +4,7 @@ The SDK retries a dead network for about five minutes before failing. A run must
 instead, saying what to do, so the key is checked before any contact and the first contact
 (a capabilities query, which also validates the base model) is bounded in time.
 
-With `tinker.self_hosted` the same SDK talks to a self-hosted Tinker-API engine (SkyRL's) at
+With `trainer.self_hosted` the same SDK talks to a self-hosted Tinker-API engine (SkyRL's) at
 tinker_base_url: no Tinker key is sent (tinker_compat.engine_api_key), the SDK gaps are bridged
 (tinker_compat), errors name the engine, and `close()` frees the engine's adapter slot.
 """
@@ -75,7 +75,7 @@ def engine_url(t: TinkerConfig) -> str:
     url = t.tinker_base_url or os.environ.get("TINKER_BASE_URL", "").strip()
     if not url:
         raise BackendUnavailable(
-            "tinker.self_hosted is set but no engine URL is: set tinker.tinker_base_url to the "
+            "trainer.self_hosted is set but no engine URL is: set tinker.tinker_base_url to the "
             "self-hosted Tinker engine's URL (e.g. http://127.0.0.1:8000); `mcp-server-rl doctor` shows the engine"
         )
     return url
@@ -159,7 +159,7 @@ def _connect(t: TinkerConfig) -> tinker.ServiceClient:
     names = [m.model_name for m in caps.supported_models if m.model_name]
     if names and t.base_model not in names:
         raise BackendUnavailable(
-            f"tinker.base_model {t.base_model!r} is not served by {service.name}; choose one of: {', '.join(names)}"
+            f"trainer.base_model {t.base_model!r} is not served by {service.name}; choose one of: {', '.join(names)}"
         )
     return tinker.ServiceClient(base_url=url, api_key=key)
 
@@ -167,7 +167,7 @@ def _connect(t: TinkerConfig) -> tinker.ServiceClient:
 def create_tinker_training_client(t: TinkerConfig) -> TinkerTrainingClient:
     if t.resume_from and not t.resume_from.startswith("tinker://"):
         raise BackendUnavailable(
-            f"tinker.resume_from={t.resume_from!r}: the Tinker backend resumes from a tinker:// state "
+            f"trainer.resume_from={t.resume_from!r}: the Tinker backend resumes from a tinker:// state "
             "(saved by a Tinker run), not a local folder"
         )
     service = _connect(t)

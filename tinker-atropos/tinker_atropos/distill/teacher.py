@@ -1,6 +1,6 @@
 """The teacher's sampler in the trainer: what scores every reply token of the student's samples.
 
-`tinker.teacher` (the server resolves a run id to its weights before the start) is one of:
+`trainer.teacher` (the server resolves a run id to its weights before the start) is one of:
 - with `teacher_url`: the model an OpenAI-compatible endpoint serves (vLLM's `prompt_logprobs`);
 - on Tinker: a `tinker://` sampler checkpoint, or a base model, through a sampling client's
   compute_logprobs (a self-hosted engine's checkpoint is downloaded and scored here: the engine
@@ -46,9 +46,9 @@ def endpoint_root(url: str) -> str:
 
 
 async def teacher_sampler(cfg: RunConfig, samplers: SamplerSource, tokenizer: Any, context: int) -> SamplingBackend:
-    """The sampler that scores the student's tokens as `tinker.teacher` says; BackendUnavailable names
+    """The sampler that scores the student's tokens as `trainer.teacher` says; BackendUnavailable names
     a teacher that cannot be loaded or whose tokenizer differs from the student's (`tokenizer`)."""
-    t = cfg.tinker
+    t = cfg.trainer
     teacher = str(t.teacher)
     if t.teacher_url:
         client = VllmClient(endpoint_root(t.teacher_url))
@@ -82,12 +82,12 @@ def _engine_checkpoint(cfg: RunConfig, path: str, tokenizer: Any) -> SamplingBac
     from tinker_atropos.backends.local import ModelLoadError, load_base_model
     from tinker_atropos.export.engine_weights import EngineWeightsError, download_engine_weights, untie_output_head
 
-    t = cfg.tinker
+    t = cfg.trainer
     try:
         folder = download_engine_weights(path, Path(t.run_dir) / "teacher_weights", t.tinker_base_url, t.base_model)
         untie_output_head(load_base_model(t.base_model, t.device).model, folder)  # its embedding LoRA, a tied head
     except (EngineWeightsError, ModelLoadError) as exc:
-        raise BackendUnavailable(f"tinker.teacher {path}: {exc}") from exc
+        raise BackendUnavailable(f"trainer.teacher {path}: {exc}") from exc
     return _other_base(cfg, t.base_model, str(folder), tokenizer)
 
 
@@ -95,14 +95,14 @@ def _other_base(cfg: RunConfig, base_name: str, adapter: str | None, tokenizer: 
     """A teacher loaded in this process: a base model (with `adapter`), its vocabulary the student's."""
     from tinker_atropos.backends.local import ModelLoadError, create_sampler, load_base_model
 
-    t = cfg.tinker
+    t = cfg.trainer
     try:
         base = load_base_model(base_name, t.device)
     except ModelLoadError as exc:
-        raise BackendUnavailable(f"tinker.teacher {t.teacher!r}: its base model cannot be loaded: {exc}") from exc
+        raise BackendUnavailable(f"trainer.teacher {t.teacher!r}: its base model cannot be loaded: {exc}") from exc
     if base.tokenizer.get_vocab() != tokenizer.get_vocab():
         raise BackendUnavailable(
-            f"tinker.teacher {t.teacher!r}: its tokenizer ({base_name}) differs from the student's "
+            f"trainer.teacher {t.teacher!r}: its tokenizer ({base_name}) differs from the student's "
             f"({t.base_model}); a teacher scores the student's own token ids, so it must share the tokenizer"
         )
     return create_sampler(base, adapter, t.local_compute, seed=t.seed)
@@ -119,11 +119,11 @@ async def _check_endpoint_vocabulary(client: VllmClient, model: str, tokenizer: 
         theirs, why = None, str(exc)
     if theirs is None:
         raise BackendUnavailable(
-            f"tinker.teacher_url {client.url}: its /tokenize did not answer ({why}), so its tokenizer cannot be "
+            f"trainer.teacher_url {client.url}: its /tokenize did not answer ({why}), so its tokenizer cannot be "
             "checked against the student's; serve the teacher with vLLM or sglang, which have /tokenize"
         )
     if list(theirs) != mine:
         raise BackendUnavailable(
-            f"tinker.teacher {model!r} at {client.url} tokenizes a probe into {len(theirs)} tokens where the "
+            f"trainer.teacher {model!r} at {client.url} tokenizes a probe into {len(theirs)} tokens where the "
             f"student's tokenizer makes {len(mine)} (or other ids): a teacher must share the student's tokenizer"
         )

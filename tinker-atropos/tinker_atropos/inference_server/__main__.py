@@ -31,14 +31,14 @@ def _tokenizer(cfg: Any) -> Any:
 
     from tinker_atropos.models import resolve_model
 
-    name = cfg.env.tokenizer_name or resolve_model(cfg.tinker.base_model)
+    name = cfg.env.tokenizer_name or resolve_model(cfg.trainer.base_model)
     return AutoTokenizer.from_pretrained(name)
 
 
 def _engine_checkpoint(cfg: Any, adapter: str | None, folder: Path) -> str | None:
     """A self-hosted engine's sampler checkpoint (tinker:// with tinker.self_hosted, sampled by
     the local backend), downloaded into `folder` as a PEFT adapter; None for any other adapter."""
-    t = cfg.tinker
+    t = cfg.trainer
     if not (adapter and adapter.startswith("tinker://") and t.self_hosted and t.backend == "local"):
         return None
     from tinker_atropos.backends.base import BackendUnavailable
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         log.error("invalid config: %s", exc)
         return 2
-    host, port = cfg.tinker.inference_host, cfg.tinker.inference_port
+    host, port = cfg.trainer.inference_host, cfg.trainer.inference_port
     try:
         sock = bind_socket(host, port)  # bind first: a taken port fails before any model load
     except PortBindError as exc:
@@ -80,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         return 5
     holder = SamplerHolder()
     model_name = cfg.openai[0].get("model_name") if cfg.openai else None
-    model_name = model_name or cfg.tinker.base_model
-    cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
+    model_name = model_name or cfg.trainer.base_model
+    cap = served_cap(cfg.trainer.base_model, cfg.trainer.max_reply_tokens)
     server = make_server(build_app(holder, model_name, _tokenizer(cfg), cap))
     failure: dict[str, int] = {}
-    vllm: list[Any] = []  # the VllmSamplers this server started or attached to (tinker.sampler vllm)
+    vllm: list[Any] = []  # the VllmSamplers this server started or attached to (trainer.sampler vllm)
 
     def load() -> None:
         """Load in the background: /health answers 503 until the sampler is in."""
@@ -94,11 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with tempfile.TemporaryDirectory(prefix="rl-mcp-engine-weights-") as tmp:
                 adapter = _engine_checkpoint(cfg, args.adapter, Path(tmp)) or args.adapter
-                if cfg.tinker.sampler == "vllm":
+                if cfg.trainer.sampler == "vllm":
                     holder.swap(_vllm_sampler(cfg, adapter, vllm))
                 else:
                     holder.swap(create_base_sampler(cfg, adapter))  # merged in: the folder is not needed after
-            log.info("sampler ready: %s", args.adapter or cfg.tinker.base_model)
+            log.info("sampler ready: %s", args.adapter or cfg.trainer.base_model)
         except (BackendUnavailable, EngineWeightsError, VllmError) as exc:
             log.error("backend unavailable: %s", exc)
             failure["code"] = 3

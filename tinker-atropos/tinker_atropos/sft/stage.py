@@ -3,7 +3,7 @@ process that holds the environment (its tools, its evaluation) and the run's tra
 
 Top to bottom: build the supervised set (a teacher served or asked first; `--preview`: write what
 the agent is shown of it, with one step timed, and stop) -> load the model (and start vLLM's server
-under `tinker.sampler: vllm`), serve it on the run's inference port -> evaluate the held-out items
+under `trainer.sampler: vllm`), serve it on the run's inference port -> evaluate the held-out items
 (before) -> cross_entropy steps, evaluating every `eval_every` and stopping early at
 `stop_at_tool_call_share` -> evaluate (after) -> save the training state the RL stage starts from
 (indexed at step 0), and `sft/result.json`.
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_run_config(args.config)
         settings = sft_settings(cfg)
         # every environment built from here on (the teacher's too): its requests recorded and fitted as RL's
-        health.install(RunFiles(Path(cfg.tinker.run_dir)).env_health, Policy.from_section(cfg.request_timeouts))
+        health.install(RunFiles(Path(cfg.trainer.run_dir)).env_health, Policy.from_section(cfg.request_timeouts))
         cls = environment_class(Path(args.env_file), args.env_class)
         env = build_env(cls, cfg)
     except (ConfigError, ValueError) as exc:
@@ -138,7 +138,7 @@ def build_env(cls: type[HermesAgentBaseEnv], cfg: RunConfig) -> HermesAgentBaseE
 async def _stage(
     cfg: RunConfig, settings: SftSettings, cls: type[HermesAgentBaseEnv], env: HermesAgentBaseEnv, *, preview: bool
 ) -> int:
-    files = RunFiles(Path(cfg.tinker.run_dir))
+    files = RunFiles(Path(cfg.trainer.run_dir))
     files.sft_dir.mkdir(parents=True, exist_ok=True)
     await env.setup()
     if not preview and (stopped := stopped_stage(files)) is not None:  # a resumed run: its set is built
@@ -199,12 +199,12 @@ async def _plan(cfg: RunConfig, settings: SftSettings, examples: list[Example]) 
     one forward_backward of a batch, nothing applied); a Tinker service's step is not timed."""
     total = settings.steps_for(len(examples))
     plan: dict[str, Any] = {"steps": total, "batch_size": settings.batch_size, "seconds_per_step": None}
-    if cfg.tinker.backend != "local":
+    if cfg.trainer.backend != "local":
         return {**plan, "estimate": "not timed: a Tinker service's step time is its own"}
     from tinker_atropos.backends.factory import close_backend, create_training_backend
 
     training = await asyncio.to_thread(create_training_backend, cfg)
-    batch = next(batches(examples, settings.batch_size, 1, cfg.tinker.seed))
+    batch = next(batches(examples, settings.batch_size, 1, cfg.trainer.seed))
     try:
         clock = time.monotonic()
         await training.forward_backward_async([example_datum(e) for e in batch], "cross_entropy")
@@ -270,7 +270,7 @@ async def _steps(
         if stopped is None:
             await publish("sft-000000")
             await evaluate(0)
-        for step, batch in enumerate(batches(examples, settings.batch_size, total, cfg.tinker.seed), start=1):
+        for step, batch in enumerate(batches(examples, settings.batch_size, total, cfg.trainer.seed), start=1):
             if step <= done:
                 continue  # trained before the stop: the same order of batches goes on
             if stop.is_set():
@@ -293,7 +293,7 @@ async def _steps(
     state = await training.save_state_async(SFT_STATE_NAME if reason != "stopped" else "sft-stopped")
     if reason != "stopped":  # RL, a resume or a fork can start from it (training_states.jsonl, step 0)
         index = [s for s in read_training_states(files.run_dir) if s.name != SFT_STATE_NAME]
-        write_training_states(files.run_dir, [state_entry(cfg.tinker, 0, state, SFT_STATE_NAME), *index])
+        write_training_states(files.run_dir, [state_entry(cfg.trainer, 0, state, SFT_STATE_NAME), *index])
     result = {"steps": done, "total_steps": total, "ended": reason, "state": state, "sampler_weights": sampler_path}
     atomic_write_text(files.sft_result, json.dumps(result, indent=1) + "\n")
     logger.info("supervised stage ended (%s) after %d/%d steps: state %s", reason, done, total, state)
@@ -315,17 +315,17 @@ async def served(
     prompt: list[int],
 ) -> AsyncIterator[tuple[Publish, Evaluate]]:
     """The run's inference server on its port while the stage lasts: `publish` saves the adapter
-    and serves it from the run's samplers (vLLM's server under `tinker.sampler: vllm`); `evaluate`
+    and serves it from the run's samplers (vLLM's server under `trainer.sampler: vllm`); `evaluate`
     runs the environment's evaluation against it, tagged as the stage's (None when `stop` cut it
     short), the server's decode step timed on `prompt` before the first."""
     from tinker_atropos.inference_server import SamplerHolder, build_app, serve_in_thread
     from tinker_atropos.reply_cap import served_cap
 
     holder = SamplerHolder()
-    cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
-    name = str(cfg.openai[0].get("model_name") or cfg.tinker.base_model) if cfg.openai else cfg.tinker.base_model
+    cap = served_cap(cfg.trainer.base_model, cfg.trainer.max_reply_tokens)
+    name = str(cfg.openai[0].get("model_name") or cfg.trainer.base_model) if cfg.openai else cfg.trainer.base_model
     app = build_app(holder, name, training.get_tokenizer(), cap)
-    server = serve_in_thread(app, "127.0.0.1", cfg.tinker.inference_port)  # PortBindError: exit PORT
+    server = serve_in_thread(app, "127.0.0.1", cfg.trainer.inference_port)  # PortBindError: exit PORT
 
     async def publish(label: str) -> str:
         path = await training.save_weights_for_sampler_async(label)

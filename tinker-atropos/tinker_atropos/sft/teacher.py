@@ -53,14 +53,14 @@ async def teacher_server(cfg: RunConfig, teacher: TeacherSettings) -> AsyncItera
         raise TeacherUnavailable(f"teacher adapter {teacher.adapter!r} cannot be served: {exc}") from exc
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(cfg.env.tokenizer_name or cfg.tinker.base_model)
-    cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
-    app = build_app(SamplerHolder(sampler), cfg.tinker.base_model, tokenizer, cap)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.env.tokenizer_name or cfg.trainer.base_model)
+    cap = served_cap(cfg.trainer.base_model, cfg.trainer.max_reply_tokens)
+    app = build_app(SamplerHolder(sampler), cfg.trainer.base_model, tokenizer, cap)
     handle = serve_in_thread(app, "127.0.0.1", 0)
     try:
         yield {
             "base_url": f"{handle.url}/v1",
-            "model_name": cfg.tinker.base_model,
+            "model_name": cfg.trainer.base_model,
             "api_key": LOCAL_KEY,
             "server_type": "openai",
         }

@@ -6,6 +6,7 @@ expected there, so a person (or an agent) can fix the file without reading this 
 
 from __future__ import annotations
 
+import logging
 import types as pytypes
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
@@ -18,6 +19,7 @@ from tinker_atropos.losses import LOSSES
 from tinker_atropos.losses import NAMES as LOSS_NAMES
 from tinker_atropos.losses import described as described_losses
 from tinker_atropos.reply_cap import DEFAULT_MAX_REPLY_TOKENS
+from tinker_atropos.run_files import OLD_TRAINER_SECTION, TRAINER_SECTION, with_trainer_section
 
 
 class ConfigError(ValueError):
@@ -30,6 +32,7 @@ class ConfigError(ValueError):
 
 
 LossName = Literal[LOSS_NAMES]  # type: ignore[valid-type]  # the registry's: tinker_atropos/losses/
+logger = logging.getLogger(__name__)
 
 
 class _Strict(BaseModel):
@@ -274,7 +277,7 @@ class RunConfig(_Strict):
 
     env: EnvSection = Field(default_factory=EnvSection)
     openai: list[dict[str, Any]] = Field(default_factory=list)
-    tinker: TinkerConfig
+    trainer: TinkerConfig
     request_timeouts: dict[str, float] | None = None  # the environment's (request_timeouts.py)
     slurm: bool | dict[str, Any] = False
     testing: bool | dict[str, Any] = False
@@ -298,7 +301,15 @@ def load_run_config(path: str | Path) -> RunConfig:
 
 def parse_run_config(data: Any, source: str = "config") -> RunConfig:
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a mapping with sections env, openai, tinker, slurm, testing")
+        raise ConfigError(f"{source}: expected a mapping with sections env, openai, trainer, slurm, testing")
+    if OLD_TRAINER_SECTION in data and TRAINER_SECTION not in data:
+        logger.warning(
+            "%s: section %r is now %r (the trainer's settings, on either backend): read as such; rename it",
+            source,
+            OLD_TRAINER_SECTION,
+            TRAINER_SECTION,
+        )
+        data = with_trainer_section(dict(data))
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:

@@ -50,14 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_launch(cfg))
     except Exception as exc:
         logger.exception("training failed")
-        _failed(cfg, f"{type(exc).__name__}: {exc}").write(Path(cfg.tinker.run_dir))
+        _failed(cfg, f"{type(exc).__name__}: {exc}").write(Path(cfg.trainer.run_dir))
         return ExitCode.ERROR
 
 
 async def _launch(cfg: RunConfig) -> int:
     from tinker_atropos.backends.factory import BackendUnavailable
 
-    run_dir = Path(cfg.tinker.run_dir)
+    run_dir = Path(cfg.trainer.run_dir)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -95,22 +95,22 @@ async def _serve_and_train(
     from tinker_atropos.trainer.run_api_client import RunApiClient, RunApiUnavailable
 
     holder = SamplerHolder()
-    cap = served_cap(cfg.tinker.base_model, cfg.tinker.max_reply_tokens)
+    cap = served_cap(cfg.trainer.base_model, cfg.trainer.max_reply_tokens)
     app = build_app(holder, _served_model_name(cfg), training.get_tokenizer(), cap)
     try:
-        server = serve_in_thread(app, cfg.tinker.inference_host, cfg.tinker.inference_port)
+        server = serve_in_thread(app, cfg.trainer.inference_host, cfg.trainer.inference_port)
     except PortBindError as exc:
         return fail(ExitCode.PORT, str(exc))
     logger.info("inference server on %s (waiting for the first sampler)", server.url)
 
-    api = RunApiClient(cfg.tinker.api_url)
+    api = RunApiClient(cfg.trainer.api_url)
     try:
         try:
             timeout_s = float(os.environ.get("TINKER_ATROPOS_REGISTER_TIMEOUT_S", REGISTER_TIMEOUT_S))
             await api.register(registration_for(cfg), timeout_s=timeout_s)
         except RunApiUnavailable as exc:
             return fail(ExitCode.RUN_API, str(exc))
-        logger.info("registered with run-api at %s", cfg.tinker.api_url)
+        logger.info("registered with run-api at %s", cfg.trainer.api_url)
         result = await train(cfg, training=training, api=api, holder=holder, stop=stop, samplers=samplers)
     finally:
         await api.aclose()
@@ -125,11 +125,11 @@ async def _serve_and_train(
 def after_supervised_stage(cfg: RunConfig) -> RunConfig:
     """RL starts from the state the run's supervised stage left (tinker_atropos.sft), on the same
     adapter, unless the run resumes from a state of its own."""
-    state = finished_sft_state(Path(cfg.tinker.run_dir))
-    if cfg.tinker.resume_from or not cfg.env.sft or state is None:
+    state = finished_sft_state(Path(cfg.trainer.run_dir))
+    if cfg.trainer.resume_from or not cfg.env.sft or state is None:
         return cfg
     logger.info("starting from the supervised stage's state %s", state)
-    return cfg.model_copy(update={"tinker": cfg.tinker.model_copy(update={"resume_from": state})})
+    return cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"resume_from": state})})
 
 
 def _on_signal(sig: signal.Signals, stop: asyncio.Event) -> None:
@@ -143,7 +143,7 @@ def _served_model_name(cfg: RunConfig) -> str:
     for server in cfg.openai:
         if server.get("model_name"):
             return str(server["model_name"])
-    return cfg.tinker.base_model
+    return cfg.trainer.base_model
 
 
 def _failed(cfg: RunConfig, message: str) -> RunResult:
@@ -152,7 +152,7 @@ def _failed(cfg: RunConfig, message: str) -> RunResult:
         steps=0,
         final_checkpoint=None,
         final_state=None,
-        backend=cfg.tinker.backend,
+        backend=cfg.trainer.backend,
         error=message,
     )
 

@@ -78,7 +78,7 @@ LATEST_REPLIES = 3  # the best-scored replies of each step kept in latest_replie
 
 def registration_for(cfg: RunConfig) -> Registration:
     """What the trainer tells run-api: sequences per step, token limit, number of steps."""
-    t = cfg.tinker
+    t = cfg.trainer
     return Registration(
         wandb_group=t.wandb_group or t.run_name,
         wandb_project=t.wandb_project,
@@ -103,7 +103,7 @@ def _env_batch_size(cfg: RunConfig) -> int:
 
 
 def adam_params(cfg: RunConfig) -> types.AdamParams:
-    t = cfg.tinker
+    t = cfg.trainer
     return types.AdamParams(
         learning_rate=t.learning_rate,
         beta1=t.beta1,
@@ -223,14 +223,14 @@ class Trainer:
         self.holder = holder
         self.stop = stop
         self.sink = sink
-        self.steps_done = cfg.tinker.start_step  # > 0 when resumed from a saved state
+        self.steps_done = cfg.trainer.start_step  # > 0 when resumed from a saved state
         self.states = StateKeeper(cfg, training, sink.wandb_run_id)
         self.checkpoint: str | None = None
         self._sampler: SamplingBackend | None = None
         self._reference: SamplingBackend | None = None  # the base model, for kl_beta (loaded on first use)
         self._teacher: SamplingBackend | None = None  # tinker.teacher's (loaded before the first batch)
         self._adam = adam_params(cfg)
-        self.clock = TrainingClock(Path(cfg.tinker.run_dir), cfg.tinker.max_training_minutes)
+        self.clock = TrainingClock(Path(cfg.trainer.run_dir), cfg.trainer.max_training_minutes)
         self.best: Scored | None = None  # keep_best: the checkpoint the run hands out, chosen at its end
         self.best_path: str | None = None
         self._progress = 0.0  # through the run's budget (trainer/lr_schedule.py)
@@ -247,14 +247,14 @@ class Trainer:
         return path
 
     async def run(self) -> RunResult:
-        total = self.cfg.tinker.total_steps
+        total = self.cfg.trainer.total_steps
         waiting_over = asyncio.Event()  # a stop, or no item left to draw: no batch is coming
         watchers = [asyncio.create_task(self._watch(waiting_over))]
         try:
             self.holder.steps = self.steps_done
             await self.publish(weights_name(self.steps_done))  # the policy before any update; /health -> 200
-            if self.cfg.tinker.teacher:
-                tokenizer, context = self.training.get_tokenizer(), self.cfg.tinker.max_token_trainer_length
+            if self.cfg.trainer.teacher:
+                tokenizer, context = self.training.get_tokenizer(), self.cfg.trainer.max_token_trainer_length
                 self._teacher = await teacher_sampler(self.cfg, self.samplers, tokenizer, context)
             while self.steps_done < total and not waiting_over.is_set() and not self.clock.spent():
                 waited = time.monotonic()
@@ -288,7 +288,7 @@ class Trainer:
 
     async def _watch(self, waiting_over: asyncio.Event) -> None:
         """Ends the wait for a batch on a stop, or when items.json says the draw has no item left."""
-        items = RunFiles(Path(self.cfg.tinker.run_dir)).items
+        items = RunFiles(Path(self.cfg.trainer.run_dir)).items
         while not self.stop.is_set():
             if (read_json_object(items) or {}).get("all_retired"):
                 break
@@ -305,8 +305,8 @@ class Trainer:
         if not self.cfg.env.eval_at_end or self.cfg.env.eval_size == 0:
             return
         self.holder.relabel(FINAL_LABEL)
-        files = RunFiles(Path(self.cfg.tinker.run_dir))
-        timeout_s = self.cfg.tinker.final_eval_timeout_s
+        files = RunFiles(Path(self.cfg.trainer.run_dir))
+        timeout_s = self.cfg.trainer.final_eval_timeout_s
         logger.info("serving the final weights for the environment's final evaluation (up to %.0f s)", timeout_s)
         deadline = time.monotonic() + timeout_s
         last = self.steps_done
@@ -316,7 +316,7 @@ class Trainer:
             logger.warning("no final evaluation within %.0f s; ending without it", timeout_s)
             return
         logger.info("final evaluation written")
-        best = best_of(read_jsonl(files.validation)) if self.cfg.tinker.keep_best else None
+        best = best_of(read_jsonl(files.validation)) if self.cfg.trainer.keep_best else None
         path = self._sampler_weights(best.weights) if best else None
         if best is not None and path is None:
             logger.warning("the best checkpoint %s is not on record: the last one is the result", best.weights)
@@ -339,7 +339,7 @@ class Trainer:
 
     def _sampler_weights(self, name: str) -> str | None:
         """The path of the sampler weights `name` (this run's, or by path its parent's)."""
-        return weights_path(name, read_checkpoints(Path(self.cfg.tinker.run_dir), self.cfg.tinker.run_name))
+        return weights_path(name, read_checkpoints(Path(self.cfg.trainer.run_dir), self.cfg.trainer.run_name))
 
     async def _run_step(self, step: int, groups: list[dict[str, Any]], wait_seconds: float) -> None:
         """Run one step; when stop is set meanwhile, grant it STEP_GRACE_S, then abandon it."""
@@ -360,10 +360,10 @@ class Trainer:
 
     async def _step(self, step: int, groups: list[dict[str, Any]], wait_seconds: float) -> None:
         started = time.monotonic()
-        if step == self.cfg.tinker.start_step + 1:
-            write_first_batch(Path(self.cfg.tinker.run_dir), step, groups)
-        write_latest_replies(Path(self.cfg.tinker.run_dir), step, groups, self.training.get_tokenizer())
-        t = self.cfg.tinker
+        if step == self.cfg.trainer.start_step + 1:
+            write_first_batch(Path(self.cfg.trainer.run_dir), step, groups)
+        write_latest_replies(Path(self.cfg.trainer.run_dir), step, groups, self.training.get_tokenizer())
+        t = self.cfg.trainer
         conv = groups_to_datums(groups, t.advantage_scale, keep_tied=self._teacher is not None and t.distill_coef > 0)
         datums = await self._fill_missing_logprobs(conv)
         loss = drift = lp_ref = lp_train = grad_norm = mismatch = None
@@ -404,7 +404,7 @@ class Trainer:
         self.holder.steps = step
         metrics = StepMetrics(
             step=step,
-            total_steps=self.cfg.tinker.total_steps,
+            total_steps=self.cfg.trainer.total_steps,
             time=time.time(),
             loss=loss,
             reward_mean=conv.reward_mean,
@@ -492,13 +492,13 @@ class Trainer:
             self._reference = await self.samplers.for_base()
         reference = self._reference
         refs = await replies_logprobs(reference, datums, masks)
-        return with_kl_penalty(datums, masks, refs, self.cfg.tinker.kl_beta)
+        return with_kl_penalty(datums, masks, refs, self.cfg.trainer.kl_beta)
 
     async def _with_teacher(
         self, datums: list[types.Datum], masks: list[np.ndarray]
     ) -> tuple[list[types.Datum], TeacherStats]:
         """The datums with the teacher's signal in their advantages (the teacher scoring every reply)."""
-        teacher, t = self._teacher, self.cfg.tinker
+        teacher, t = self._teacher, self.cfg.trainer
         assert teacher is not None
         scored = await replies_logprobs(teacher, datums, masks)
         return with_teacher_signal(datums, masks, scored, t.distill_coef, t.reward_coef)
@@ -511,7 +511,7 @@ class Trainer:
             weights = await self.training.save_weights_for_sampler_async("final")
             return weights, state
 
-        url = self.cfg.tinker.tinker_base_url if self.cfg.tinker.backend == "tinker" else None
+        url = self.cfg.trainer.tinker_base_url if self.cfg.trainer.backend == "tinker" else None
         if bounded and url and await asyncio.to_thread(_refuses_connections, url):
             logger.error("final save skipped: %s refuses connections; last sampler weights: %s", url, self.checkpoint)
             return self.checkpoint, None  # its engine is gone (killed, out of memory): no save can land
@@ -530,7 +530,7 @@ class Trainer:
             steps=self.steps_done,
             final_checkpoint=final_ckpt,
             final_state=final_state,
-            backend=self.cfg.tinker.backend,
+            backend=self.cfg.trainer.backend,
             wandb_url=self.sink.wandb_url,
             error=error,
             best_checkpoint=self.best_path if self.best else None,
@@ -547,29 +547,29 @@ async def train(
     stop: asyncio.Event | None = None,
     samplers: SamplerSource | None = None,
 ) -> RunResult:
-    """Train for cfg.tinker.total_steps; writes metrics.jsonl and result.json in run_dir.
+    """Train for cfg.trainer.total_steps; writes metrics.jsonl and result.json in run_dir.
 
     launch.py passes the backend, a registered run-api client, the holder its inference server reads
     and where samplers come from (vLLM's server or the backend); called with the config alone, this
     builds the backend and registers itself.
     """
-    run_dir = Path(cfg.tinker.run_dir)
+    run_dir = Path(cfg.trainer.run_dir)
     if training is None:
         from tinker_atropos.backends.factory import create_training_backend
 
         training = await asyncio.to_thread(create_training_backend, cfg)
     own_api = api is None
     if api is None:
-        api = RunApiClient(cfg.tinker.api_url)
+        api = RunApiClient(cfg.trainer.api_url)
         await api.register(registration_for(cfg), timeout_s=REGISTER_TIMEOUT_S)
     sink = MetricsSink(
         run_dir,
-        use_wandb=cfg.tinker.use_wandb,
-        project=cfg.tinker.wandb_project,
-        group=cfg.tinker.wandb_group or cfg.tinker.run_name,  # the group the env logs to
-        run_name=cfg.tinker.run_name,
+        use_wandb=cfg.trainer.use_wandb,
+        project=cfg.trainer.wandb_project,
+        group=cfg.trainer.wandb_group or cfg.trainer.run_name,  # the group the env logs to
+        run_name=cfg.trainer.run_name,
         config=_public_config(cfg),
-        wandb_id=cfg.tinker.wandb_run_id,  # set when resumed: the parent's W&B run goes on
+        wandb_id=cfg.trainer.wandb_run_id,  # set when resumed: the parent's W&B run goes on
     )
     source = samplers or BackendSamplers(cfg, training)
     trainer = Trainer(cfg, training, api, holder or SamplerHolder(), stop or asyncio.Event(), sink, source)
@@ -609,7 +609,7 @@ def write_latest_replies(run_dir: Path, step: int, groups: list[dict[str, Any]],
 
 def _public_config(cfg: RunConfig) -> dict[str, Any]:
     """The run's hyperparameters for W&B (the config file never holds secrets)."""
-    return {"tinker": cfg.tinker.model_dump(mode="json"), "env": cfg.env.as_written()}
+    return {"trainer": cfg.trainer.model_dump(mode="json"), "env": cfg.env.as_written()}
 
 
 def _refuses_connections(url: str) -> bool:

@@ -50,7 +50,7 @@ class StepMetrics:
       scoring them with the adapter of the very weights that step's pass used (while this step ran: the
       step never waits for it): the samplers' own disagreement (bfloat16 kernels against the trainer's),
       apart from the policy's change that `logprob_drift` has. Left out where vLLM had not answered.
-    - `teacher_kl`, `teacher_logprob`, `teacher_seconds` (tinker.teacher only, else left out of the line):
+    - `teacher_kl`, `teacher_logprob`, `teacher_seconds` (trainer.teacher only, else left out of the line):
       the mean over the step's reply tokens of the student's sampler logprob less the teacher's (an
       estimate of the reverse KL to the teacher on the student's own samples: it falls as the student
       learns to sample what the teacher would), the teacher's mean logprob of those tokens, and the

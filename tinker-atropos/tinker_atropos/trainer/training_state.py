@@ -50,12 +50,12 @@ class StateKeeper:
     def __init__(self, cfg: RunConfig, training: TrainingBackend, wandb_run_id: str | None = None) -> None:
         self.cfg = cfg
         self.training = training
-        self.run_dir = cfg.tinker.run_dir
+        self.run_dir = cfg.trainer.run_dir
         self.wandb_run_id = wandb_run_id
 
     def due(self, step: int) -> bool:
-        every = self.cfg.tinker.save_state_every
-        return every > 0 and step % every == 0 and step < self.cfg.tinker.total_steps
+        every = self.cfg.trainer.save_state_every
+        return every > 0 and step % every == 0 and step < self.cfg.trainer.total_steps
 
     async def save(self, step: int, *, final: bool = False) -> str:
         """Save the state after `step` steps and index it; returns its path."""
@@ -63,7 +63,7 @@ class StateKeeper:
         path = await self.training.save_state_async(name)
         if step <= 0:
             return path  # nothing trained yet: nothing worth resuming from
-        entry = state_entry(self.cfg.tinker, step, path, name, self.wandb_run_id)
+        entry = state_entry(self.cfg.trainer, step, path, name, self.wandb_run_id)
         states = [s for s in read_training_states(self.run_dir) if s.path != path] + [entry]
         kept, dropped = self._bounded(states)
         write_training_states(self.run_dir, kept)
@@ -78,11 +78,11 @@ class StateKeeper:
     def _bounded(self, states: list[TrainingState]) -> tuple[list[TrainingState], list[TrainingState]]:
         """The newest keep_states periodic states, and with keep_best the one at the best validation
         step so far (Tinker exports a run's weights from its states)."""
-        best = best_of(read_jsonl(RunFiles(Path(self.run_dir)).validation)) if self.cfg.tinker.keep_best else None
+        best = best_of(read_jsonl(RunFiles(Path(self.run_dir)).validation)) if self.cfg.trainer.keep_best else None
         kept_steps = {best.step} if best else set()
         periodic = sorted(
             (s for s in states if s.name not in KEPT_NAMES and s.step not in kept_steps), key=lambda s: (s.step, s.time)
         )
-        dropped = periodic[: max(len(periodic) - self.cfg.tinker.keep_states, 0)]
+        dropped = periodic[: max(len(periodic) - self.cfg.trainer.keep_states, 0)]
         kept = [s for s in states if s not in dropped]
         return sorted(kept, key=lambda s: (s.step, s.time)), dropped

@@ -1,4 +1,4 @@
-"""vLLM's OpenAI server as the local backend's sampler (`tinker.sampler: vllm`).
+"""vLLM's OpenAI server as the local backend's sampler (`trainer.sampler: vllm`).
 
 vLLM lives in a runtime of its own (`mcp-server-rl setup vllm`: its transformers pin is not the
 product's), so nothing here imports it: `process.py` starts its server (under `guard.py`, which takes

@@ -1,5 +1,5 @@
 """The vLLM server a run (or an inference test) samples from: its own, started beside the trainer and
-stopped with it, or the one at `tinker.vllm_url` that the user runs elsewhere (adapters loaded there by
+stopped with it, or the one at `trainer.vllm_url` that the user runs elsewhere (adapters loaded there by
 path, so that server must see this machine's files).
 """
 
@@ -29,7 +29,7 @@ def max_model_len(model: str, cfg: RunConfig) -> int:
         positions = int(config.get("max_position_embeddings") or CONTEXT_CAP)
     except (OSError, ValueError):
         positions = CONTEXT_CAP
-    return min(positions, cfg.tinker.max_token_trainer_length, CONTEXT_CAP)
+    return min(positions, cfg.trainer.max_token_trainer_length, CONTEXT_CAP)
 
 
 def free_port(host: str) -> int:
@@ -47,7 +47,7 @@ def adapters_kept(cfg: RunConfig) -> int:
 
 def lora_slots(cfg: RunConfig) -> int:
     """vLLM's max_loras: the adapters kept, and a teacher's where the run has one."""
-    return adapters_kept(cfg) + (1 if cfg.tinker.teacher else 0)
+    return adapters_kept(cfg) + (1 if cfg.trainer.teacher else 0)
 
 
 class VllmSamplers:
@@ -59,13 +59,13 @@ class VllmSamplers:
         self.others: list[VllmSamplers] = []  # servers of the run's for other base models (a teacher's)
         self.client = VllmClient(url)
         self.length = length
-        self.adapters = LoadedAdapters(self.client, cfg.tinker.run_name, adapters_kept(cfg), length)
+        self.adapters = LoadedAdapters(self.client, cfg.trainer.run_name, adapters_kept(cfg), length)
         self._base_name: str | None = None
 
     @classmethod
     def start(cls, cfg: RunConfig, log_name: str = "vllm.log") -> VllmSamplers:
-        """Start the run's own server (ready later: `wait_ready`), or attach to `tinker.vllm_url`."""
-        t = cfg.tinker
+        """Start the run's own server (ready later: `wait_ready`), or attach to `trainer.vllm_url`."""
+        t = cfg.trainer
         model = model_ref(t.base_model)
         length = max_model_len(model, cfg)
         if t.vllm_url:
@@ -73,7 +73,7 @@ class VllmSamplers:
         python = runtime_python("vllm", os.environ)
         if not python.exists():
             raise BackendUnavailable(
-                f"tinker.sampler is vllm, and the vllm runtime is not made ({python.parent.parent}): run "
+                f"trainer.sampler is vllm, and the vllm runtime is not made ({python.parent.parent}): run "
                 "`mcp-server-rl setup vllm` (a few minutes, once), or set tinker.sampler: engine"
             )
         spec = VllmSpec(
@@ -103,7 +103,7 @@ class VllmSamplers:
             served = [m.get("max_model_len") for m in await self.client.models() if not m.get("parent")]
         except VllmError as exc:
             raise BackendUnavailable(
-                f"tinker.vllm_url {self.client.url} cannot be asked for its models: {exc}"
+                f"trainer.vllm_url {self.client.url} cannot be asked for its models: {exc}"
             ) from exc
         if served and isinstance(served[0], int) and served[0] < self.length:
             self.length = self.adapters.max_model_len = served[0]
@@ -126,11 +126,11 @@ class VllmSamplers:
     async def start_other(self, base_model: str) -> VllmSamplers:
         """A second server of the run's own, for another base model (a teacher's), ready; stopped by close().
         Started from the caller's thread, as the run's own: the guard watches the thread that started it."""
-        t = self.cfg.tinker
+        t = self.cfg.trainer
         tinker = t.model_copy(
             update={"base_model": base_model, "vllm_url": None, "teacher": None, "run_name": f"{t.run_name}-teacher"}
         )
-        other = VllmSamplers.start(self.cfg.model_copy(update={"tinker": tinker}), log_name="vllm-teacher.log")
+        other = VllmSamplers.start(self.cfg.model_copy(update={"trainer": tinker}), log_name="vllm-teacher.log")
         self.others.append(other)
         await other.wait_ready()
         return other
