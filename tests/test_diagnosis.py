@@ -344,7 +344,8 @@ def test_no_step_yet_whose_groups_tie_at_zero_names_the_cause_and_at_the_top_say
     calls failed; at the top, the items are solved (not a broken reward)."""
 
     def ties(top: int, zero: int, refused: int = 0) -> ItemCounts:
-        return ItemCounts("product", 8, 8, 0, 0, False, top + zero, top, zero, 0, 100, 100, zero_refused=refused)
+        counts = ("product", 8, 8, 0, 0, False, top + zero, top, zero, 0, 100, 100)
+        return ItemCounts(*counts, tied_at_zero_refused=refused)
 
     for counts, title in (
         (ties(0, 8), "no reply earns any reward"),

@@ -81,7 +81,18 @@ STAGE = {"sft": SECTION}  # a run that had a supervised stage
 SILENT = rows(2, agent_tool_calls_mean=0.0, no_signal_share=1.0, reward_std=0.0, reward_mean=0.0)
 RISING = rows(12, reward_mean=lambda s: 0.1 if s < 5 else 0.6)
 SOLVED = ItemCounts(
-    "product", 16, 8, 8, 0, False, 10, ties_top=8, ties_zero=0, ties_other=0, reply_tokens=1000, tied_reply_tokens=800
+    "product",
+    16,
+    8,
+    8,
+    0,
+    False,
+    10,
+    tied_at_top=8,
+    tied_at_zero=0,
+    tied_other=0,
+    reply_tokens=1000,
+    tied_reply_tokens=800,
 )
 STALLED = rows(6, step_seconds=10.0)
 SLOWER = rows(12, step_seconds=lambda s: 2.0 if s < 7 else 20.0, wait_seconds=lambda s: 1.0 if s < 7 else 18.0)

@@ -75,12 +75,14 @@ def no_reward_signal(facts: RunFacts) -> Finding | None:
     shares = series(facts.metrics, "no_signal_share")
     if not shares:
         c = facts.items
-        at_zero = c is not None and c.ties_zero >= t.ONE_END_MIN_TIES and c.ties_zero >= t.ONE_END_TIE_SHARE * c.ties
+        at_zero = (
+            c is not None and c.tied_at_zero >= t.ONE_END_MIN_TIES and c.tied_at_zero >= t.ONE_END_TIE_SHARE * c.ties
+        )
         if not (facts.active and not facts.metrics and (facts.env_drops_equal_groups or at_zero)):
             return None
         dropping = "atroposlib logs 'Scores are the same in a group, skipping' and sends nothing"
         log = Evidence("env.log", [], [], dropping)
-        refused = at_zero and c is not None and c.zero_refused >= t.REFUSED_ZERO_TIE_SHARE * c.ties_zero
+        refused = at_zero and c is not None and c.tied_at_zero_refused >= t.REFUSED_ZERO_TIE_SHARE * c.tied_at_zero
         title = (
             "No step yet: every group ties at zero, and no reply made a valid action (each call failed)"
             if refused
@@ -276,9 +278,9 @@ def groups_discarded(facts: RunFacts) -> Finding | None:
         next_step = _test_reward(facts, "read the replies the environment discards and how it scores them")
     return Finding(
         "groups_discarded",
-        "error" if d.groups == 0 else "warning",
-        f"The environment discarded its last {d.in_a_row} groups ({d.groups} scored in all)"
-        + (f": likely {d.likely}" if d.likely else ": its rollouts return no group"),
+        "error" if d.groups_scored == 0 else "warning",
+        f"The environment discarded its last {d.in_a_row} groups ({d.groups_scored} scored in all)"
+        + (f": likely {d.likely_cause}" if d.likely_cause else ": its rollouts return no group"),
         next_step,
         [Evidence("env_health.discarded_in_a_row", [], [float(d.in_a_row)], d.line)],
     )

@@ -19,15 +19,15 @@ def ties_evidence(facts: RunFacts) -> list[Evidence]:
     if c is None or not c.groups:
         return []
     steps = [len(facts.metrics)] * 3
-    return [Evidence("tied_groups", steps, [float(c.ties_top), float(c.ties_zero), float(c.ties_other)], c.line)]
+    return [Evidence("tied_groups", steps, [float(c.tied_at_top), float(c.tied_at_zero), float(c.tied_other)], c.line)]
 
 
 def ties_at_top(facts: RunFacts) -> bool:
     c = facts.items
     return (
         c is not None
-        and c.ties_top >= t.ONE_END_MIN_TIES
-        and c.ties_top >= t.ONE_END_TIE_SHARE * c.ties
+        and c.tied_at_top >= t.ONE_END_MIN_TIES
+        and c.tied_at_top >= t.ONE_END_TIE_SHARE * c.ties
         and c.ties >= t.SOLVED_TIED_GROUPS_SHARE * c.groups
     )
 

@@ -72,5 +72,5 @@ def waiting_line(health: EnvHealth | None, live_tokens: int | None, waited_s: fl
     if req and req.replies_at_cap:
         parts.append(f"{req.replies_at_cap} of {req.replies} replies ran to their token cap")
     if health and health.discards:
-        parts.append(f"{health.discards.total} groups discarded")
+        parts.append(f"{health.discards.groups_discarded} groups discarded")
     return "; ".join(parts)

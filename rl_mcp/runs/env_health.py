@@ -26,7 +26,7 @@ class EnvError:
     where: str
     at: float
     errors: int  # exceptions so far
-    groups: int  # groups scored so far
+    groups_scored: int  # groups scored so far
     last_group_at: float | None
 
     @property
@@ -38,12 +38,12 @@ class EnvError:
 class Discards:
     """Rollouts that returned no group and raised nothing; the latest one's replies and scores."""
 
-    total: int
+    groups_discarded: int
     in_a_row: int  # since the last scored group
-    groups: int  # groups scored so far
+    groups_scored: int  # groups scored so far
     last_group_at: float | None
     at: float  # the latest
-    replies: list[str]
+    sample_replies: list[str]
     scores: list[float] | None  # what the environment recorded meanwhile (None: it keeps no such list)
     too_long: tuple[int, int] | None = None  # (longest sequence, the trainer's limit): skipped by atroposlib
 
@@ -53,18 +53,18 @@ class Discards:
 
     @property
     def short_replies(self) -> bool:
-        short = sum(len(r.strip()) < SHORT_REPLY_CHARS for r in self.replies)
-        return bool(self.replies) and short * 2 >= len(self.replies)
+        short = sum(len(r.strip()) < SHORT_REPLY_CHARS for r in self.sample_replies)
+        return bool(self.sample_replies) and short * 2 >= len(self.sample_replies)
 
     @property
-    def likely(self) -> str | None:
+    def likely_cause(self) -> str | None:
         """The cause its scores or replies show, if any."""
         if self.too_long:
             return "sequences too long"
         return "equal scores" if self.equal_scores else "replies too short" if self.short_replies else None
 
     @property
-    def causes(self) -> list[str]:
+    def usual_causes(self) -> list[str]:
         """What usually makes an environment discard a group, the ones its replies and scores show first."""
         equal = "equal scores: the environment skips a group whose replies all score the same (as Atropos' own do)"
         short = "replies too short: environments drop replies under about 10 tokens"
@@ -88,10 +88,10 @@ class Discards:
     @property
     def line(self) -> str:
         scores = f"scores {self.scores}" if self.scores else "scores not visible"
-        quoted = "; ".join(repr(r[:QUOTED_CHARS]) for r in self.replies[:QUOTED_REPLIES]) or "none captured"
+        quoted = "; ".join(repr(r[:QUOTED_CHARS]) for r in self.sample_replies[:QUOTED_REPLIES]) or "none captured"
         return (
-            f"{self.in_a_row} groups discarded in a row ({self.total} in all, {self.groups} scored); the latest: "
-            f"{scores}; sample replies: {quoted}. What usually causes it: {'; '.join(self.causes)}"
+            f"{self.in_a_row} groups discarded in a row ({self.groups_discarded} in all, {self.groups_scored} scored); "
+            f"the latest: {scores}; sample replies: {quoted}. What usually causes it: {'; '.join(self.usual_causes)}"
         )
 
 
@@ -165,7 +165,7 @@ def _error(health: dict[str, Any]) -> EnvError | None:
         where=str(last["where"]),
         at=float(last["at"]),
         errors=int(health["errors"]),
-        groups=int(health["groups"]),
+        groups_scored=int(health["groups"]),
         last_group_at=health.get("last_group_at"),
     )
 
@@ -176,12 +176,12 @@ def _discards(health: dict[str, Any]) -> Discards | None:
         return None
     scores = last.get("scores")
     return Discards(
-        total=int(health["discarded"]),
+        groups_discarded=int(health["discarded"]),
         in_a_row=int(health["discarded_in_a_row"]),
-        groups=int(health["groups"]),
+        groups_scored=int(health["groups"]),
         last_group_at=health.get("last_group_at"),
         at=float(last["at"]),
-        replies=[str(r) for r in last.get("replies") or []],
+        sample_replies=[str(r) for r in last.get("replies") or []],
         scores=[float(s) for s in scores] if isinstance(scores, list) else None,
         too_long=(int(last["too_long"]["longest"]), int(last["too_long"]["limit"])) if last.get("too_long") else None,
     )
@@ -218,7 +218,7 @@ def raising(health: EnvHealth, running_since: float, timeout_s: float, now: floa
         return None
     return (
         f"the environment scored no group for {timeout_s:.0f} s while its rollouts raised "
-        f"({error.errors} exceptions, {error.groups} groups scored in all); the latest: {error.line}. "
+        f"({error.errors} exceptions, {error.groups_scored} groups scored in all); the latest: {error.line}. "
         "Fix the environment and try again"
     )
 
@@ -247,7 +247,7 @@ def run_discarding(health: EnvHealth, running_since: float, limits: EnvLimits, n
     if d is None or d.in_a_row == 0:
         return None
     quiet_s = now - max(d.last_group_at or 0.0, running_since)
-    per_group = max(0.0, d.at - running_since) / max(1, d.groups + d.total)
+    per_group = max(0.0, d.at - running_since) / max(1, d.groups_scored + d.groups_discarded)
     needed_s = max(limits.discard_timeout_s, limits.discard_groups * per_group)
     if quiet_s < limits.discard_hard_limit_s and (d.in_a_row < limits.discard_groups or quiet_s < needed_s):
         return None

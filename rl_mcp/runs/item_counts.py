@@ -1,5 +1,5 @@
 """What a run's draw says (items.json, written by its environment process: tinker_atropos.item_draw):
-its items active, retired as solved and deferred as unsolved, and the groups that tied (pure)."""
+its items active, retired_solved as solved and deferred_unsolved as unsolved, and the groups that tied (pure)."""
 
 from __future__ import annotations
 
@@ -13,21 +13,21 @@ class ItemCounts:
     drawn_by: str  # "product": the draw retires and defers; "environment": its own order, counted by prompt
     items: int
     active: int
-    retired: int
-    deferred: int
+    retired_solved: int
+    deferred_unsolved: int
     all_retired: bool
     groups: int
-    ties_top: int  # groups whose replies all solved the item (atroposlib drops them)
-    ties_zero: int  # ... all scored zero
-    ties_other: int  # ... all scored the same in between
+    tied_at_top: int  # groups whose replies all solved the item (atroposlib drops them)
+    tied_at_zero: int  # ... all scored zero
+    tied_other: int  # ... all scored the same in between
     reply_tokens: int
     tied_reply_tokens: int
-    zero_refused: int = 0  # ties at zero where every reply's tool calls or actions failed: no valid action
-    probes_stopped: int = 0  # tied groups stopped at their probe, the rest never sampled (item_draw.probe)
+    tied_at_zero_refused: int = 0  # ties at zero where every reply's tool calls or actions failed: no valid action
+    stopped_at_probe: int = 0  # tied groups stopped at their probe, the rest never sampled (item_draw.probe)
 
     @property
     def ties(self) -> int:
-        return self.ties_top + self.ties_zero + self.ties_other
+        return self.tied_at_top + self.tied_at_zero + self.tied_other
 
     @property
     def tied_token_share(self) -> float | None:
@@ -38,12 +38,14 @@ class ItemCounts:
     def line(self) -> str:
         share = self.tied_token_share
         tokens = f" ({share:.0%} of the reply tokens)" if share is not None else ""
-        probes = f"; {self.probes_stopped} tied groups stopped at their first replies" if self.probes_stopped else ""
+        probes = (
+            f"; {self.stopped_at_probe} tied groups stopped at their first replies" if self.stopped_at_probe else ""
+        )
         return (
-            f"{self.ties} of {self.groups} groups tied{tokens}: {self.ties_top} at the top reward, {self.ties_zero} "
-            f"at zero ({self.zero_refused} with every action refused), {self.ties_other} in between; items: "
-            f"{self.active} active, {self.retired} retired as solved, {self.deferred} deferred as unsolved, "
-            f"of {self.items}{probes}"
+            f"{self.ties} of {self.groups} groups tied{tokens}: {self.tied_at_top} at the top reward, "
+            f"{self.tied_at_zero} at zero ({self.tied_at_zero_refused} with every action refused), "
+            f"{self.tied_other} in between; items: {self.active} active, {self.retired_solved} retired as solved, "
+            f"{self.deferred_unsolved} deferred as unsolved, of {self.items}{probes}"
         )
 
 
@@ -56,15 +58,15 @@ def read_items(path: Path) -> ItemCounts | None:
             drawn_by=str(raw["drawn_by"]),
             items=int(raw["items"]),
             active=int(raw["active"]),
-            retired=int(raw["retired"]),
-            deferred=int(raw["deferred"]),
+            retired_solved=int(raw["retired"]),
+            deferred_unsolved=int(raw["deferred"]),
             all_retired=bool(raw["all_retired"]),
             groups=int(raw["groups"]),
-            ties_top=int(ties["top"]),
-            ties_zero=int(ties["zero"]),
-            ties_other=int(ties["other"]),
-            zero_refused=int(raw.get("zero_refused") or 0),
-            probes_stopped=int(raw.get("probes_stopped") or 0),
+            tied_at_top=int(ties["top"]),
+            tied_at_zero=int(ties["zero"]),
+            tied_other=int(ties["other"]),
+            tied_at_zero_refused=int(raw.get("zero_refused") or 0),
+            stopped_at_probe=int(raw.get("probes_stopped") or 0),
             reply_tokens=int(raw["reply_tokens"]),
             tied_reply_tokens=int(raw["tied_reply_tokens"]),
         )

@@ -21,6 +21,7 @@ from rl_mcp.mcp_api.environments.answers import (
     ToolServerView,
     ToolView,
 )
+from rl_mcp.mcp_api.from_domain import answer_from
 from rl_mcp.runs.reply_length import config_note
 from rl_mcp.session.fields import constraints, resolve_field
 from rl_mcp.session.state import SessionState
@@ -40,15 +41,7 @@ def environment_list(catalog: Catalog, selected: str | None) -> EnvironmentList:
             families.setdefault((e.file, e.class_name), []).append(e)
     return EnvironmentList(
         environments=[
-            EnvironmentSummary(
-                name=e.name,
-                class_name=e.class_name,
-                file=str(e.file),
-                description=e.description,
-                config_class=e.config_class,
-                bundled=e.env_dir == BUNDLED_ENV_DIR,
-                format=e.format,
-            )
+            answer_from(EnvironmentSummary, e, file=str(e.file), bundled=e.env_dir == BUNDLED_ENV_DIR)
             for e in listed
             if e.name not in catalogued
         ],
@@ -78,25 +71,23 @@ def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, s
         value, status = resolve_field(schema, profile, state, name)
         values[spec.section][name] = value
         fields.append(
-            ConfigField(
-                name=name,
-                section=spec.section,
-                type=spec.type,
+            answer_from(
+                ConfigField,
+                spec,
                 value=value,
-                default=spec.default,
                 description=spec.description or "",
                 status=status,
                 editable=status not in ("locked", "managed"),
                 constraints=constraints(schema, name),
             )
         )
-    return ConfigView(
+    return answer_from(
+        ConfigView,
+        schema,  # its config class
+        state,  # its wandb name
+        info,  # its format and class
         environment=info.name,
-        format=info.format,
         file=str(info.file),
-        class_name=info.class_name,
-        config_class=schema.config_class,
-        wandb_name=state.wandb_name,
         profile=ProfileInfo(**profile.public()),
         fields=fields,
         edits=dict(state.edits),

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from rl_mcp.inference.run_weights import RunCheckpoint
 from rl_mcp.inference.runner import ModelOutcome
 from rl_mcp.inference.target import InferenceRequest, Target
 from rl_mcp.mcp_api.env_health.views import at_cap_view, discarded_view
+from rl_mcp.mcp_api.from_domain import answer_from
 from rl_mcp.mcp_api.inference import descriptions
-from rl_mcp.mcp_api.inference.answers import InferenceSample, InferenceTestResult, ModelInferenceResult, RunComparison
+from rl_mcp.mcp_api.inference.answers import InferenceTestResult, ModelInferenceResult, RunComparison
 from tinker_atropos.run_files import InferenceTestFiles
 
 
@@ -32,13 +31,12 @@ def inference_answer(
         next_step = descriptions.NEXT_INFERENCE_DISCARDED
     else:
         next_step = descriptions.NEXT_INFERENCE_BROKEN
-    return InferenceTestResult(
+    return answer_from(
+        InferenceTestResult,
+        req,  # its steps and group size
+        target,  # its URL and key variable
         environment=req.env_name,
         target=target.kind,
-        base_url=target.base_url,
-        key_env=target.key_env,
-        num_steps=req.num_steps,
-        group_size=req.group_size,
         results=results,
         best_model=best.model if best else None,
         mean_accuracy=round(sum(r.accuracy for r in ran) / len(ran), 4) if ran else None,
@@ -49,37 +47,48 @@ def inference_answer(
     )
 
 
+# What a model that scored nothing answers (it failed, timed out or had every group discarded).
+UNSCORED = {
+    "steps_tested": 0,
+    "completions": 0,
+    "correct": 0,
+    "accuracy": 0.0,
+    "step_success_rate": 0.0,
+    "mean_score": 0.0,
+    "step_scores": [],
+    "real_logprobs": False,
+    "samples": [],
+}
+
+
 def _model_result(o: ModelOutcome) -> ModelInferenceResult:
+    """The outcome's, its scores' and its agent counts' fields by name; rounded, and paths as text."""
     s = o.scores
     agent = s.agent if s else None
-    return ModelInferenceResult(
-        model=o.model,
-        status=o.status,
-        seconds=o.seconds,
-        steps_tested=s.steps_tested if s else 0,
-        completions=s.completions if s else 0,
-        correct=s.correct if s else 0,
-        accuracy=round(s.accuracy, 4) if s else 0.0,
-        step_success_rate=round(s.step_success_rate, 4) if s else 0.0,
-        mean_score=round(s.mean_score, 4) if s else 0.0,
-        step_scores=s.step_scores if s else [],
-        real_logprobs=s.has_logprobs if s else False,
-        samples=[InferenceSample(**asdict(x)) for x in s.samples] if s else [],
-        turns_per_rollout=agent.turns_per_rollout if agent else None,
-        tool_calls_per_rollout=agent.tool_calls_per_rollout if agent else None,
-        tool_errors=agent.tool_errors if agent else None,
-        sample_trajectory=agent.sample_trajectory if agent else None,
+    scored = (
+        {
+            "accuracy": round(s.accuracy, 4),
+            "step_success_rate": round(s.step_success_rate, 4),
+            "mean_score": round(s.mean_score, 4),
+            "real_logprobs": s.has_logprobs,
+        }
+        if s
+        else UNSCORED
+    )
+    return answer_from(
+        ModelInferenceResult,
+        o,
+        s,
+        agent,
+        **scored,
         reward_reasons=agent.reasons if agent and agent.reasons else None,
         output_jsonl=str(o.jsonl) if o.jsonl else None,
         output_html=str(o.html) if o.html else None,
         log=str(o.log),
-        warnings=o.warnings,
         server_log=str(o.server_log) if o.server_log else None,
         config=str(InferenceTestFiles(o.output_dir).config),
         discarded=discarded_view(o.health.discards if o.health else None),
         replies_at_cap=at_cap_view(o.at_cap, o.health.requests if o.health else None),
-        error=o.error,
-        log_tail=o.log_tail,
     )
 
 

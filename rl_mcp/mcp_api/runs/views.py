@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,10 +13,10 @@ from rl_mcp.diagnosis.rules import diagnose
 from rl_mcp.logs import tail_lines
 from rl_mcp.mcp_api.env_health.views import items_view, requests_view
 from rl_mcp.mcp_api.findings.views import findings_view
+from rl_mcp.mcp_api.from_domain import answer_from
 from rl_mcp.mcp_api.runs import descriptions
 from rl_mcp.mcp_api.runs.answers import (
     CheckpointChoiceView,
-    CheckpointScoresView,
     HistoryPoint,
     LatestMetrics,
     Lineage,
@@ -32,7 +31,7 @@ from rl_mcp.mcp_api.runs.answers import (
     TrainingStateView,
 )
 from rl_mcp.processes import Child
-from rl_mcp.runs.checkpoint_choice import CheckpointChoice, CheckpointScores, checkpoint_choice
+from rl_mcp.runs.checkpoint_choice import CheckpointChoice, checkpoint_choice
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.env_health import EnvError, read_health
 from rl_mcp.runs.item_counts import read_items
@@ -75,31 +74,20 @@ def processes_view(rec: RunRecord, children: dict[str, Child]) -> list[RunProces
     for name, proc in rec.processes.items():
         child = children.get(name)
         code = proc.exit_code if proc.exit_code is not None else (child.poll() if child else None)
+        state = "running" if code is None and proc.exit_code is None else "exited"
         out.append(
-            RunProcess(
-                name=ProcessName(name),
-                pid=proc.pid,
-                state="running" if code is None and proc.exit_code is None else "exited",
-                exit_code=code,
-                log=proc.log_path,
-            )
+            answer_from(RunProcess, proc, name=ProcessName(name), state=state, exit_code=code, log=proc.log_path)
         )
     return out
 
 
 def summary(rec: RunRecord, cache: MetricsCache) -> RunSummary:
-    metrics = cache.metrics(rec)
-    return RunSummary(
-        run_id=rec.run_id,
-        environment=rec.environment,
-        profile=rec.profile,
-        status=rec.status,
-        stage=rec.stage,
-        step=_step(metrics),
-        total_steps=rec.total_steps,
+    return answer_from(
+        RunSummary,
+        rec,
+        step=_step(cache.metrics(rec)),
         created_at=_iso(rec.created_at) or "",
         ended_at=_iso(rec.ended_at),
-        error=rec.error,
         resumed_from=lineage(rec),
     )
 
@@ -120,19 +108,13 @@ def wandb_identity(rec: RunRecord) -> tuple[str | None, str | None]:
 
 def started(rec: RunRecord) -> RunStarted:
     project, wandb_run = wandb_identity(rec)
-    return RunStarted(
+    return answer_from(
+        RunStarted,
+        rec,
         wandb_project=project,
         wandb_run_name=wandb_run,
-        run_id=rec.run_id,
-        status=rec.status,
-        stage=rec.stage,
-        environment=rec.environment,
-        profile=rec.profile,
-        config_path=rec.config_path,
-        run_dir=rec.run_dir,
         logs={name: str(rec.log_path(name)) for name in ProcessName},
         ports={"api": rec.api_port, "inference": rec.inference_port},
-        error=rec.error,
         resumed_from=lineage(rec),
         next_step=descriptions.next_after_start(rec.run_id, rec.active),
     )
@@ -143,25 +125,8 @@ def _latest(
 ) -> LatestMetrics | None:
     if not metrics and not evals:
         return None
-    data = latest_metrics(metrics, evals, validation)
-    return LatestMetrics(
-        step=_step(metrics) if metrics else None,
-        loss=data["loss"],
-        reward_mean=data["reward_mean"],
-        reward_std=data["reward_std"],
-        percent_correct=data["percent_correct"],
-        eval_accuracy=data["eval_accuracy"],
-        eval_step=data["eval_step"],
-        validation_accuracy=data["validation_accuracy"],
-        validation_step=data["validation_step"],
-        no_signal_share=data["no_signal_share"],
-        distinct_reply_share=data["distinct_reply_share"],
-        sampler_mismatch=data["sampler_mismatch"],
-        teacher_kl=data["teacher_kl"],
-        teacher_logprob=data["teacher_logprob"],
-        agent_turns_mean=data["agent_turns_mean"],
-        agent_tool_calls_mean=data["agent_tool_calls_mean"],
-        agent_tool_errors=data["agent_tool_errors"],
+    return LatestMetrics.model_validate(
+        {**latest_metrics(metrics, evals, validation), "step": _step(metrics) if metrics else None}
     )
 
 
@@ -169,15 +134,8 @@ def sft_view(rec: RunRecord) -> SftStage | None:
     facts = sft_progress(rec.files)
     if facts is None:
         return None
-    evals = [
-        SftEval(
-            sft_step=int(e.get("sft_step") or 0),
-            eval_accuracy=e.get("eval_accuracy"),
-            eval_tool_call_share=e.get("eval_tool_call_share"),
-        )
-        for e in facts.evals
-    ]
-    return SftStage(**{**asdict(facts), "evals": evals})
+    evals = [SftEval.model_validate({**e, "sft_step": int(e.get("sft_step") or 0)}) for e in facts.evals]
+    return answer_from(SftStage, facts, evals=evals)
 
 
 def _sft_log(rec: RunRecord) -> list[str]:
@@ -213,19 +171,15 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
     else:
         hint = descriptions.next_status_ended(rec.run_id, rec.status, result.get("reason"))
     project, wandb_run = wandb_identity(rec)
-    return RunStatus(
+    return answer_from(
+        RunStatus,
+        rec,
         wandb_project=project,
         wandb_run_name=wandb_run,
-        run_id=rec.run_id,
-        environment=rec.environment,
         rate_limited=False,
         next_check_in_seconds=min_interval_s if rec.active else 0.0,
-        status=rec.status,
-        stage=rec.stage,
-        error=rec.error,
         failure_log_tail=rec.log_tail,
         step=_step(metrics),
-        total_steps=rec.total_steps,
         running_seconds=running_s,
         eta_seconds=eta_seconds(metrics, rec.total_steps, _budget_minutes(rec)) if rec.active else None,
         latest=_latest(metrics, evals, cache.validation(rec)),
@@ -244,14 +198,7 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
 def _env_error_view(error: EnvError | None) -> RolloutError | None:
     if error is None:
         return None
-    return RolloutError(
-        type=error.type,
-        message=error.message,
-        where=error.where,
-        at=_iso(error.at) or "",
-        errors=error.errors,
-        groups_scored=error.groups,
-    )
+    return answer_from(RolloutError, error, at=_iso(error.at) or "")
 
 
 def rate_limited(rec: RunRecord, wait_s: float) -> RunStatus:
@@ -277,13 +224,7 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
     exists = Path(final).is_dir() if final and not str(final).startswith("tinker://") else None
     offline = rec.files.wandb_dir
     history = [
-        HistoryPoint(
-            step=int(m.get("step", i + 1)),
-            reward_mean=m.get("reward_mean"),
-            reward_std=m.get("reward_std"),
-            loss=m.get("loss"),
-            percent_correct=m.get("percent_correct"),
-        )
+        HistoryPoint.model_validate({**m, "step": int(m.get("step", i + 1))})
         for i, m in enumerate(downsample(metrics, MAX_HISTORY_POINTS))
     ]
     missing = (
@@ -296,15 +237,13 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
     )
     hint = descriptions.next_after_results(missing=bool(missing), active=rec.active, final_weights=final)
     project, wandb_run = wandb_identity(rec)
-    return RunResults(
+    return answer_from(
+        RunResults,
+        rec,
         wandb_project=project,
         wandb_run_name=wandb_run,
-        run_id=rec.run_id,
-        status=rec.status,
-        environment=rec.environment,
         backend=result.get("backend"),
         steps_completed=_step(metrics),
-        total_steps=rec.total_steps,
         final_metrics=_latest(metrics, evals, validation),
         sft=sft_view(rec),
         history=history,
@@ -317,7 +256,7 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
         final_weights=final,
         final_weights_exists=exists,
         final_state=result.get("final_state"),
-        training_states=[TrainingStateView(step=s.step, path=s.path) for s in read_training_states(run_dir)],
+        training_states=[answer_from(TrainingStateView, s) for s in read_training_states(run_dir)],
         resumed_from=lineage(rec),
         wandb_url=(wandb or {}).get("url")
         or result.get("wandb_url")
@@ -344,16 +283,7 @@ def _keeps_best(rec: RunRecord) -> bool:
 def _choice_view(choice: CheckpointChoice | None) -> CheckpointChoiceView | None:
     if choice is None:
         return None
-    return CheckpointChoiceView(
-        best=_scores_view(choice.best),
-        last=_scores_view(choice.last),
-        handed_out=choice.handed_out,
-        summary=choice.text,
-    )
-
-
-def _scores_view(scores: CheckpointScores | None) -> CheckpointScoresView | None:
-    return CheckpointScoresView(**asdict(scores)) if scores else None
+    return answer_from(CheckpointChoiceView, choice, summary=choice.text)  # its best and last alike
 
 
 def metrics_document(rec: RunRecord, cache: MetricsCache) -> dict[str, Any]:
