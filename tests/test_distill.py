@@ -67,13 +67,13 @@ def test_the_findings_name_a_weak_teacher_and_a_flat_kl() -> None:
     flat = [{"step": s, "teacher_kl": 0.8 + 0.01 * (s % 2)} for s in range(1, 9)]
     falling = [{"step": s, "teacher_kl": 0.8 / s} for s in range(1, 9)]
     tinker = {"learning_rate": 1e-3, "distill_coef": 1.0}
-    kl = teacher_kl_flat(RunFacts("r", flat, [], tinker=tinker))
+    kl = teacher_kl_flat(RunFacts("r", flat, [], trainer=tinker))
     assert kl is not None and kl.next_step.arguments == {"field": "learning_rate", "value": 2e-3}
-    assert teacher_kl_flat(RunFacts("r", falling, [], tinker=tinker)) is None
+    assert teacher_kl_flat(RunFacts("r", falling, [], trainer=tinker)) is None
     # every group tied: no reward signal, unless a teacher's signal trains them
     tied = [{"step": s, "no_signal_share": 1.0, "time": 1000.0 + s} for s in range(1, 9)]
-    assert no_reward_signal(RunFacts("r", tied, [], tinker={"learning_rate": 1e-3})) is not None
-    assert no_reward_signal(RunFacts("r", tied, [], tinker={**tinker, "teacher": "t"})) is None
+    assert no_reward_signal(RunFacts("r", tied, [], trainer={"learning_rate": 1e-3})) is not None
+    assert no_reward_signal(RunFacts("r", tied, [], trainer={**tinker, "teacher": "t"})) is None
 
 
 @pytest.mark.anyio
@@ -113,7 +113,7 @@ async def test_a_run_distills_an_adapter_trained_here_and_its_kl_falls(tmp_path:
             "reward_coef": 0.0,
             "total_steps": 12,
             "batch_size": 32,
-            "learning_rate": 3e-3,
+            "learning_rate": 2e-3,  # 3e-3 fell then rose again once in a loaded full suite (KL 0.10 -> 2.7)
             "lr_schedule": "linear",
         }
         for field, value in edits.items():

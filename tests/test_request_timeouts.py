@@ -84,7 +84,7 @@ def facts(requests: Requests, *, steps: int = 0, tinker: dict | None = None) -> 
         metrics,
         [],
         env={"group_size": 8, "max_token_length": 2048},
-        tinker=tinker or {"base_model": "Qwen/Qwen3-8B"},  # a hub model: no context known, no cap
+        trainer=tinker or {"base_model": "Qwen/Qwen3-8B"},  # a hub model: no context known, no cap
         active=True,
         now=2000.0,
         running_since=900.0,

@@ -355,14 +355,14 @@ def test_close_unloads_from_a_self_hosted_engine_once(
 ) -> None:
     monkeypatch.setenv("TINKER_API_KEY", CLOUD_KEY)
     monkeypatch.setenv("TINKER_ENGINE_API_KEY", "tml-engine-key")
-    client = TinkerTrainingClient(_SdkTrainingClient(), _cfg(tmp_path, engine.url).tinker)
+    client = TinkerTrainingClient(_SdkTrainingClient(), _cfg(tmp_path, engine.url).trainer)
     client.close()
     client.close()
     assert engine.requests == [("POST", "/api/v1/unload_model", "tml-engine-key", {"model_id": "model-1"})]
 
 
 def test_close_sends_nothing_to_the_cloud(engine: Recorder, tmp_path: Path) -> None:
-    client = TinkerTrainingClient(_SdkTrainingClient(), _cfg(tmp_path, engine.url, self_hosted=False).tinker)
+    client = TinkerTrainingClient(_SdkTrainingClient(), _cfg(tmp_path, engine.url, self_hosted=False).trainer)
     client.close()
     assert engine.requests == []
 
@@ -371,7 +371,7 @@ def test_close_sends_nothing_to_the_cloud(engine: Recorder, tmp_path: Path) -> N
 
 
 def test_an_offline_models_tokenizer_comes_from_its_folder(tmp_path: Path) -> None:
-    client = TinkerTrainingClient(_SdkTrainingClient(), _cfg(tmp_path, "http://127.0.0.1:1").tinker)
+    client = TinkerTrainingClient(_SdkTrainingClient(), _cfg(tmp_path, "http://127.0.0.1:1").trainer)
     tokenizer = client.get_tokenizer()
     assert tokenizer.name_or_path == str(model_dir("tiny-chat"))
     assert tokenizer.eos_token == "<|im_end|>"

@@ -29,7 +29,7 @@ MASKS = [np.array([0, 0, 1, 1, 1], bool), np.array([0, 1], bool), np.array([0, 0
 def tinker(**fields: object):
     data = yaml.safe_load((CONFIGS / "local.yaml").read_text())
     data["trainer"].update(fields)
-    return parse_run_config(data).tinker
+    return parse_run_config(data).trainer
 
 
 @pytest.mark.parametrize(
