@@ -33,6 +33,11 @@ from tinker_atropos.run_files import read_json_object, read_jsonl
 
 SHARE_OF_TEACHER = 0.9
 ARMS: dict[str, dict[str, Any]] = {"distill": {"reward_coef": 0.0}, "rl": {}, "both": {"reward_coef": 1.0}}
+# Distillation at settings of its own: its signal needs no group of replies to compare, so the same
+# sequences per step span more prompts (groups of 2), and a per-token signal takes a higher rate.
+OPTIONAL_ARMS: dict[str, dict[str, Any]] = {
+    "distill_tuned": {"reward_coef": 0.0, "group_size": 2, "learning_rate": 6e-4},
+}
 
 
 def edits(minutes: float, seed: int, **extra: Any) -> dict[str, Any]:
@@ -96,8 +101,8 @@ async def bench(a: argparse.Namespace, home: Path) -> dict[str, Any]:
         )
 
     async with anyio.create_task_group() as tg:
-        for name, extra in ARMS.items():
-            tg.start_soon(arm, name, extra)
+        for name in a.arms:
+            tg.start_soon(arm, name, {**ARMS, **OPTIONAL_ARMS}[name])
     figures: dict[str, Any] = {"teacher_validation": best.accuracy, "teacher_step": best.step, "target": target}
     for name, run in runs.items():
         points = curve(run)
@@ -111,8 +116,10 @@ async def bench(a: argparse.Namespace, home: Path) -> dict[str, Any]:
             "curve": points,
             "run_dir": str(run),
         }
-    d, r = (figures[n]["reached"] for n in ("distill", "rl"))
-    figures["distill_over_rl_minutes"] = round(d["minutes"] / r["minutes"], 3) if d and r else None
+    rl = figures["rl"]["reached"]
+    for name in runs.keys() - {"rl"}:
+        d = figures[name]["reached"]
+        figures[f"{name}_over_rl_minutes"] = round(d["minutes"] / rl["minutes"], 3) if d and rl else None
     return figures
 
 
@@ -121,18 +128,25 @@ def main() -> int:
     ap.add_argument("--teacher-minutes", type=float, default=10.0)
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--arms",
+        type=lambda text: text.split(","),
+        default=list(ARMS),
+        help=f"comma-separated, of {', '.join([*ARMS, *OPTIONAL_ARMS])} (rl always among them)",
+    )
     ap.add_argument("--home", type=Path, default=None, help="state dir of the bench's servers")
     ap.add_argument("--teacher-run", type=Path, default=None, help="a finished teacher run's folder: no teacher run")
     a = ap.parse_args()
     home = (a.home or Path(tempfile.mkdtemp(prefix="rl-mcp-distill-"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
     figures = interrupts.run(bench, a, home)
-    for name in ARMS:
+    for name in a.arms:
         f = figures[name]
         at = f["reached"]
         where = f"step {at['step']}, {at['minutes']} min, {at['tokens']:,} tokens" if at else "not reached"
         log(f"{name}: 0.9 x T ({figures['target']:.3f}) {where}; best {f['best']}; {f['steps']} steps")
-    log(f"distill / rl minutes to 0.9 x T: {figures['distill_over_rl_minutes']}")
+    for name in set(a.arms) - {"rl"}:
+        log(f"{name} / rl minutes to 0.9 x T: {figures[f'{name}_over_rl_minutes']}")
     print(json.dumps(figures))
     return 0
 

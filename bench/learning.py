@@ -8,7 +8,7 @@
    the tinker SDK on SkyRL's Tinker-API engine (JAX on this CPU), the same settings and budget; its
    final weights come out through rl_export_model (downloaded from the engine) to be scored.
 1c. With --vllm, this project's run samples with vLLM's server (the smollm2 profile with
-   `tinker.sampler: vllm`, written into the bench's home; the vllm runtime: `make vllm`).
+   `trainer.sampler: vllm`, written into the bench's home; the vllm runtime: `make vllm`).
 2. TRL's GRPOTrainer (bench/baselines/trl_grpo.py, installed into .venv-bench from
    bench/baselines/requirements-trl.txt): the same model, task, reward, group size, batch,
    learning rate, LoRA rank and budget.
@@ -283,10 +283,10 @@ def points(r: dict[str, Any]) -> float:
 
 
 def vllm_profile(home: Path) -> str:
-    """The smollm2 profile with its runs sampled by vLLM's server (`tinker.sampler: vllm`), as a file."""
+    """The smollm2 profile with its runs sampled by vLLM's server (`trainer.sampler: vllm`), as a file."""
     profile = yaml.safe_load((ROOT / "rl_mcp" / "profiles" / "smollm2.yaml").read_text())
     profile["name"] = "smollm2-vllm"
-    profile["locked"]["tinker"]["sampler"] = "vllm"
+    profile["locked"]["trainer"]["sampler"] = "vllm"
     path = home / "smollm2-vllm.yaml"
     path.write_text(yaml.safe_dump(profile))
     return str(path)
@@ -313,7 +313,7 @@ def main() -> int:
     ap.add_argument("--skip-trl", action="store_true")
     ap.add_argument("--skip-ours", action="store_true")
     ap.add_argument("--skyrl", action="store_true", help="also train through self-hosted Tinker (skyrl profile)")
-    ap.add_argument("--vllm", action="store_true", help="ours samples with vLLM's server (tinker.sampler: vllm)")
+    ap.add_argument("--vllm", action="store_true", help="ours samples with vLLM's server (trainer.sampler: vllm)")
     ap.add_argument(
         "--trl-threads", type=int, default=0, help="TRL's torch threads: 1 beside rl-mcp, 0 (every core) alone"
     )
