@@ -56,7 +56,7 @@ def _engine_checkpoint(cfg: Any, adapter: str | None, folder: Path) -> str | Non
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tinker_atropos.inference_server")
-    parser.add_argument("--config", required=True, help="the run YAML (tinker section used)")
+    parser.add_argument("--config", required=True, help="the run YAML (trainer section used)")
     parser.add_argument("--adapter", help="serve this sampler checkpoint instead of the base model")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
