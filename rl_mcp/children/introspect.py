@@ -1,10 +1,8 @@
 """The introspection child: import FILE, call CLASS.config_init(), print every field as JSON.
 
 `python -m rl_mcp.children.introspect FILE CLASS`; the answer follows RESULT_MARKER on stdout
-(anything the environment prints on import comes before it). `... --product-fields` imports no
-environment: atroposlib's `BaseEnvConfig` fields and the training fields, the fields every run has
-(beside those of a file the child cannot import: a verifiers environment's, read from its AST).
-Imports nothing of rl_mcp.
+(anything the environment prints on import comes before it). A format whose files cannot be imported
+(verifiers) names the class that hosts them instead (rl_mcp/formats/). Imports nothing of rl_mcp.
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ TRAINING_FIELDS = (
     "keep_states",
 )
 RESULT_MARKER = "\n@@RL_MCP_INTROSPECTION@@"
-PRODUCT_FIELDS = "--product-fields"
 
 
 def _type_name(annotation: Any) -> str:
@@ -79,11 +76,7 @@ def _model_fields(
 
 
 def _env_config(argv: list[str]) -> Any:
-    """CLASS.config_init()'s config after importing FILE; with PRODUCT_FIELDS, a default BaseEnvConfig."""
-    if argv[0] == PRODUCT_FIELDS:
-        from atroposlib.envs.base import BaseEnvConfig
-
-        return BaseEnvConfig()
+    """CLASS.config_init()'s config after importing FILE."""
     import importlib.util
 
     file, class_name = Path(argv[0]).resolve(), argv[1]

@@ -21,9 +21,9 @@ from typing import Any
 import anyio
 
 from rl_mcp import warm_start
-from rl_mcp.children.introspect import PRODUCT_FIELDS, RESULT_MARKER
+from rl_mcp.children.introspect import RESULT_MARKER
 from rl_mcp.environments.missing_module import explain
-from rl_mcp.environments.packages.install import EnvPackages, default_runtime
+from rl_mcp.environments.packages.install import EnvPackages
 from rl_mcp.environments.records import ConfigSchema, EnvironmentInfo, FieldSpec, IntrospectionError
 from rl_mcp.formats import FORMATS
 from rl_mcp.formats.base import FieldPlaces
@@ -35,7 +35,6 @@ from tinker_atropos.run_files import atomic_write_text
 from tinker_atropos.venvs import packages_stamp
 
 TRACEBACK_TAIL_LINES = 15
-_PRODUCT_WHAT = "the fields every run has (atroposlib's BaseEnvConfig and the training fields)"
 CACHE_VERSION = "4"  # bump when the shape of a cached introspection changes
 # BaseEnvConfig leaves these unbounded, but a run cannot work below these values (GRPO needs
 # at least two completions per group to compare; max_batches_offpolicy 0 gives atroposlib no worker
@@ -62,13 +61,11 @@ def _trainer_config_file() -> Path:
     return TRAINER_PACKAGE_DIR / "trainer" / "config.py"
 
 
-def _cache_key(info: EnvironmentInfo | None, installed: tuple[int, ...]) -> str:
-    """The key of an environment's cached fields (None: the product's own fields); `installed`: what is
-    installed where the child imports from (a loss registered by a package installed since widens
-    `loss_fn`'s choices)."""
-    parts = [CACHE_VERSION, str(info.file), info.class_name] if info else [CACHE_VERSION, PRODUCT_FIELDS]
-    parts.append(",".join(map(str, installed)))
-    for path in ([info.file] if info else []) + [_trainer_config_file()]:
+def _cache_key(info: EnvironmentInfo, installed: tuple[int, ...]) -> str:
+    """The key of an environment's cached fields; `installed`: what is installed where the child imports
+    from (a loss registered by a package installed since widens `loss_fn`'s choices)."""
+    parts = [CACHE_VERSION, str(info.file), info.class_name, ",".join(map(str, installed))]
+    for path in (info.file, _trainer_config_file()):
         try:
             st = path.stat()
             parts.append(f"{st.st_mtime_ns}:{st.st_size}")
@@ -93,7 +90,7 @@ class Introspector:
         found = self._cached(self._key(fmt.fields_of(info)))  # a hosted environment's key is its host class's
         return None if found is None else fmt.schema(info, found, self._places)
 
-    def _key(self, info: EnvironmentInfo | None) -> str:
+    def _key(self, info: EnvironmentInfo) -> str:
         return _cache_key(info, packages_stamp(self.settings.python, self.settings.environ))
 
     @property
@@ -117,8 +114,8 @@ class Introspector:
         fmt = FORMATS[info.format]
         return fmt.schema(info, await self._schema(fmt.fields_of(info)), self._places)
 
-    async def _schema(self, info: EnvironmentInfo | None) -> ConfigSchema:
-        """An environment's schema (None: the product's own fields), from cache or a child process."""
+    async def _schema(self, info: EnvironmentInfo) -> ConfigSchema:
+        """The fields a class's config has, from cache or a child process."""
         key = self._key(info)
         if (hit := self._cached(key)) is not None:
             return hit
@@ -127,7 +124,7 @@ class Introspector:
                 return hit
             data = await self._run_child(info)
             schema = ConfigSchema(
-                environment=info.name if info else "",
+                environment=info.name,
                 config_class=data["config_class"],
                 fields={n: FieldSpec(name=n, **_with_core_bounds(n, f)) for n, f in data["fields"].items()},
                 defs=data.get("defs") or {},
@@ -137,18 +134,14 @@ class Introspector:
             atomic_write_text(self.cache_dir / f"{key}.json", json.dumps(schema.to_json()))
             return schema
 
-    async def _run_child(self, info: EnvironmentInfo | None) -> dict[str, Any]:
-        args = [str(info.file), info.class_name] if info else [PRODUCT_FIELDS]
+    async def _run_child(self, info: EnvironmentInfo) -> dict[str, Any]:
         await ensure_runtime("training", self.settings.environ)  # made already where a tool reports it
-        if info is None:
-            runtime = default_runtime(None, self.settings.environ, self.settings.python)
-        else:
-            runtime = await self.packages.runtime(info.name, info.format, info.package)
+        runtime = await self.packages.runtime(info.name, info.format, info.package)
         warm_start.prepare(self.settings.python, self.settings.environ)  # for the run a selection leads to
-        cmd = [runtime.python, "-m", "rl_mcp.children.introspect", *args]
-        what = f"environment {info.name!r} ({info.file}, class {info.class_name})" if info else _PRODUCT_WHAT
-        fix = "Fix the file and select it again" if info else "Check the server's venv (mcp-server-rl doctor)"
-        cwd = info.file.parent if info else self.settings.home
+        cmd = [runtime.python, "-m", "rl_mcp.children.introspect", str(info.file), info.class_name]
+        what = f"environment {info.name!r} ({info.file}, class {info.class_name})"
+        fix = "Fix the file and select it again"
+        cwd = info.file.parent
         # Reading a config needs no credentials: keys stay out of environment code run here.
         env = without_secrets(self.settings.environ)
         env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")

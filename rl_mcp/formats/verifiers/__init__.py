@@ -6,6 +6,7 @@ runtime, which drives the environment in a child on the generation's own venv.""
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from rl_mcp.formats.verifiers.installed import installed
 from tinker_atropos.venvs import GENERATIONS, packages_stamp
 
 SECTION = "verifiers"
+# Both generations ask of each scanned tree in turn: it is read once (the last tree, by identity).
+_read_tree = functools.lru_cache(maxsize=1)(read_verifiers_module)
 
 
 class VerifiersFormat(EnvironmentFormat):
@@ -52,7 +55,7 @@ class VerifiersFormat(EnvironmentFormat):
         )
 
     def read_module(self, tree: ast.Module) -> VerifiersEnv | None:
-        found = read_verifiers_module(tree)
+        found = _read_tree(tree)
         return found if found is not None and found.format == self.name else None
 
     def file_environment(
