@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rl_mcp.errors import UserError
+from rl_mcp.runs.compare_answers import compare_answer
 
 if TYPE_CHECKING:  # imported where used: every `rl-mcp` command parses these arguments
     from rl_mcp.runs.compare import Comparison, RunFigures
@@ -51,8 +52,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"mcp-server-rl compare: cannot write the chart to {args.chart}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     if args.json:
-        from rl_mcp.mcp_api.compare.views import compare_answer
-
         print(json.dumps(compare_answer(comparison).model_dump(mode="json"), indent=2))
     else:
         print(table(comparison, args.chart))

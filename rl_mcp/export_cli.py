@@ -11,6 +11,7 @@ from typing import Any
 
 from rl_mcp import interrupts
 from rl_mcp.errors import UserError
+from rl_mcp.export.answers import export_answer
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,7 +57,5 @@ def run(args: argparse.Namespace) -> int:
     except (UserError, SettingsError) as exc:
         print(f"mcp-server-rl export: {exc}", file=sys.stderr)
         return 1
-    from rl_mcp.mcp_api.export.views import export_answer
-
     print(json.dumps(export_answer(outcome).model_dump(), indent=2))
     return 0

@@ -24,6 +24,7 @@ LAYERS = [
             "rl_mcp.tmpdirs",
             "rl_mcp.interrupts",
             "rl_mcp.distribution",
+            "rl_mcp.from_domain",
         ),
     ),
     (
@@ -96,6 +97,10 @@ SERVER_SAFE_TRAINER_MODULES = {
 # mcp_api: one folder per tool family beside the modules the families share; server.py lists them.
 MCP_API = "rl_mcp.mcp_api"
 MCP_SERVER = "rl_mcp.mcp_api.server"
+# What a tool family's folder may hold: its tools, the resources and prompts it serves, their descriptions.
+FAMILY_FILES = {"__init__", "tools", "descriptions", "resources", "prompts"}
+# The pydantic models of mcp_api that are MCP's own, not an answer: the spend gate's elicitation form.
+ADAPTER_MODELS = {"ConfirmSpend"}
 RUN_FILE_NAMES = {"metrics.jsonl", "eval.jsonl", "result.json", "checkpoints.jsonl", "config.yaml"}
 
 
@@ -249,16 +254,28 @@ def test_tool_families_import_only_shared_modules(graph: dict[str, set[str]]) ->
     assert crossing == []
 
 
-def test_no_module_at_mcp_apis_top_is_named_by_a_family_suffix() -> None:
-    """`findings/answers.py`, not `finding_answers.py`: what several families share is a folder with
-    a family's file names, and mcp_api's top keeps only single modules (server.py, errors.py, ...)."""
+def test_a_tool_family_is_its_tools_beside_their_descriptions() -> None:
+    """A family's folder holds its tools (and the resources or prompts it serves) beside what they say to
+    the agent: the answers, how they are built from the domain and the next step they suggest live in
+    the domain's rooms, where tests call them without MCP."""
     top = PACKAGES["rl_mcp"] / "mcp_api"
-    family_files = {
-        p.stem for folder in top.iterdir() if folder.is_dir() and is_tool_family(folder) for p in folder.glob("*.py")
-    } - {"__init__"}
-    assert family_files >= {"tools", "answers", "views", "descriptions"}
-    suffixed = sorted(p.name for p in top.glob("*.py") if any(p.stem.endswith("_" + f) for f in family_files))
-    assert suffixed == [], "move each into a folder of mcp_api with a family's file names"
+    families = [folder for folder in top.iterdir() if folder.is_dir() and is_tool_family(folder)]
+    assert len(families) >= 8
+    extra = sorted(
+        f"{folder.name}/{p.name}" for folder in families for p in folder.glob("*.py") if p.stem not in FAMILY_FILES
+    )
+    assert extra == [], (
+        "a family is tools.py + descriptions.py (+ resources.py, prompts.py): move the rest to a domain room"
+    )
+    answers = sorted(
+        f"{path.relative_to(top)}: {node.name}"
+        for path in top.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and node.name not in ADAPTER_MODELS
+        and any(isinstance(b, ast.Name) and b.id == "BaseModel" for b in node.bases)
+    )
+    assert answers == [], "an answer model belongs to the domain room it describes"
 
 
 def test_only_the_mcp_layer_and_the_cli_speak_mcp() -> None:

@@ -24,7 +24,7 @@ from rl_mcp.diagnosis.findings import Evidence, Finding, NextStep
 from rl_mcp.diagnosis.inputs import drops_equal_groups, latest_replies
 from rl_mcp.diagnosis.notified import sent_codes
 from rl_mcp.diagnosis.rules import diagnose
-from rl_mcp.mcp_api.findings.notices import LOGGER, FindingNotices
+from rl_mcp.mcp_api.notices import LOGGER, FindingNotices
 from rl_mcp.mcp_api.server import build_server
 from rl_mcp.mcp_api.subscriptions import ResourcePublisher
 from rl_mcp.runs.config_file import read_run_config

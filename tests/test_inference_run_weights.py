@@ -7,6 +7,7 @@ registry as a completed run: the test must show the adapter's answers, not the b
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from mcp import Client
 from test_runs_mcp import call, environ, serving
 from tinker import types
 
+from rl_mcp.inference.run_weights import ModelsAsked, chosen_target
+from rl_mcp.inference.target import InferenceTestError
 from rl_mcp.runs.store import RunRecord, RunStore
 from tinker_atropos.backends.local import LocalTrainingClient, load_base_model
 from tinker_atropos.run_files import RunFiles
@@ -85,3 +88,20 @@ async def test_a_run_s_weights_answer_beside_the_base_model(rl_home: Path) -> No
         ]:
             refused = await client.call_tool("rl_test_inference", {"num_steps": 1, "group_size": 2, **args})
             assert refused.is_error and message in refused.content[0].text, refused.content
+
+
+def test_what_a_test_targets_is_decided_without_mcp() -> None:
+    """The tool's choice of target, called as the domain's function: refusals before any run is read."""
+
+    def no_run(run_id: str) -> RunRecord:
+        raise AssertionError(f"read run {run_id}")
+
+    choose = functools.partial(chosen_target, run=no_run, environ={}, local_model="tiny-chat", local_default=True)
+    with pytest.raises(InferenceTestError, match="leave models, base_url, api_key_env and target out"):
+        choose(ModelsAsked(run_id="r", models=["x"]))
+    with pytest.raises(InferenceTestError, match="checkpoint_step needs run_id"):
+        choose(ModelsAsked(checkpoint_step=3))
+    where, run = choose(ModelsAsked())
+    assert (where.kind, run) == ("local", None)
+    where, _ = choose(ModelsAsked(models=["m"], base_url="http://127.0.0.1:9/v1"))
+    assert where.kind == "openai_compatible" and where.base_url == "http://127.0.0.1:9/v1"

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_mcp.logs import ChangeWatcher, tail_lines
-from rl_mcp.mcp_api.runs import views
 from rl_mcp.plots import reward_loss_png
+from rl_mcp.runs import reports
 from rl_mcp.runs.metrics import (
     MetricsCache,
     downsample,
@@ -181,17 +181,17 @@ def test_status_explains_a_run_whose_environment_drops_every_group(tmp_path: Pat
     )
     cache = MetricsCache()
     server_settings = dataclasses.replace(Settings.from_env(profile="local"), status_min_interval_s=0)
-    assert views.status(rec, {}, cache, server_settings).findings == []
+    assert reports.status(rec, {}, cache, server_settings).findings == []
     with env_log.open("a") as f:
         f.write("WARNING Scores are the same in a group, skipping...\n")
-    hint = views.status(rec, {}, cache, server_settings).next_step
+    hint = reports.status(rec, {}, cache, server_settings).next_step
     assert "scored the same" in hint and "rl_test_inference" in hint
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": now, "reward_mean": 0.5}) + "\n")
-    assert views.status(rec, {}, cache, server_settings).findings == []
+    assert reports.status(rec, {}, cache, server_settings).findings == []
     # an environment that sends its equal-score groups: the trainer's share says the same
     with (tmp_path / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 2, "time": now, "no_signal_share": 0.75, "distinct_reply_share": 0.4}) + "\n")
-    status = views.status(rec, {}, cache, server_settings)
+    status = reports.status(rec, {}, cache, server_settings)
     assert [f.code for f in status.findings] == ["groups_narrowing"]
     assert "75% of groups all-equal" in status.findings[0].evidence[0].summary
     assert "rl_edit_config(field='group_size', value=16)" in status.next_step

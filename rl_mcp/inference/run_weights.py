@@ -1,4 +1,5 @@
-"""A run's trained weights as a target of rl_test_inference: which checkpoint, on which base model.
+"""What rl_test_inference tests: a run's trained weights (which checkpoint, on which base model) or the
+models its arguments name.
 
 The test then serves two models on this machine's inference server, the run's base model and the
 same model with the run's adapter, and scores both on the selected environment side by side.
@@ -7,10 +8,12 @@ same model with the run's adapter, and scores both on the selected environment s
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from rl_mcp.inference.target import InferenceTestError, LocalWeights, Target
+from rl_mcp.inference.target import InferenceTestError, LocalWeights, Target, resolve_target
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import CheckpointKind, read_checkpoints
@@ -89,3 +92,48 @@ def run_target(rec: RunRecord, checkpoint: RunCheckpoint) -> Target:
 
 def _exists(path: str) -> bool:
     return path.startswith("tinker://") or Path(path).is_dir()
+
+
+@dataclass(frozen=True)
+class ModelsAsked:
+    """What rl_test_inference is asked to test: a run's weights (run_id, checkpoint_step) or the models
+    named (models, base_url, api_key_env, target), never both."""
+
+    run_id: str | None = None
+    checkpoint_step: int | None = None
+    models: Sequence[str] | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    target: Literal["local", "openrouter", "base_url"] | None = None
+
+
+def chosen_target(
+    asked: ModelsAsked,
+    run: Callable[[str], RunRecord],
+    *,
+    environ: Mapping[str, str],
+    local_model: str,
+    local_default: bool,
+) -> tuple[Target, tuple[str, RunCheckpoint] | None]:
+    """Where the test's requests go, and the run and checkpoint tested when it tests a run's weights."""
+    if asked.run_id is not None:
+        if asked.models or asked.base_url or asked.api_key_env or asked.target not in (None, "local"):
+            raise InferenceTestError(
+                "run_id tests a run's weights on this machine's inference server: leave models, base_url, "
+                "api_key_env and target out (or test those in a separate call)"
+            )
+        rec = run(asked.run_id)
+        checkpoint = pick_checkpoint(rec, asked.checkpoint_step)
+        return run_target(rec, checkpoint), (rec.run_id, checkpoint)
+    if asked.checkpoint_step is not None:
+        raise InferenceTestError("checkpoint_step needs run_id: the run whose checkpoint to test")
+    where = resolve_target(
+        models=asked.models,
+        base_url=asked.base_url,
+        api_key_env=asked.api_key_env,
+        environ=environ,
+        local_model=local_model,
+        target=asked.target,
+        local_default=local_default,
+    )
+    return where, None

@@ -27,9 +27,9 @@ from rl_mcp.mcp_api.compare.tools import register_compare_tool
 from rl_mcp.mcp_api.environments.resources import register_config_field, register_environment_resources
 from rl_mcp.mcp_api.environments.tools import register_environment_tools
 from rl_mcp.mcp_api.export.tools import register_export_tool
-from rl_mcp.mcp_api.findings.notices import FindingNotices
 from rl_mcp.mcp_api.guide.prompts import register_guide
 from rl_mcp.mcp_api.inference.tools import register_inference_tool
+from rl_mcp.mcp_api.notices import FindingNotices
 from rl_mcp.mcp_api.resources import engine_files, register_server_resources
 from rl_mcp.mcp_api.run_view import run_view_extension
 from rl_mcp.mcp_api.runs.resources import register_run_resources

@@ -172,7 +172,7 @@ class ResourcePublisher:
 
 def install_legacy_subscriptions(server: MCPServer, publisher: ResourcePublisher) -> None:
     """2025-era clients subscribe per URI and set their log level (diagnosis findings arrive as log
-    messages, mcp_api/findings/notices.py); the SDK documents the lowlevel API for these methods."""
+    messages, mcp_api/notices.py); the SDK documents the lowlevel API for these methods."""
     lowlevel = server._lowlevel_server
     lowlevel.add_request_handler("logging/setLevel", SetLevelRequestParams, publisher.on_set_level)
     lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, publisher.on_subscribe)

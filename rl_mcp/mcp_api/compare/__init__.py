@@ -1,1 +1,1 @@
-"""rl_compare_runs: the tool, its answer, the view that builds it and its prose."""
+"""rl_compare_runs: the tool and its description (its answer: rl_mcp/runs/compare_answers.py)."""

@@ -1,4 +1,4 @@
-"""What rl_compare_runs says to the agent: its description, and the next step its answer suggests."""
+"""What rl_compare_runs says to the agent: its description."""
 
 from __future__ import annotations
 
@@ -31,13 +31,3 @@ rl_export_model(run_id) for the best run, or rl_start_training(resume_from=run_i
 to continue it with another setting. Run ids come from rl_list_runs.
 </next_step>
 """
-
-
-def next_after_compare(best_by_eval: str | None, best_by_rate: str | None) -> str:
-    best = best_by_eval or best_by_rate
-    if best is None:
-        return "No run has a reward or an evaluation yet: compare again once they have trained a few steps."
-    return (
-        f"rl_export_model('{best}') takes the best run's model out; rl_start_training(resume_from='{best}', "
-        "fork=true) continues it with the session's current config; rl_get_results(run_id) shows one run in full."
-    )

@@ -12,13 +12,12 @@ from pydantic import Field
 
 from rl_mcp.app import AppContext
 from rl_mcp.mcp_api.compare import descriptions
-from rl_mcp.mcp_api.compare.answers import CompareResult
-from rl_mcp.mcp_api.compare.views import compare_answer
 from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.mcp_api.run_view import run_view_meta
 from rl_mcp.runs.compare import MAX_RUNS, MIN_RUNS, compare_runs
+from rl_mcp.runs.compare_answers import CompareResult, compare_answer
 from rl_mcp.runs.metrics import MetricsCache
 
 

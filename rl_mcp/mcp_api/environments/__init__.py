@@ -1,1 +1,1 @@
-"""The environment tools (list, select, show and edit the config), their answers, views, prose and resources."""
+"""The environment tools (list, select, show and edit the config), their descriptions and resources."""

@@ -1,4 +1,5 @@
-"""What the environment tools say to the agent: each tool's description, and the next step its answer suggests."""
+"""What the environment tools say to the agent: each tool's description
+(the next step an answer suggests is built with the answer, in its domain room)."""
 
 RL_LIST_ENVIRONMENTS = """\
 List the RL environments available for training (Atropos BaseEnv subclasses, Hermes agent
@@ -99,13 +100,3 @@ Edits apply to runs started afterwards, never to a run already going.
 rl_get_current_config to review, then rl_test_inference or rl_start_training.
 </next_step>
 """
-
-
-NEXT_AFTER_LIST = "rl_select_environment(name) with one of these names."
-
-NEXT_AFTER_CONFIG = (
-    "rl_edit_config(field, value) for any editable field, then rl_test_inference to check the "
-    "environment against real inference, then rl_start_training."
-)
-
-NEXT_AFTER_EDIT = "rl_get_current_config to review, or rl_test_inference / rl_start_training when ready."

@@ -9,8 +9,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 
 from rl_mcp.app import AppContext
+from rl_mcp.environments.answers import config_view, environment_list
 from rl_mcp.errors import UserError
-from rl_mcp.mcp_api.environments.views import config_view, environment_list
 from rl_mcp.mcp_api.inputs import ENV_NAME_PATTERN, FIELD_NAME_PATTERN
 
 CONFIG_FIELD_URI = "rl://config/{field}"

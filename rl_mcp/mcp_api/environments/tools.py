@@ -8,11 +8,20 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from rl_mcp.app import AppContext
+from rl_mcp.environments.answers import (
+    NEXT_AFTER_CONFIG,
+    NEXT_AFTER_EDIT,
+    ConfigView,
+    EditResult,
+    EnvironmentList,
+    SelectionResult,
+    config_view,
+    environment_list,
+    tool_server_views,
+)
 from rl_mcp.formats import FORMATS
 from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.environments import descriptions
-from rl_mcp.mcp_api.environments.answers import ConfigView, EditResult, EnvironmentList, SelectionResult
-from rl_mcp.mcp_api.environments.views import config_view, environment_list, tool_server_views
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import FIELD_NAME_PATTERN, EnvName
 from rl_mcp.mcp_api.progress import CallProgress
@@ -65,7 +74,7 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
             previous=previous,
             wandb_name=state.wandb_name or "",
             config=config_view(info, schema, app.settings.profile, state),
-            next_step=descriptions.NEXT_AFTER_CONFIG,
+            next_step=NEXT_AFTER_CONFIG,
         )
 
     @server.tool(
@@ -114,7 +123,7 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
                 value=current,
                 reset_fields=dropped,
                 edits=dict(session.state.edits),
-                next_step=descriptions.NEXT_AFTER_EDIT,
+                next_step=NEXT_AFTER_EDIT,
             )
         if field is None:
             raise EditRejected("name the `field` to set (or pass reset=true to reset every edit)")
@@ -126,5 +135,5 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
             previous=previous,
             value=resolve_field(schema, profile, session.state, field)[0],
             edits=dict(session.state.edits),
-            next_step=descriptions.NEXT_AFTER_EDIT,
+            next_step=NEXT_AFTER_EDIT,
         )

@@ -1,1 +1,1 @@
-"""rl_export_model: the tool, its answer, the view that builds it and its prose."""
+"""rl_export_model: the tool and its description (its answer: rl_mcp/export/answers.py)."""

@@ -1,4 +1,5 @@
-"""What rl_export_model says to the agent: its description, and the next step its answer suggests."""
+"""What rl_export_model says to the agent: its description
+(the next step an answer suggests is built with the answer, in its domain room)."""
 
 from __future__ import annotations
 
@@ -27,16 +28,3 @@ The folder, its files and sizes, the command to load it, the check's figures, th
 path, and the Hub URL when pushed.
 </returns>
 """
-
-
-def next_after_export(fmt: str, hub_url: str | None) -> str:
-    pushed = f" It is on the Hub at {hub_url}." if hub_url else ""
-    other = {
-        "adapter": "'merged' or 'gguf'",
-        "merged": "'gguf' (Ollama, llama.cpp)",
-        "gguf": "'merged' (transformers)",
-    }[fmt]
-    return (
-        f"Load it with load_command; README.md in the folder is its model card.{pushed} Export format={other} for "
-        "other programs, or hub_repo='you/name' (needs HF_TOKEN) to publish it."
-    )

@@ -9,13 +9,12 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from rl_mcp.app import AppContext
+from rl_mcp.export.answers import ExportResult, export_answer
 from rl_mcp.export.plan import plan_export
 from rl_mcp.export.runner import run_export
 from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.export import descriptions
-from rl_mcp.mcp_api.export.answers import ExportResult
-from rl_mcp.mcp_api.export.views import export_answer
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.mcp_api.progress import CallProgress
 

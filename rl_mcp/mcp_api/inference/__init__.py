@@ -1,1 +1,1 @@
-"""rl_test_inference: the tool, its answer, the view that builds it and its prose."""
+"""rl_test_inference: the tool and its description (its answer: rl_mcp/inference/answers.py)."""

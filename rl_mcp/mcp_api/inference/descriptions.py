@@ -1,4 +1,5 @@
-"""What rl_test_inference says to the agent: its description, and the next step its answer suggests."""
+"""What rl_test_inference says to the agent: its description
+(the next step an answer suggests is built with the answer, in its domain room)."""
 
 RL_TEST_INFERENCE = """\
 Try the selected environment against real inference before training: it samples `num_steps`
@@ -58,29 +59,3 @@ or an environment that no longer imports is an error that says what to fix.
 environment_working: rl_start_training. Otherwise read error / log_tail, fix, and test again.
 </next_step>
 """
-
-
-NEXT_INFERENCE_WORKING = (
-    "The environment works: rl_start_training to train on it. Read samples / output_html "
-    "to check the rewards make sense; all-equal scores in a group give no learning signal."
-)
-
-NEXT_INFERENCE_NO_TOOL_CALLS = (
-    "The environment runs, but no rollout made a tool call: RL alone cannot teach the call (every rollout "
-    "scores the same). Set a supervised stage first: rl_edit_config(field='sft', value={'sources': "
-    "['demonstrations']}) (or 'file' with a JSONL of conversations that call its tools), rl_preview_sft to "
-    "see its examples, then rl_start_training."
-)
-
-NEXT_INFERENCE_DISCARDED = (
-    "The environment discarded every group: its rollouts returned no group and raised nothing, so a "
-    "run would never get a batch. Read each model's `discarded` (sample replies, scores, the likely "
-    "cause): equal scores call for more varied replies (a higher temperature, a larger group_size) or "
-    "items the model sometimes gets right; replies too short or unparsable call for a fix in the "
-    "environment or its prompt. Then rl_test_inference again."
-)
-
-NEXT_INFERENCE_BROKEN = (
-    "Nothing ran end to end: read each model's error and log_tail, fix the environment "
-    "(rl://environments/{name} shows its source) or the endpoint, then call rl_test_inference again."
-)

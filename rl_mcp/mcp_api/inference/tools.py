@@ -8,7 +8,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from rl_mcp.app import AppContext
-from rl_mcp.inference.run_weights import RunCheckpoint, pick_checkpoint, run_target
+from rl_mcp.inference.answers import InferenceTestResult, inference_answer
+from rl_mcp.inference.run_weights import ModelsAsked, chosen_target
 from rl_mcp.inference.runner import run_inference_test
 from rl_mcp.inference.target import (
     TINY_CHAT,
@@ -16,13 +17,10 @@ from rl_mcp.inference.target import (
     InferenceTestError,
     new_test_dir,
     probe_reachable,
-    resolve_target,
 )
 from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inference import descriptions
-from rl_mcp.mcp_api.inference.answers import InferenceTestResult
-from rl_mcp.mcp_api.inference.views import inference_answer
 from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.mcp_api.progress import CallProgress
 from rl_mcp.session.run_config import render_run_config
@@ -106,28 +104,11 @@ def register_inference_tool(server: MCPServer, app: AppContext) -> None:
         progress = CallProgress(ctx.report_progress)
         info, schema = await app.runnable_schema(progress.note)
         runtime = await app.runtime(info)  # installed by now: where its process runs
-        run: tuple[str, RunCheckpoint] | None = None
-        if run_id is not None:
-            if models or base_url or api_key_env or target not in (None, "local"):
-                raise InferenceTestError(
-                    "run_id tests a run's weights on this machine's inference server: leave models, base_url, "
-                    "api_key_env and target out (or test those in a separate call)"
-                )
-            rec = app.runs.get(run_id)
-            checkpoint = pick_checkpoint(rec, checkpoint_step)
-            where, run = run_target(rec, checkpoint), (rec.run_id, checkpoint)
-        elif checkpoint_step is not None:
-            raise InferenceTestError("checkpoint_step needs run_id: the run whose checkpoint to test")
-        else:
-            where = resolve_target(
-                models=models,
-                base_url=base_url,
-                api_key_env=api_key_env,
-                environ=settings.environ,
-                local_model=profile.model if on_this_machine else TINY_CHAT,
-                target=target,
-                local_default=on_this_machine,
-            )
+        asked = ModelsAsked(run_id, checkpoint_step, models, base_url, api_key_env, target)
+        local_model = profile.model if on_this_machine else TINY_CHAT
+        where, run = chosen_target(
+            asked, app.runs.get, environ=settings.environ, local_model=local_model, local_default=on_this_machine
+        )
         if where.base_url and (why := await probe_reachable(where.base_url)):
             raise InferenceTestError(why)
         out_dir = new_test_dir(settings.home / "inference_tests", info.name)

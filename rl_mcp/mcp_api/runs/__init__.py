@@ -1,1 +1,1 @@
-"""The run tools (start, resume or fork, status, stop, results, list), their answers, views, prose and resources."""
+"""The run tools (start, resume or fork, status, stop, results, list), their descriptions and resources."""

@@ -1,4 +1,5 @@
-"""What the run tools say to the agent: each tool's description, and the next step its answer suggests."""
+"""What the run tools say to the agent: each tool's description
+(the next step an answer suggests is built with the answer, in its domain room)."""
 
 from __future__ import annotations
 
@@ -123,79 +124,3 @@ times, error. Optionally only the runs with one status.
 rl_check_status(run_id) or rl_get_results(run_id) for one of them.
 </next_step>
 """
-
-
-NEXT_AFTER_RUN_LIST = "rl_check_status(run_id) or rl_get_results(run_id) for one of these."
-
-
-def next_after_start(run_id: str, active: bool) -> str:
-    if not active:
-        return "The start failed: read the error, fix the cause, and call rl_start_training again."
-    return (
-        f"The run starts in the background. Call rl_check_status('{run_id}') once to see it "
-        "reach 'running' (checks of one run are rate-limited), or read rl://runs/"
-        f"{run_id}/logs/trainer; rl_stop_training stops it."
-    )
-
-
-def next_status_env_raising(line: str, errors: int, timeout_s: float) -> str:
-    return (
-        f"The environment's rollouts raise ({errors} so far; the latest: {line}). A rollout that raises "
-        "is retried on the next item and scores nothing; if no group is scored for "
-        f"{timeout_s:.0f} s the run fails with this error. Fix the environment (see environment_error "
-        "and logs/env.log) and check it with rl_test_inference."
-    )
-
-
-def next_status_requests(summary: str) -> str:
-    return (
-        f"The environment's model requests outlive their timeout: {summary}. Until replies fit the timeout "
-        "the run waits for rollouts; see environment_requests, and rl_edit_config the field named for the next run."
-    )
-
-
-def next_status_finding(title: str, call: str, why: str) -> str:
-    return (
-        f"Training is under way, but: {title}. Next: {call}: {why}. `findings` has the evidence; "
-        "rl_stop_training stops this run if it should not go on."
-    )
-
-
-def next_status_running(run_id: str, interval_s: float) -> str:
-    return (
-        f"Training is under way. Check again in {interval_s:.0f} s or later; meanwhile the "
-        f"resources rl://runs/{run_id}/metrics and .../logs/trainer can be read or subscribed to."
-    )
-
-
-def next_status_ended(run_id: str, status: str, reason: str | None = None) -> str:
-    if status == "completed":
-        early = f"Completed before total_steps: {reason}. " if reason else ""
-        return f"{early}Done. Call rl_get_results('{run_id}') for metrics, curves and the weights path."
-    return f"The run is {status}. rl_get_results('{run_id}') shows what it produced."
-
-
-def next_rate_limited(run_id: str, wait_s: float) -> str:
-    return (
-        f"Checked too recently: nothing was checked. Wait {wait_s:.0f} s before calling "
-        f"rl_check_status('{run_id}') again (training is slow; frequent checks cost tokens)."
-    )
-
-
-def stop_message(run_id: str, was: str, was_active: bool) -> str:
-    if was_active:
-        return f"run {run_id} stopped; nothing of it is running"
-    return f"run {run_id} had already ended ({was}); nothing to stop"
-
-
-def next_after_results(*, missing: bool, active: bool, final_weights: str | None) -> str:
-    if missing:
-        return "Start a new run with rl_start_training; other runs are unaffected."
-    if active:
-        return "The run is still going: these are partial results. rl_check_status shows progress."
-    if final_weights:
-        return (
-            f"The final weights are at {final_weights}. Test them with rl_test_inference(run_id=...), take the "
-            "model out with rl_export_model(run_id=..., format='adapter' | 'merged' | 'gguf'), or start another run."
-        )
-    return "No weights were saved. rl_check_status shows why the run ended."

@@ -14,8 +14,8 @@ from rl_mcp.errors import UserError
 from rl_mcp.logs import tail_lines
 from rl_mcp.mcp_api.inputs import RUN_ID_PATTERN
 from rl_mcp.mcp_api.resources import LOG_LINES
-from rl_mcp.mcp_api.runs import views
 from rl_mcp.mcp_api.subscriptions import RUNS_URI
+from rl_mcp.runs import reports
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
 from tinker_atropos.run_files import ProcessName
@@ -38,7 +38,7 @@ def register_run_resources(server: MCPServer, app: AppContext, cache: MetricsCac
         description="Every training run (rl_list_runs as JSON). Sends list-changed when runs appear.",
     )
     def runs_resource() -> str:
-        runs = [views.summary(r, cache).model_dump(mode="json") for r in app.runs.list()]
+        runs = [reports.summary(r, cache).model_dump(mode="json") for r in app.runs.list()]
         return json.dumps({"runs": runs}, indent=1)
 
     @server.resource(
@@ -50,7 +50,7 @@ def register_run_resources(server: MCPServer, app: AppContext, cache: MetricsCac
     )
     def run_resource(run_id: str) -> str:
         rec = record(run_id)
-        view = views.status(rec, app.runs.children(run_id), cache, app.settings)
+        view = reports.status(rec, app.runs.children(run_id), cache, app.settings)
         return view.model_dump_json(indent=1)
 
     @server.resource(
@@ -77,7 +77,7 @@ def register_run_resources(server: MCPServer, app: AppContext, cache: MetricsCac
         "are pushed at most twice a second.",
     )
     def run_metrics(run_id: str) -> str:
-        return json.dumps(views.metrics_document(record(run_id), cache), indent=1)
+        return json.dumps(reports.metrics_document(record(run_id), cache), indent=1)
 
     @server.resource(
         "rl://runs/{run_id}/logs/{process}",

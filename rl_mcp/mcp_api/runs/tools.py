@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import time
-from pathlib import Path
 from typing import Annotated
 
 import anyio
@@ -20,10 +19,10 @@ from rl_mcp.mcp_api.inputs import RunId
 from rl_mcp.mcp_api.links import run_links, with_run_links
 from rl_mcp.mcp_api.progress import CallProgress
 from rl_mcp.mcp_api.run_view import run_view_meta
-from rl_mcp.mcp_api.runs import descriptions, views
-from rl_mcp.mcp_api.runs.answers import CostEstimate, RunList, RunResults, RunStarted, RunStatus, RunStopped
+from rl_mcp.mcp_api.runs import descriptions
 from rl_mcp.mcp_api.spend import SpendConfirmation, confirmed_by, figures_for
-from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
+from rl_mcp.runs import reports
+from rl_mcp.runs.answers import CostEstimate, RunList, RunResults, RunStarted, RunStatus, RunStopped
 from rl_mcp.runs.live import RunPlan
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.start_plan import SessionStart, StartRequest, from_session, resumed
@@ -98,7 +97,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         async def _started(plan: RunPlan) -> CallToolResult:
             await app.training_runtime(progress.note)  # a resumed run's processes run there too
             rec = await app.runs.start(plan, progress=progress.phase(), wait=wait)
-            answer = views.started(rec)
+            answer = reports.started(rec)
             if cost is not None:
                 answer.cost_estimate = CostEstimate(**cost[0].as_dict(), confirmed=confirmed)
             return with_run_links(answer, rec.run_id)
@@ -126,9 +125,9 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         now = time.monotonic()
         last = checks.last.get(run_id)
         if rec.active and last is not None and now - last < interval:
-            return with_run_links(views.rate_limited(rec, interval - (now - last)), run_id)
+            return with_run_links(reports.rate_limited(rec, interval - (now - last)), run_id)
         checks.last[run_id] = now
-        return with_run_links(views.status(rec, app.runs.children(run_id), cache, app.settings), run_id)
+        return with_run_links(reports.status(rec, app.runs.children(run_id), cache, app.settings), run_id)
 
     @server.tool(
         name="rl_stop_training",
@@ -139,13 +138,7 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     async def rl_stop_training(run_id: RunId) -> RunStopped:
         was = app.runs.get(run_id).status
         rec = await app.runs.stop(run_id)
-        return RunStopped(
-            run_id=run_id,
-            status=rec.status,
-            was=was,
-            processes=views.processes_view(rec, {}),
-            message=descriptions.stop_message(run_id, was, was.active),
-        )
+        return reports.stopped(rec, was)
 
     @server.tool(
         name="rl_get_results",
@@ -155,9 +148,9 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
     @tool_errors
     async def rl_get_results(run_id: RunId) -> Annotated[CallToolResult, RunResults]:
         rec = app.runs.get(run_id)
-        project = _wandb_project(Path(rec.config_path))
+        project = reports.wandb_project_logged(rec)
         wandb = await wandb_summary(rec.run_name, project, app.settings.environ) if project else None
-        result = views.results(rec, cache, wandb)
+        result = reports.results(rec, cache, wandb)
         content: list[TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource] = [
             TextContent(type="text", text=result.model_dump_json(indent=1))
         ]
@@ -183,14 +176,4 @@ def register_run_tools(server: MCPServer, app: AppContext, cache: MetricsCache) 
         status: Annotated[Status | None, Field(description="Only runs with this status")] = None,
     ) -> RunList:
         runs = app.runs.list(status)
-        return RunList(runs=[views.summary(r, cache) for r in runs], next_step=descriptions.NEXT_AFTER_RUN_LIST)
-
-
-def _wandb_project(config_path: Path) -> str | None:
-    try:
-        data = read_run_config(config_path)
-    except RUN_CONFIG_ERRORS:
-        return None
-    trainer = data.get("trainer") or {}
-    project = trainer.get("wandb_project")
-    return str(project) if trainer.get("use_wandb") and project else None
+        return reports.run_list(runs, cache)

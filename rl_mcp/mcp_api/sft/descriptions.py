@@ -1,4 +1,5 @@
-"""What rl_preview_sft says to the agent: its description, and the next step its answer suggests."""
+"""What rl_preview_sft says to the agent: its description
+(the next step an answer suggests is built with the answer, in its domain room)."""
 
 from __future__ import annotations
 
@@ -31,17 +32,3 @@ rendered with its mask (`trained` spans are what the policy learns to write; sys
 tool text weigh nothing), the tokens, the stage's steps and its estimated time.
 </returns>
 """
-
-
-def next_after_preview(examples: int, steps: int | None, estimated_s: float | None) -> str:
-    if examples == 0:
-        return (
-            "No example is left: read `refused` for why, fix the section (min_score, the file, its tools) with "
-            "rl_edit_config(field='sft', ...), and preview again."
-        )
-    when = f", about {estimated_s / 60:.0f} min of training" if estimated_s else ""
-    return (
-        f"{examples} examples, {steps} steps{when}. rl_start_training runs the stage, then RL on the same adapter "
-        "(`then: 'stop'` in the section ends the run after it); rl_check_status shows its step, loss and "
-        "held-out evaluations."
-    )

@@ -14,11 +14,10 @@ from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.progress import CallProgress
 from rl_mcp.mcp_api.sft import descriptions
-from rl_mcp.mcp_api.sft.answers import SftPreview
-from rl_mcp.mcp_api.sft.views import preview_answer
 from rl_mcp.runs.sft_stage import with_teacher_key
 from rl_mcp.session.run_config import render_run_config
 from rl_mcp.settings import without_secrets
+from rl_mcp.sft.answers import SftPreview, preview_answer
 from rl_mcp.sft.preview import PreviewRequest, preview_set
 
 DEFAULT_TIMEOUT_S = 270.0  # under Hermes' default 300 s tool timeout

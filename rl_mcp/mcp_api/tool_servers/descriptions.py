@@ -1,5 +1,5 @@
-"""What the tool-server tools say to the agent: rl_write_mcp_tasks' description and the hint after
-saving tasks."""
+"""What the tool-server tools say to the agent: rl_write_mcp_tasks' description (the next step its
+answer suggests is in rl_mcp/tool_servers/answers.py)."""
 
 from __future__ import annotations
 
@@ -43,8 +43,3 @@ rl_select_environment(name="mcp:<server>"), then rl_test_inference(num_steps=1, 
 the tasks scored, then rl_start_training.
 </next_step>
 """
-
-NEXT_AFTER_TASKS = (
-    'rl_select_environment(name="mcp:{server}") (its tasks_file defaults to the file just saved), then '
-    "rl_test_inference(num_steps=1, group_size=4) to see the tasks scored."
-)

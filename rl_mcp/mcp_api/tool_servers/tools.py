@@ -10,8 +10,8 @@ from pydantic import Field
 from rl_mcp.app import AppContext
 from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
-from rl_mcp.mcp_api.tool_servers.answers import TasksSaved
-from rl_mcp.mcp_api.tool_servers.descriptions import NEXT_AFTER_TASKS, RL_WRITE_MCP_TASKS
+from rl_mcp.mcp_api.tool_servers.descriptions import RL_WRITE_MCP_TASKS
+from rl_mcp.tool_servers.answers import NEXT_AFTER_TASKS, TasksSaved
 from rl_mcp.tool_servers.task_writing import save_tasks
 
 

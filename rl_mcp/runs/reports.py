@@ -1,4 +1,5 @@
-"""What the run tools and resources answer, built from a run's record and its files."""
+"""What the run tools and resources answer, built from a run's record and its files, and the next step
+each answer suggests."""
 
 from __future__ import annotations
 
@@ -8,32 +9,34 @@ from pathlib import Path
 from typing import Any
 
 from rl_mcp.diagnosis import findings as diagnosis
+from rl_mcp.diagnosis.answers import findings_view
 from rl_mcp.diagnosis.inputs import run_config_sections, run_facts
 from rl_mcp.diagnosis.rules import diagnose
+from rl_mcp.from_domain import answer_from
 from rl_mcp.logs import tail_lines
-from rl_mcp.mcp_api.env_health.views import items_view, requests_view
-from rl_mcp.mcp_api.findings.views import findings_view
-from rl_mcp.mcp_api.from_domain import answer_from
-from rl_mcp.mcp_api.runs import descriptions
-from rl_mcp.mcp_api.runs.answers import (
+from rl_mcp.processes import Child
+from rl_mcp.runs import vocab
+from rl_mcp.runs.answers import (
     CheckpointChoiceView,
     HistoryPoint,
     LatestMetrics,
     Lineage,
     RolloutError,
+    RunList,
     RunProcess,
     RunResults,
     RunStarted,
     RunStatus,
+    RunStopped,
     RunSummary,
     SftEval,
     SftStage,
     TrainingStateView,
 )
-from rl_mcp.processes import Child
 from rl_mcp.runs.checkpoint_choice import CheckpointChoice, checkpoint_choice
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.env_health import EnvError, read_health
+from rl_mcp.runs.health_answers import items_view, requests_view
 from rl_mcp.runs.item_counts import read_items
 from rl_mcp.runs.metrics import (
     MetricsCache,
@@ -99,6 +102,13 @@ def _trainer_section(rec: RunRecord) -> dict[str, Any]:
         return {}
 
 
+def wandb_project_logged(rec: RunRecord) -> str | None:
+    """The W&B project the run logs to, if it logs to one (then rl_get_results asks W&B for its summary)."""
+    trainer = _trainer_section(rec)
+    project = trainer.get("wandb_project")
+    return str(project) if trainer.get("use_wandb") and project else None
+
+
 def wandb_identity(rec: RunRecord) -> tuple[str | None, str | None]:
     """The run's W&B project and run name, from its config (the names Hermes' RL tool answers with)."""
     trainer = _trainer_section(rec)
@@ -116,7 +126,7 @@ def started(rec: RunRecord) -> RunStarted:
         logs={name: str(rec.log_path(name)) for name in ProcessName},
         ports={"api": rec.api_port, "inference": rec.inference_port},
         resumed_from=lineage(rec),
-        next_step=descriptions.next_after_start(rec.run_id, rec.active),
+        next_step=next_after_start(rec.run_id, rec.active),
     )
 
 
@@ -159,17 +169,15 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
     found = diagnose(run_facts(rec, cache))
     top = found[0] if found and found[0].rank >= diagnosis.SEVERITY_RANK["warning"] else None
     if rec.active and env_error is not None and env_error.at > (env_error.last_group_at or 0.0):
-        hint = descriptions.next_status_env_raising(
-            env_error.line, env_error.errors, settings.env_limits.error_timeout_s
-        )
+        hint = next_status_env_raising(env_error.line, env_error.errors, settings.env_limits.error_timeout_s)
     elif rec.active and requests is not None and requests.timeouts_summary:
-        hint = descriptions.next_status_requests(requests.timeouts_summary)
+        hint = next_status_requests(requests.timeouts_summary)
     elif rec.active and top is not None:
-        hint = descriptions.next_status_finding(top.title, top.next_step.call, top.next_step.why)
+        hint = next_status_finding(top.title, top.next_step.call, top.next_step.why)
     elif rec.active:
-        hint = descriptions.next_status_running(rec.run_id, min_interval_s)
+        hint = next_status_running(rec.run_id, min_interval_s)
     else:
-        hint = descriptions.next_status_ended(rec.run_id, rec.status, result.get("reason"))
+        hint = next_status_ended(rec.run_id, rec.status, result.get("reason"))
     project, wandb_run = wandb_identity(rec)
     return answer_from(
         RunStatus,
@@ -208,7 +216,7 @@ def rate_limited(rec: RunRecord, wait_s: float) -> RunStatus:
         rate_limited=True,
         next_check_in_seconds=round(wait_s, 1),
         status=rec.status,
-        next_step=descriptions.next_rate_limited(rec.run_id, wait_s),
+        next_step=next_rate_limited(rec.run_id, wait_s),
     )
 
 
@@ -235,7 +243,7 @@ def results(rec: RunRecord, cache: MetricsCache, wandb: dict[str, Any] | None) -
             "gone; the registry keeps only the run's record"
         )
     )
-    hint = descriptions.next_after_results(missing=bool(missing), active=rec.active, final_weights=final)
+    hint = next_after_results(missing=bool(missing), active=rec.active, final_weights=final)
     project, wandb_run = wandb_identity(rec)
     return answer_from(
         RunResults,
@@ -298,3 +306,87 @@ def metrics_document(rec: RunRecord, cache: MetricsCache) -> dict[str, Any]:
         "evals": cache.evals(rec)[-MAX_HISTORY_POINTS:],
         "validation": cache.validation(rec)[-MAX_HISTORY_POINTS:],
     }
+
+
+NEXT_AFTER_RUN_LIST = "rl_check_status(run_id) or rl_get_results(run_id) for one of these."
+
+
+def next_after_start(run_id: str, active: bool) -> str:
+    if not active:
+        return "The start failed: read the error, fix the cause, and call rl_start_training again."
+    return (
+        f"The run starts in the background. Call rl_check_status('{run_id}') once to see it "
+        "reach 'running' (checks of one run are rate-limited), or read rl://runs/"
+        f"{run_id}/logs/trainer; rl_stop_training stops it."
+    )
+
+
+def next_status_env_raising(line: str, errors: int, timeout_s: float) -> str:
+    return (
+        f"The environment's rollouts raise ({errors} so far; the latest: {line}). A rollout that raises "
+        "is retried on the next item and scores nothing; if no group is scored for "
+        f"{timeout_s:.0f} s the run fails with this error. Fix the environment (see environment_error "
+        "and logs/env.log) and check it with rl_test_inference."
+    )
+
+
+def next_status_requests(summary: str) -> str:
+    return (
+        f"The environment's model requests outlive their timeout: {summary}. Until replies fit the timeout "
+        "the run waits for rollouts; see environment_requests, and rl_edit_config the field named for the next run."
+    )
+
+
+def next_status_finding(title: str, call: str, why: str) -> str:
+    return (
+        f"Training is under way, but: {title}. Next: {call}: {why}. `findings` has the evidence; "
+        "rl_stop_training stops this run if it should not go on."
+    )
+
+
+def next_status_running(run_id: str, interval_s: float) -> str:
+    return (
+        f"Training is under way. Check again in {interval_s:.0f} s or later; meanwhile the "
+        f"resources rl://runs/{run_id}/metrics and .../logs/trainer can be read or subscribed to."
+    )
+
+
+def next_status_ended(run_id: str, status: str, reason: str | None = None) -> str:
+    if status == "completed":
+        early = f"Completed before total_steps: {reason}. " if reason else ""
+        return f"{early}Done. Call rl_get_results('{run_id}') for metrics, curves and the weights path."
+    return f"The run is {status}. rl_get_results('{run_id}') shows what it produced."
+
+
+def next_rate_limited(run_id: str, wait_s: float) -> str:
+    return (
+        f"Checked too recently: nothing was checked. Wait {wait_s:.0f} s before calling "
+        f"rl_check_status('{run_id}') again (training is slow; frequent checks cost tokens)."
+    )
+
+
+def stopped(rec: RunRecord, was: vocab.RunStatus) -> RunStopped:
+    """A stopped run (`was`: its status before the stop), its processes as they exited."""
+    message = (
+        f"run {rec.run_id} stopped; nothing of it is running"
+        if was.active
+        else f"run {rec.run_id} had already ended ({was}); nothing to stop"
+    )
+    return answer_from(RunStopped, rec, was=was, processes=processes_view(rec, {}), message=message)
+
+
+def run_list(runs: list[RunRecord], cache: MetricsCache) -> RunList:
+    return RunList(runs=[summary(r, cache) for r in runs], next_step=NEXT_AFTER_RUN_LIST)
+
+
+def next_after_results(*, missing: bool, active: bool, final_weights: str | None) -> str:
+    if missing:
+        return "Start a new run with rl_start_training; other runs are unaffected."
+    if active:
+        return "The run is still going: these are partial results. rl_check_status shows progress."
+    if final_weights:
+        return (
+            f"The final weights are at {final_weights}. Test them with rl_test_inference(run_id=...), take the "
+            "model out with rl_export_model(run_id=..., format='adapter' | 'merged' | 'gguf'), or start another run."
+        )
+    return "No weights were saved. rl_check_status shows why the run ended."

@@ -1,5 +1,5 @@
-"""rl_compare_runs' answer models (outputSchema + structuredContent): each run's figures, the config
-fields that differ, the best runs."""
+"""rl_compare_runs' answer (outputSchema + structuredContent, and `mcp-server-rl compare --json`'s): each run's
+figures, the config fields that differ, the best runs, read from the domain's comparison by attribute."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from rl_mcp.from_domain import answer_from
 from rl_mcp.runs import vocab
+from rl_mcp.runs.compare import Comparison
 
 
 class ComparedRun(BaseModel):
@@ -63,3 +65,22 @@ class CompareResult(BaseModel):
     best_by_reward_per_minute: str | None = Field(description="Highest reward_per_minute. Null: no run has one")
     notes: list[str] = Field(description="What could not be read (a run's config, ...)")
     next_step: str
+
+
+def next_after_compare(best_by_eval: str | None, best_by_rate: str | None) -> str:
+    best = best_by_eval or best_by_rate
+    if best is None:
+        return "No run has a reward or an evaluation yet: compare again once they have trained a few steps."
+    return (
+        f"rl_export_model('{best}') takes the best run's model out; rl_start_training(resume_from='{best}', "
+        "fork=true) continues it with the session's current config; rl_get_results(run_id) shows one run in full."
+    )
+
+
+def compare_answer(comparison: Comparison) -> CompareResult:
+    """The domain's comparison as the tool's answer (the same field names, its runs' alike, read by attribute)."""
+    return answer_from(
+        CompareResult,
+        comparison,
+        next_step=next_after_compare(comparison.best_by_eval, comparison.best_by_reward_per_minute),
+    )

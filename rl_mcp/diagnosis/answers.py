@@ -1,10 +1,13 @@
-"""The diagnosis findings in rl_check_status's and rl_get_results' answers (their base `Diagnosed`)."""
+"""The diagnosis findings as the answers carry them (rl_check_status's, rl_get_results' and the notices
+sent to a run's subscribers), read from the domain's findings by attribute (their base `Diagnosed`)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from rl_mcp.diagnosis import findings as diagnosis
 
 
 class FindingEvidence(BaseModel):
@@ -36,3 +39,11 @@ class Diagnosed(BaseModel):
     findings: list[Finding] = Field(
         default_factory=list, description="Diagnosis of the run's metrics, the most severe first (empty: none)"
     )
+
+
+def finding_view(f: diagnosis.Finding) -> Finding:
+    return Finding.model_validate(f, from_attributes=True)  # its evidence and next step alike
+
+
+def findings_view(found: list[diagnosis.Finding]) -> list[Finding]:
+    return [finding_view(f) for f in found]

@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from rl_mcp.mcp_api.env_health.answers import EnvRequests, TrainingItems
-from rl_mcp.mcp_api.findings.answers import Diagnosed
+from rl_mcp.diagnosis.answers import Diagnosed
 from rl_mcp.runs import vocab
+from rl_mcp.runs.health_answers import EnvRequests, TrainingItems
 from tinker_atropos.run_files import ProcessName
 
 ITEMS_DESCRIPTION = (

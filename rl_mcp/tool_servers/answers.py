@@ -1,4 +1,4 @@
-"""rl_write_mcp_tasks' answer model (outputSchema + structuredContent): the tasks saved."""
+"""rl_write_mcp_tasks' answer: where the tasks were written and how many."""
 
 from __future__ import annotations
 
@@ -15,3 +15,9 @@ class TasksSaved(BaseModel):
     tools_checked: list[str] = Field(description="The tools the checks name")
     allow_list: str = Field(description="The tools a run with this `tools` may call")
     next_step: str
+
+
+NEXT_AFTER_TASKS = (
+    'rl_select_environment(name="mcp:{server}") (its tasks_file defaults to the file just saved), then '
+    "rl_test_inference(num_steps=1, group_size=4) to see the tasks scored."
+)

@@ -18,11 +18,11 @@ from typing import Any
 
 import anyio
 
+from rl_mcp.diagnosis.answers import finding_view
 from rl_mcp.diagnosis.findings import SEVERITY_RANK, Finding
 from rl_mcp.diagnosis.inputs import run_facts
 from rl_mcp.diagnosis.notified import record_sent, sent_codes
 from rl_mcp.diagnosis.rules import diagnose
-from rl_mcp.mcp_api.findings.views import finding_view
 from rl_mcp.mcp_api.subscriptions import ResourcePublisher
 from rl_mcp.runs.metrics import MetricsCache
 from rl_mcp.runs.store import RunRecord
