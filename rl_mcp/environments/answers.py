@@ -161,14 +161,10 @@ class EditResult(BaseModel):
 
 
 NEXT_AFTER_LIST = "rl_select_environment(name) with one of these names."
-
-
 NEXT_AFTER_CONFIG = (
     "rl_edit_config(field, value) for any editable field, then rl_test_inference to check the "
     "environment against real inference, then rl_start_training."
 )
-
-
 NEXT_AFTER_EDIT = "rl_get_current_config to review, or rl_test_inference / rl_start_training when ready."
 
 
@@ -236,6 +232,47 @@ def config_view(info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, s
         note=schema.training_error,
         generation_cap=config_note(values["env"], values["trainer"], profile.model),
         next_step=NEXT_AFTER_CONFIG,
+    )
+
+
+def selected(
+    info: EnvironmentInfo, schema: ConfigSchema, profile: Profile, state: SessionState, previous: str | None
+) -> SelectionResult:
+    """The selection of `info` (the environment selected before: `previous`), its config as a run would use it."""
+    return SelectionResult(
+        selected=info.name,
+        previous=previous,
+        wandb_name=state.wandb_name or "",
+        config=config_view(info, schema, profile, state),
+        next_step=NEXT_AFTER_CONFIG,
+    )
+
+
+def edited(
+    info: EnvironmentInfo,
+    schema: ConfigSchema,
+    profile: Profile,
+    state: SessionState,
+    field: str | None,
+    *,
+    previous: Any = None,
+    reset_fields: list[str] | None = None,
+) -> EditResult:
+    """An edit of `field` just made (`reset_fields` given: a reset, of every edit when `field` is None),
+    with the value a run would now use."""
+    action: Literal["set", "reset", "reset_all"] = "set"
+    if reset_fields is not None:
+        action = "reset" if field else "reset_all"
+    value = resolve_field(schema, profile, state, field)[0] if field in schema.fields else None
+    return EditResult(
+        environment=info.name,
+        action=action,
+        field=field,
+        previous=previous,
+        value=value,
+        reset_fields=reset_fields or [],
+        edits=dict(state.edits),
+        next_step=NEXT_AFTER_EDIT,
     )
 
 

@@ -9,14 +9,14 @@ from pydantic import Field
 
 from rl_mcp.app import AppContext
 from rl_mcp.environments.answers import (
-    NEXT_AFTER_CONFIG,
-    NEXT_AFTER_EDIT,
     ConfigView,
     EditResult,
     EnvironmentList,
     SelectionResult,
     config_view,
+    edited,
     environment_list,
+    selected,
     tool_server_views,
 )
 from rl_mcp.formats import FORMATS
@@ -25,7 +25,7 @@ from rl_mcp.mcp_api.environments import descriptions
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.inputs import FIELD_NAME_PATTERN, EnvName
 from rl_mcp.mcp_api.progress import CallProgress
-from rl_mcp.session.fields import apply_edit, resolve_field
+from rl_mcp.session.fields import apply_edit
 from rl_mcp.session.state import EditRejected
 from rl_mcp.tool_servers.files import names_a_server
 from rl_mcp.tool_servers.listing import ToolServerError
@@ -69,13 +69,7 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
             await loading(1, 1, f"loaded {len(schema.fields)} config fields")
         previous = app.session.state.environment
         state = app.session.select(info)
-        return SelectionResult(
-            selected=info.name,
-            previous=previous,
-            wandb_name=state.wandb_name or "",
-            config=config_view(info, schema, app.settings.profile, state),
-            next_step=NEXT_AFTER_CONFIG,
-        )
+        return selected(info, schema, app.settings.profile, state, previous)
 
     @server.tool(
         name="rl_get_current_config",
@@ -115,25 +109,8 @@ def register_environment_tools(server: MCPServer, app: AppContext) -> None:
         profile, session = app.settings.profile, app.session
         if reset:
             dropped = session.reset(field)
-            current = resolve_field(schema, profile, session.state, field)[0] if field in schema.fields else None
-            return EditResult(
-                environment=info.name,
-                action="reset" if field else "reset_all",
-                field=field,
-                value=current,
-                reset_fields=dropped,
-                edits=dict(session.state.edits),
-                next_step=NEXT_AFTER_EDIT,
-            )
+            return edited(info, schema, profile, session.state, field, reset_fields=dropped)
         if field is None:
             raise EditRejected("name the `field` to set (or pass reset=true to reset every edit)")
         previous = apply_edit(session, schema, profile, field, value)
-        return EditResult(
-            environment=info.name,
-            action="set",
-            field=field,
-            previous=previous,
-            value=resolve_field(schema, profile, session.state, field)[0],
-            edits=dict(session.state.edits),
-            next_step=NEXT_AFTER_EDIT,
-        )
+        return edited(info, schema, profile, session.state, field, previous=previous)
