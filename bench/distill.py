@@ -10,7 +10,8 @@
 3. Per run: the first validation at or above 0.9 x T, in training minutes (evaluations not counted) and
    rollout tokens (metrics.jsonl `tokens`) up to that step.
 
-    .venv/bin/python bench/distill.py [--teacher-minutes 10] [--minutes 10] [--seed 0] [--teacher-run DIR]
+    .venv/bin/python bench/distill.py [--teacher-minutes 10] [--teacher-eval-every 2] [--minutes 10] [--seed 0]
+        [--teacher-run DIR] [--arms rl,distill,both]
 
 The last line: the figures as one JSON object. The goal (#77): distill reaches 0.9 x T in at most a
 third of rl's minutes.
@@ -78,7 +79,7 @@ async def bench(a: argparse.Namespace, home: Path) -> dict[str, Any]:
                 a.teacher_minutes,
                 home / "teacher",
                 "arithmetic",
-                edits(a.teacher_minutes, a.seed),
+                edits(a.teacher_minutes, a.seed, steps_per_eval=a.teacher_eval_every),
                 training_clock=True,
                 checkpoints=(),
             )
@@ -126,6 +127,12 @@ async def bench(a: argparse.Namespace, home: Path) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--teacher-minutes", type=float, default=10.0)
+    ap.add_argument(
+        "--teacher-eval-every",
+        type=int,
+        default=2,
+        help="the teacher's steps between validations (its best checkpoint is chosen among them)",
+    )
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
