@@ -8,14 +8,14 @@ same model with the run's adapter, and scores both on the selected environment s
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from rl_mcp.inference.target import InferenceTestError, LocalWeights, Target, resolve_target
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
-from rl_mcp.runs.store import RunRecord
+from rl_mcp.runs.store import RunLookup, RunRecord
 from tinker_atropos.run_files import CheckpointKind, read_checkpoints
 
 _STEP_NAME = re.compile(r"^step-(\d+)$")
@@ -109,7 +109,7 @@ class ModelsAsked:
 
 def chosen_target(
     asked: ModelsAsked,
-    run: Callable[[str], RunRecord],
+    run: RunLookup,
     *,
     environ: Mapping[str, str],
     local_model: str,

@@ -8,7 +8,6 @@ what a plan needs first (the environment's schema, its runtime) and hands the pl
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,14 +18,12 @@ from rl_mcp.environments.records import ConfigSchema, EnvironmentInfo
 from rl_mcp.runs import resume
 from rl_mcp.runs.live import RunPlan
 from rl_mcp.runs.preflight import RunError
-from rl_mcp.runs.store import RunRecord
+from rl_mcp.runs.store import RunLookup
 from rl_mcp.session.fields import effective_value
 from rl_mcp.session.run_config import render_run_config, write_run_config
 from rl_mcp.session.state import SessionState
 from rl_mcp.settings import Profile
 from tinker_atropos.run_files import RunFiles, atomic_write_text
-
-RunLookup = Callable[[str], RunRecord]  # a run by id (RunManager.get), RunError when there is none
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -128,6 +128,9 @@ _COLUMNS = [
     "log_tail",
     *_ADDED_COLUMNS,
 ]
+
+
+RunLookup = Callable[[str], RunRecord]  # a run by id (RunManager.get), RunError when there is none
 
 
 def _to_row(rec: RunRecord) -> tuple[object, ...]:
