@@ -11,7 +11,7 @@
    rollout tokens (metrics.jsonl `tokens`) up to that step.
 
     .venv/bin/python bench/distill.py [--teacher-minutes 10] [--teacher-eval-every 2] [--minutes 10] [--seed 0]
-        [--teacher-run DIR] [--arms rl,distill,both]
+        [--level 1] [--teacher-run DIR] [--arms rl,distill,both]
 
 The last line: the figures as one JSON object. The goal (#77): distill reaches 0.9 x T in at most a
 third of rl's minutes.
@@ -41,8 +41,16 @@ OPTIONAL_ARMS: dict[str, dict[str, Any]] = {
 }
 
 
-def edits(minutes: float, seed: int, **extra: Any) -> dict[str, Any]:
-    return {**SETTINGS, **OURS_ONLY, "seed": seed, "steps_per_eval": 2, "max_training_minutes": minutes, **extra}
+def edits(minutes: float, a: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    return {
+        **SETTINGS,
+        **OURS_ONLY,
+        "seed": a.seed,
+        "level": a.level,
+        "steps_per_eval": 2,
+        "max_training_minutes": minutes,
+        **extra,
+    }
 
 
 def curve(run_dir: Path) -> list[dict[str, Any]]:
@@ -79,7 +87,7 @@ async def bench(a: argparse.Namespace, home: Path) -> dict[str, Any]:
                 a.teacher_minutes,
                 home / "teacher",
                 "arithmetic",
-                edits(a.teacher_minutes, a.seed, steps_per_eval=a.teacher_eval_every),
+                edits(a.teacher_minutes, a, steps_per_eval=a.teacher_eval_every),
                 training_clock=True,
                 checkpoints=(),
             )
@@ -96,7 +104,7 @@ async def bench(a: argparse.Namespace, home: Path) -> dict[str, Any]:
 
     async def arm(name: str, extra: dict[str, Any]) -> None:
         taught = {"teacher": teacher, **extra} if "reward_coef" in extra else extra
-        settings = edits(a.minutes, a.seed, **taught)
+        settings = edits(a.minutes, a, **taught)
         runs[name], _ = await train_through_mcp(
             a.minutes, home / name, "arithmetic", settings, training_clock=True, checkpoints=()
         )
@@ -135,6 +143,9 @@ def main() -> int:
     )
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--level", type=int, default=SETTINGS["level"], help="arithmetic's: 1 sums, 2 and differences, 3 and products"
+    )
     ap.add_argument(
         "--arms",
         type=lambda text: text.split(","),

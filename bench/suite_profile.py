@@ -90,6 +90,8 @@ def read_timeline(folder: Path) -> Timeline:
                 test.outcome = line["outcome"]
         if groups:
             tests += [t for t in max(groups.values(), key=len).values() if t.phases]
+    if not tests:
+        raise SystemExit(f"no test timeline in {folder}: `make test` records one in .suite-timeline")
     return Timeline(tests)
 
 
