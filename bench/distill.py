@@ -36,6 +36,7 @@ from tinker_atropos.run_files import read_json_object, read_jsonl
 
 SHARE_OF_TEACHER = 0.9
 HELD = 3  # validations in a row whose mean counts as holding the target
+CRITERIA = ("reached", "held")  # the first validation at the target, and the first of HELD holding it
 ARMS: dict[str, dict[str, Any]] = {"distill": {"reward_coef": 0.0}, "rl": {}, "both": {"reward_coef": 1.0}}
 # Distillation at settings of its own: its signal needs no group of replies to compare, so the same
 # sequences per step span more prompts (groups of 2), and a per-token signal takes a higher rate.
@@ -82,8 +83,10 @@ def reached(points: list[dict[str, Any]], target: float, window: int = 1) -> dic
     """The first validation whose mean with the `window` - 1 before it is at or above `target`: a window
     of 3 asks the curve to hold there, not to touch it once (64 items swing by 0.05-0.1)."""
     accuracies = [p["accuracy"] for p in points]
-    means = [sum(accuracies[i + 1 - window : i + 1]) / window if i + 1 >= window else -1.0 for i in range(len(points))]
-    return next((p for p, mean in zip(points, means, strict=True) if mean >= target), None)
+    for last in range(window - 1, len(points)):
+        if sum(accuracies[last + 1 - window : last + 1]) / window >= target:
+            return points[last]
+    return None
 
 
 async def bench(a: argparse.Namespace, home: Path) -> dict[str, Any]:
@@ -124,18 +127,19 @@ async def bench(a: argparse.Namespace, home: Path) -> dict[str, Any]:
         points = curve(run)
         first = reached(points, target)
         held = reached(points, target, window=HELD)
-        kl = [m["teacher_kl"] for m in read_jsonl(run / "metrics.jsonl") if m.get("teacher_kl") is not None]
+        metrics = read_jsonl(run / "metrics.jsonl")
+        kl = [m["teacher_kl"] for m in metrics if m.get("teacher_kl") is not None]
         figures[name] = {
             "reached": first,
             "held": held,
             "best": max(points, key=lambda p: p["accuracy"], default=None),
-            "steps": len(read_jsonl(run / "metrics.jsonl")),
+            "steps": len(metrics),
             "teacher_kl_first_last": [kl[0], kl[-1]] if kl else None,
             "curve": points,
             "run_dir": str(run),
         }
     for name in runs.keys() - {"rl"}:
-        for when in ("reached", "held"):
+        for when in CRITERIA:
             figures[f"{name}_over_rl_minutes_{when}"] = minutes_ratio(figures[name], figures["rl"], when)
     return figures
 
@@ -178,13 +182,13 @@ def main() -> int:
     figures = interrupts.run(bench, a, home)
     for name in a.arms:
         f = figures[name]
-        for when in ("reached", "held"):
+        for when in CRITERIA:
             at = f[when]
             where = f"step {at['step']}, {at['minutes']} min, {at['tokens']:,} tokens" if at else "never"
             log(f"{name}: 0.9 x T ({figures['target']:.3f}) {when} {where}")
         log(f"{name}: best {f['best']}; {f['steps']} steps")
     for name in set(a.arms) - {"rl"}:
-        for when in ("reached", "held"):
+        for when in CRITERIA:
             log(f"{name} / rl minutes to 0.9 x T, {when}: {figures[f'{name}_over_rl_minutes_{when}']}")
     print(json.dumps(figures))
     return 0
