@@ -303,7 +303,7 @@ def test_bad_requests_are_400_with_a_message(http) -> None:
     for path, body in [
         ("/generate", {"neither": 1}),
         ("/inference/v1/generate", {"token_ids": []}),
-        ("/v1/completions", {"model": MODEL, "prompt": "x", "stream": True}),
+        ("/v1/completions", {"model": MODEL, "prompt": "x", "echo": True}),
         ("/v1/chat/completions", {"model": MODEL, "messages": []}),
         ("/v1/completions", {"model": MODEL, "prompt": "x", "top_p": 2}),
         ("/logprobs", {}),

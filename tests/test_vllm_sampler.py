@@ -115,6 +115,30 @@ def shared_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmProces
         server.stop()
 
 
+@needs_vllm
+@pytest.mark.anyio
+async def test_a_streamed_sample_tells_each_token_and_equals_the_whole_one(shared_vllm: VllmProcess) -> None:
+    """What a streamed reply of the inference server gets from vLLM: every token as it comes, the same
+    tokens and logprobs as the unstreamed sample of the same seed."""
+    from tinker_atropos.vllm_server.sampler import VllmClient, VllmSampler
+
+    client = VllmClient(shared_vllm.url)
+    try:
+        base = [m["id"] for m in await client.models() if not m.get("parent")][0]
+        sampler = VllmSampler(client, base, SERVED_LEN)
+        prompt = types.ModelInput.from_ints([97, 98, 99, 100])
+        params = types.SamplingParams(max_tokens=12, temperature=1.0, seed=5)
+        told: list[tuple[int, int, float]] = []
+        streamed = await sampler.sample_async(prompt, 2, params, on_token=lambda *t: told.append(t))
+        whole = await sampler.sample_async(prompt, 2, params)
+    finally:
+        await client.aclose()
+    for i, (s, w) in enumerate(zip(streamed.sequences, whole.sequences)):
+        assert s.tokens == w.tokens and s.stop_reason == w.stop_reason
+        assert s.logprobs == pytest.approx(w.logprobs, abs=1e-3)
+        assert [t for index, t, _ in told if index == i] == s.tokens
+
+
 def _profile(folder: Path, **tinker: str) -> Path:
     """The local profile (tiny-chat), its runs sampled by vLLM: `tinker` adds to its locked section."""
     profile = yaml.safe_load((ROOT / "rl_mcp" / "profiles" / "local.yaml").read_text())

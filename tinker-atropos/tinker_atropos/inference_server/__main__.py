@@ -1,6 +1,6 @@
 """Standalone: serve the base model (or one adapter) with no trainer, e.g. for rl_test_inference.
 
-    python -m tinker_atropos.inference_server --config X.yaml [--adapter PATH]
+    python -m tinker_atropos.inference_server --config X.yaml [--adapter PATH] [--log-requests]
 
 A self-hosted engine's checkpoint (`--adapter tinker://M/C` with tinker.self_hosted on the local
 backend) is downloaded from tinker.tinker_base_url first and sampled here (export/engine_weights.py).
@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tinker_atropos.inference_server")
     parser.add_argument("--config", required=True, help="the run YAML (trainer section used)")
     parser.add_argument("--adapter", help="serve this sampler checkpoint instead of the base model")
+    parser.add_argument(
+        "--log-requests", action="store_true", help="log each OpenAI request with the weights that served it"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     model_name = cfg.openai[0].get("model_name") if cfg.openai else None
     model_name = model_name or cfg.trainer.base_model
     cap = served_cap(cfg.trainer.base_model, cfg.trainer.max_reply_tokens)
-    server = make_server(build_app(holder, model_name, _tokenizer(cfg), cap))
+    server = make_server(build_app(holder, model_name, _tokenizer(cfg), cap, log_requests=args.log_requests))
     failure: dict[str, int] = {}
     vllm: list[Any] = []  # the VllmSamplers this server started or attached to (trainer.sampler vllm)
 

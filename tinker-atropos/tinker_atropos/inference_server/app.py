@@ -7,6 +7,7 @@ Every request takes the live sampler once (`SamplerHolder.current()`) and uses i
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -16,16 +17,16 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from tinker_atropos.agent.chat_format import ChatScaffold, openai_tool_calls
-from tinker_atropos.agent.tool_calls import parse_tool_calls
+from tinker_atropos.agent.chat_format import ChatScaffold
 from tinker_atropos.inference_server import engine
 from tinker_atropos.inference_server.conversations import ConversationCache
 from tinker_atropos.inference_server.disconnects import Cancellations, CancelOnDisconnect
 from tinker_atropos.inference_server.engine import Generation, SamplerLoop, SampleSpec
 from tinker_atropos.inference_server.holder import SamplerHolder, SamplerNotReady
+from tinker_atropos.inference_server.replies import ChatReply, chat_reply, cut_tokens, stop_cut
 from tinker_atropos.inference_server.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -34,9 +35,12 @@ from tinker_atropos.inference_server.schemas import (
     TokensGenerateRequest,
     VllmGenerateRequest,
 )
+from tinker_atropos.inference_server.streaming import StreamHead, chat_stream, completion_stream
 from tinker_atropos.reply_cap import ReplyCap
 
 DEFAULT_CHAT_MAX_TOKENS = 256
+CLAMPED_HEADER = "x-max-tokens-clamped"  # "ASKED -> GRANTED (why)": a reply given fewer tokens than asked
+log = logging.getLogger("tinker_atropos.inference_server")
 
 
 class BadRequest(ValueError):
@@ -75,18 +79,11 @@ class _Codec:
     def cut_at_stop(self, gen: Generation, stops: tuple[str, ...]) -> tuple[str, Generation]:
         """OpenAI semantics: the text ends before the first stop string (tokens up to it)."""
         text = self.decode(gen.tokens)
-        hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
-        if not hits:
+        cut = stop_cut(text, stops)
+        if cut is None:
             return text, gen
-        cut = min(hits)
-        lo, hi = 1, len(gen.tokens)  # the shortest token prefix whose text reaches into the stop
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if len(self.decode(gen.tokens[:mid])) > cut:
-                hi = mid
-            else:
-                lo = mid + 1
-        return text[:cut], Generation(gen.tokens[:lo], gen.logprobs[:lo], "stop")
+        kept = cut_tokens(gen.tokens, cut, self.decode)
+        return text[:cut], Generation(gen.tokens[:kept], gen.logprobs[:kept], "stop")
 
 
 def _string_stops(stop: str | list[str] | None) -> tuple[str, ...]:
@@ -104,12 +101,25 @@ def _parse(model: type[BaseModel], body: Any) -> Any:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        raise BadRequest(str(exc)) from exc
+        raise BadRequest(_named(exc)) from exc
 
 
-def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: ReplyCap | None = None) -> FastAPI:
+def _named(exc: ValidationError) -> str:
+    """Each bad field by its name, what is wrong and the value sent (fields we do not know are ignored)."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "body"
+        sent = "" if err["type"] == "missing" else f" (got {str(err.get('input'))[:80]!r})"
+        problems.append(f"{where}: {err['msg']}{sent}")
+    return "invalid request: " + "; ".join(problems)
+
+
+def build_app(
+    holder: SamplerHolder, model_name: str, tokenizer: Any, cap: ReplyCap | None = None, *, log_requests: bool = False
+) -> FastAPI:
     """The inference API for `model_name`, always served by `holder`'s newest sampler; `cap`: the
-    product's per-turn generation cap (reply_cap.py; None: requests get the tokens they ask for)."""
+    product's per-turn generation cap (reply_cap.py; None: requests get the tokens they ask for);
+    `log_requests`: a line per OpenAI request naming the weights that served it (a served model's log)."""
     codec = _Codec(tokenizer)
     conversations = ConversationCache()  # multi-turn prompts with the tokens this server sampled
 
@@ -176,72 +186,143 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
             entry["max_model_len"] = cap.context
         return {"object": "list", "data": [entry]}
 
-    @app.post("/v1/completions")
-    async def completions(body: dict[str, Any]) -> dict[str, Any]:
+    def context_of(sampler: Any) -> int | None:
+        """The served model's context in tokens (the local sampler's, vLLM's, else the cap's)."""
+        found = getattr(sampler, "max_positions", None) or getattr(sampler, "max_model_len", None)
+        return int(found) if found else (cap.context if cap is not None else None)
+
+    def reply_budget(asked: int | None, default: int, prompt_len: int, sampler: Any) -> tuple[int, dict[str, str]]:
+        """The tokens a reply may take: what was asked, within the reply cap and what the context leaves
+        after the prompt (Hermes asks 65536 of an 8192-token model); a header says when it was clamped."""
+        tokens = limit(asked if asked is not None else default)
+        context = context_of(sampler)
+        if context is not None:
+            if prompt_len >= context:
+                raise BadRequest(
+                    f"the prompt ({prompt_len} tokens) fills the model's context ({context} tokens): "
+                    "send a shorter conversation or fewer tools"
+                )
+            tokens = min(tokens, context - prompt_len)
+        if asked is None or tokens >= asked:
+            return tokens, {}
+        why = f"context {context} tokens, prompt {prompt_len}" if context is not None else "no context known"
+        if cap is not None and cap.context is not None and asked > cap.context:
+            why += f", reply cap {cap.max_reply_tokens}"
+        return tokens, {CLAMPED_HEADER: f"{asked} -> {tokens} ({why})"}
+
+    def served(endpoint: str, sampler: Any, prompt_len: int, kept: list[Generation]) -> None:
+        if log_requests:
+            by = getattr(sampler, "path", None) or "the base model"
+            completion = sum(len(g.tokens) for g in kept)
+            log.info("%s: %d prompt + %d completion tokens, served by %s", endpoint, prompt_len, completion, by)
+
+    def streamed(chunks: AsyncIterator[str], headers: dict[str, str]) -> StreamingResponse:
+        headers = {"cache-control": "no-cache", **headers}
+        return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
+
+    def include_usage(req: CompletionRequest | ChatCompletionRequest) -> bool:
+        return bool((req.stream_options or {}).get("include_usage"))
+
+    @app.post("/v1/completions", response_model=None)
+    async def completions(body: dict[str, Any]) -> JSONResponse | StreamingResponse:
         req: CompletionRequest = _parse(CompletionRequest, body)
-        if req.stream or req.echo:
-            raise BadRequest("stream and echo are not supported")
+        if req.echo:
+            raise BadRequest("echo is not supported")
         prompts = _completion_prompts(req.prompt, codec)
+        if req.stream and len(prompts) > 1:
+            raise BadRequest(f"stream takes one prompt, got {len(prompts)}: send one request per prompt")
+        sampler, _ = holder.current()
         stops = _string_stops(req.stop)
-        spec = spec_of(limit(req.max_tokens) if req.max_tokens is not None else 16, req)
-        results = await asyncio.gather(*(sample(p, req.n, spec) for p in prompts))
-        choices, all_gens = [], []
-        for gens in results:
-            for gen in gens:
-                text, gen = codec.cut_at_stop(gen, stops)
-                all_gens.append(gen)
-                choice: dict[str, Any] = {
-                    "index": len(choices),
-                    "text": text,
-                    "finish_reason": gen.finish_reason,
-                    "logprobs": None,
-                }
-                if req.logprobs is not None:
-                    choice["logprobs"] = _completion_logprobs(gen, codec)
-                choices.append(choice)
-        return {
+        max_tokens, headers = reply_budget(req.max_tokens, 16, max(len(p) for p in prompts), sampler)
+        spec = spec_of(max_tokens, req)
+        prompt_len = sum(len(p) for p in prompts)
+
+        def finish(gens: list[Generation]) -> tuple[list[Generation], list[str]]:
+            cut = [codec.cut_at_stop(gen, stops) for gen in gens]
+            kept = [gen for _, gen in cut]
+            served("completion (streamed)" if req.stream else "completion", sampler, prompt_len, kept)
+            return kept, [text for text, _ in cut]
+
+        if req.stream:
+            events = engine.sample_streamed(loop_box["loop"], sampler, prompts[0], req.n, spec)
+            chunks = completion_stream(
+                events,
+                StreamHead(f"cmpl-{uuid.uuid4().hex}", model_name),
+                n=req.n,
+                decode=codec.decode,
+                stops=stops,
+                finish=finish,
+                logprobs=None if req.logprobs is None else (lambda t, lp, at: _completion_logprobs(t, lp, codec, at)),
+                usage=(lambda kept: _usage(prompt_len, kept)) if include_usage(req) else None,
+            )
+            return streamed(chunks, headers)
+        results = await asyncio.gather(*(engine.sample(loop_box["loop"], sampler, p, req.n, spec) for p in prompts))
+        kept, texts = finish([gen for gens in results for gen in gens])
+        choices = [
+            {
+                "index": i,
+                "text": text,
+                "finish_reason": gen.finish_reason,
+                "logprobs": _completion_logprobs(gen.tokens, gen.logprobs, codec) if req.logprobs is not None else None,
+            }
+            for i, (text, gen) in enumerate(zip(texts, kept))
+        ]
+        out = {
             "id": f"cmpl-{uuid.uuid4().hex}",
             "object": "text_completion",
             "created": int(time.time()),
             "model": model_name,
             "choices": choices,
-            "usage": _usage(sum(len(p) for p in prompts), all_gens),
+            "usage": _usage(prompt_len, kept),
         }
+        return JSONResponse(out, headers=headers)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(body: dict[str, Any]) -> dict[str, Any]:
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(body: dict[str, Any]) -> JSONResponse | StreamingResponse:
         req: ChatCompletionRequest = _parse(ChatCompletionRequest, body)
-        if req.stream:
-            raise BadRequest("stream is not supported")
         prompt = conversations.prompt_tokens(ChatScaffold(tokenizer, req.tools), req.messages)
+        sampler, _ = holder.current()
         stops = _string_stops(req.stop)
         asked = req.max_completion_tokens or req.max_tokens
-        max_tokens = limit(asked) if asked else DEFAULT_CHAT_MAX_TOKENS
+        max_tokens, headers = reply_budget(asked, DEFAULT_CHAT_MAX_TOKENS, len(prompt), sampler)
         spec = spec_of(max_tokens, req)
-        gens = await sample(prompt, req.n, spec)
-        choices, kept = [], []
-        for i, gen in enumerate(gens):
-            text, gen = codec.cut_at_stop(gen, stops)
-            kept.append(gen)
-            message: dict[str, Any] = {"role": "assistant", "content": text}
-            finish = gen.finish_reason
-            if req.tools:  # like vLLM's hermes tool parser: well-formed calls become tool_calls
-                parsed = parse_tool_calls(text)
-                if parsed.calls and not parsed.errors:
-                    message = {
-                        "role": "assistant",
-                        "content": parsed.content or None,
-                        "tool_calls": openai_tool_calls(parsed.calls),
-                    }
-                    finish = "tool_calls"
+        parse_tools = bool(req.tools) and req.tool_choice != "none"
+
+        def finish(gens: list[Generation]) -> tuple[list[Generation], list[ChatReply]]:
+            kept, replies = [], []
+            for gen in gens:
+                text, gen = codec.cut_at_stop(gen, stops)
+                reply = chat_reply(text, gen.finish_reason, parse_tools)
+                kept.append(gen)
+                replies.append(reply)
+                conversations.remember(req.messages, reply.message(), req.tools, prompt, gen.tokens)
+            served("chat completion (streamed)" if req.stream else "chat completion", sampler, len(prompt), kept)
+            return kept, replies
+
+        if req.stream:
+            events = engine.sample_streamed(loop_box["loop"], sampler, prompt, req.n, spec)
+            chunks = chat_stream(
+                events,
+                StreamHead(f"chatcmpl-{uuid.uuid4().hex}", model_name),
+                n=req.n,
+                decode=codec.decode,
+                stops=stops,
+                parse_tools=parse_tools,
+                finish=finish,
+                logprobs=(lambda t, lp: _chat_logprobs(t, lp, codec)) if req.logprobs else None,
+                usage=(lambda kept: _usage(len(prompt), kept)) if include_usage(req) else None,
+            )
+            return streamed(chunks, headers)
+        kept, replies = finish(await engine.sample(loop_box["loop"], sampler, prompt, req.n, spec))
+        choices = []
+        for i, (gen, reply) in enumerate(zip(kept, replies)):
             choice: dict[str, Any] = {
                 "index": i,
-                "finish_reason": finish,
-                "message": message,
-                "logprobs": _chat_logprobs(gen, codec) if req.logprobs else None,
+                "finish_reason": reply.finish_reason,
+                "message": reply.message(),
+                "logprobs": _chat_logprobs(gen.tokens, gen.logprobs, codec) if req.logprobs else None,
             }
             choices.append({**choice, "token_ids": gen.tokens} if req.return_token_ids else choice)
-            conversations.remember(req.messages, message, req.tools, prompt, gen.tokens)
         out = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -250,7 +331,7 @@ def build_app(holder: SamplerHolder, model_name: str, tokenizer: Any, cap: Reply
             "choices": choices,
             "usage": _usage(len(prompt), kept),
         }
-        return {**out, "prompt_token_ids": prompt} if req.return_token_ids else out
+        return JSONResponse({**out, "prompt_token_ids": prompt} if req.return_token_ids else out, headers=headers)
 
     @app.post("/generate", response_model=None)
     async def generate(body: dict[str, Any]) -> dict[str, Any] | list[dict[str, Any]]:
@@ -364,23 +445,24 @@ def _completion_prompts(prompt: str | list[str] | list[int] | list[list[int]], c
     return [list(p) for p in prompt]  # type: ignore[arg-type]
 
 
-def _completion_logprobs(gen: Generation, codec: _Codec) -> dict[str, Any]:
-    pieces = [codec.piece(t) for t in gen.tokens]
-    offsets, pos = [], 0
+def _completion_logprobs(tokens: list[int], logprobs: list[float], codec: _Codec, offset: int = 0) -> dict[str, Any]:
+    """`tokens`' logprobs in the completions form; `offset`: where their text starts in the reply."""
+    pieces = [codec.piece(t) for t in tokens]
+    offsets, pos = [], offset
     for p in pieces:
         offsets.append(pos)
         pos += len(p)
     return {
         "tokens": pieces,
-        "token_logprobs": gen.logprobs,
-        "top_logprobs": [{p: lp} for p, lp in zip(pieces, gen.logprobs)],
+        "token_logprobs": logprobs,
+        "top_logprobs": [{p: lp} for p, lp in zip(pieces, logprobs)],
         "text_offset": offsets,
     }
 
 
-def _chat_logprobs(gen: Generation, codec: _Codec) -> dict[str, Any]:
+def _chat_logprobs(tokens: list[int], logprobs: list[float], codec: _Codec) -> dict[str, Any]:
     content = []
-    for t, lp in zip(gen.tokens, gen.logprobs):
+    for t, lp in zip(tokens, logprobs):
         piece = codec.piece(t)
         entry = {"token": piece, "logprob": lp, "bytes": list(piece.encode("utf-8"))}
         content.append({**entry, "top_logprobs": [entry]})

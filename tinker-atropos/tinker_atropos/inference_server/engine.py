@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -112,6 +112,10 @@ async def sample(
         raise ValueError("the prompt is empty")
     params = spec.to_tinker()
     response = await loop.run(lambda: sampler.sample_async(types.ModelInput.from_ints(prompt_tokens), n, params))
+    return _generations(response)
+
+
+def _generations(response: types.SampleResponse) -> list[Generation]:
     out = []
     for seq in response.sequences:
         tokens = [int(t) for t in seq.tokens]
@@ -120,6 +124,63 @@ async def sample(
             raise RuntimeError("the sampler returned no per-token logprobs")
         out.append(Generation(tokens, [float(x) for x in logprobs], str(seq.stop_reason)))
     return out
+
+
+@dataclass(frozen=True)
+class Token:
+    """One token of a streamed reply, as it is sampled."""
+
+    index: int  # which of the request's n samples
+    token: int
+    logprob: float
+
+
+async def sample_streamed(
+    loop: SamplerLoop,
+    sampler: SamplingBackend,
+    prompt_tokens: list[int],
+    n: int,
+    spec: SampleSpec,
+) -> AsyncGenerator[Token | list[Generation], None]:
+    """`sample`, told token by token: each Token as it is sampled, then the generations. A sampler
+    that cannot tell its tokens as it goes (the Tinker SDK's) yields them all once it is done.
+    Closing the iterator early (a client gone) cancels the sampling, and the sampler drops its rows."""
+    if not prompt_tokens:
+        raise ValueError("the prompt is empty")
+    queue: asyncio.Queue[Token] = asyncio.Queue()
+    here = asyncio.get_running_loop()
+
+    def told(index: int, token: int, logprob: float) -> None:  # on the sampler's thread
+        here.call_soon_threadsafe(queue.put_nowait, Token(index, token, logprob))
+
+    params, model_input = spec.to_tinker(), types.ModelInput.from_ints(prompt_tokens)
+    streams = bool(getattr(sampler, "streams_tokens", False))
+    if streams:
+        call = lambda: sampler.sample_async(model_input, n, params, on_token=told)  # type: ignore[call-arg]  # noqa: E731
+    else:
+        call = lambda: sampler.sample_async(model_input, n, params)  # noqa: E731
+    task = asyncio.ensure_future(loop.run(call))
+    try:
+        while not task.done():
+            getter = asyncio.ensure_future(queue.get())
+            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+            else:
+                getter.cancel()
+        # the sampler told every token before its answer came back (both hop onto this loop in order)
+        while not queue.empty():
+            yield queue.get_nowait()
+        generations = _generations(task.result())
+        if not streams:
+            for index, gen in enumerate(generations):
+                for token, logprob in zip(gen.tokens, gen.logprobs):
+                    yield Token(index, token, logprob)
+        yield generations
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 async def prompt_logprobs(loop: SamplerLoop, sampler: SamplingBackend, prompt_tokens: list[int]) -> list[float | None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Request(BaseModel):
@@ -31,6 +31,7 @@ class CompletionRequest(_OpenAISampling):
     logprobs: int | None = Field(default=None, ge=0)
     echo: bool = False
     stream: bool = False
+    stream_options: dict[str, Any] | None = None  # {"include_usage": true}: a last chunk with the usage
 
 
 class ChatCompletionRequest(_OpenAISampling):
@@ -43,8 +44,26 @@ class ChatCompletionRequest(_OpenAISampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0)
     stream: bool = False
+    stream_options: dict[str, Any] | None = None  # {"include_usage": true}: a last chunk with the usage
     tools: list[dict[str, Any]] | None = None  # hermes tool calls in the reply -> tool_calls
+    tool_choice: str | dict[str, Any] | None = None  # "none": the reply stays text; else calls are parsed
     return_token_ids: bool = False  # vLLM's: the prompt's and each reply's token ids (verifiers trains on them)
+
+    @field_validator("messages")
+    @classmethod
+    def _text_parts_joined(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A content given as OpenAI's parts (`[{"type": "text", "text": ...}]`) as the text it holds."""
+        return [{**m, "content": _text_of(m["content"])} if isinstance(m.get("content"), list) else m for m in messages]
+
+
+def _text_of(parts: list[Any]) -> str:
+    texts = []
+    for part in parts:
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise ValueError(f"only text content parts can be served, got a {kind!r} part")
+        texts.append(part["text"])
+    return "".join(texts)
 
 
 class SglangSamplingParams(_Request):

@@ -1,13 +1,16 @@
 """A `SamplingBackend` served by vLLM: a prompt's token ids in, sampled token ids and their logprobs out
-(`/v1/completions` with `return_token_ids` and `logprobs: 0`), a prompt's own logprobs by
-`prompt_logprobs`. The logprobs are the model's own (vLLM's default raw logprobs: temperature 1), as
-the product's importance ratios need.
+(`/v1/completions` with `return_token_ids` and `logprobs: 0`; streamed, each token told as it comes,
+for the inference server's streamed replies), a prompt's own logprobs by `prompt_logprobs`.
+The logprobs are the model's own (vLLM's default raw logprobs: temperature 1), as the product's
+importance ratios need.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -46,12 +49,24 @@ class VllmClient:
 
     async def completion(self, body: dict[str, Any]) -> dict[str, Any]:
         response = await self.post("/v1/completions", body)
-        if response.status_code == 400:
-            raise ValueError(_message(response))  # the request cannot be served: the caller's 400
-        if response.status_code != 200:
-            raise VllmError(f"vLLM's server answered {response.status_code} to a completion: {_message(response)}")
+        _completed(response)
         data: dict[str, Any] = response.json()
         return data
+
+    async def completion_chunks(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """A streamed completion's choices, chunk by chunk, as vLLM sends them."""
+        try:
+            async with self._client().stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    _completed(response)
+                async for line in response.aiter_lines():
+                    data = line.removeprefix("data: ").strip() if line.startswith("data: ") else ""
+                    if data and data != "[DONE]":
+                        for choice in json.loads(data).get("choices") or []:
+                            yield choice
+        except httpx.HTTPError as exc:
+            raise VllmError(f"vLLM's server at {self.url} did not answer /v1/completions: {exc!r}") from exc
 
     async def models(self) -> list[dict[str, Any]]:
         response = await self._request("GET", "/v1/models")
@@ -67,6 +82,14 @@ class VllmClient:
             await client.aclose()
 
 
+def _completed(response: httpx.Response) -> None:
+    """A completion's answer was not refused: a 400 is the caller's (the request cannot be served)."""
+    if response.status_code == 400:
+        raise ValueError(_message(response))
+    if response.status_code != 200:
+        raise VllmError(f"vLLM's server answered {response.status_code} to a completion: {_message(response)}")
+
+
 def _message(response: httpx.Response) -> str:
     try:
         body = response.json()
@@ -79,6 +102,8 @@ def _message(response: httpx.Response) -> str:
 class VllmSampler:
     """The weights vLLM serves under `model` (the base model's name, or a loaded adapter's)."""
 
+    streams_tokens = True  # sample_async takes `on_token` (the inference server's streamed replies)
+
     def __init__(self, client: VllmClient, model: str, max_model_len: int, path: str | None = None) -> None:
         self.client = client
         self.model = model
@@ -86,7 +111,11 @@ class VllmSampler:
         self.path = path  # the adapter folder (None: the base model)
 
     async def sample_async(
-        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        on_token: Callable[[int, int, float], None] | None = None,
     ) -> types.SampleResponse:
         ids = prompt.to_ints()
         if not ids:
@@ -116,8 +145,27 @@ class VllmSampler:
         if stop:
             key = "stop_token_ids" if all(isinstance(s, int) for s in stop) else "stop"
             body[key] = list(stop)
+        if on_token is not None:
+            return _response(await self._streamed(body, num_samples, on_token))
         data = await self.client.completion(body)
         return _response([_sequence(choice) for choice in sorted(data["choices"], key=lambda c: c["index"])])
+
+    async def _streamed(
+        self, body: dict[str, Any], n: int, on_token: Callable[[int, int, float], None]
+    ) -> list[tuple[list[int], list[float], str]]:
+        """The samples of a streamed completion, each token told to `on_token` as its chunk comes (the
+        tokens named by id: `return_tokens_as_token_ids`)."""
+        sequences: list[tuple[list[int], list[float], str]] = [([], [], "stop") for _ in range(n)]
+        async for choice in self.client.completion_chunks({**body, "return_tokens_as_token_ids": True}):
+            index = int(choice["index"])
+            tokens, logprobs, _ = sequences[index]
+            for token, logprob in zip(*_chunk_tokens(choice)):
+                tokens.append(token)
+                logprobs.append(logprob)
+                on_token(index, token, logprob)
+            if choice.get("finish_reason"):
+                sequences[index] = (tokens, logprobs, "length" if choice["finish_reason"] == "length" else "stop")
+        return sequences
 
     async def compute_logprobs_async(self, prompt: types.ModelInput, from_position: int = 0) -> list[float | None]:
         ids = prompt.to_ints()
@@ -138,6 +186,18 @@ def _sequence(choice: dict[str, Any]) -> tuple[list[int], list[float], str]:
     if len(logprobs) != len(tokens):
         raise VllmError(f"vLLM returned {len(tokens)} tokens with {len(logprobs)} logprobs")
     return tokens, logprobs, "length" if choice.get("finish_reason") == "length" else "stop"
+
+
+def _chunk_tokens(choice: dict[str, Any]) -> tuple[list[int], list[float]]:
+    """A streamed chunk's token ids (`token_ids`, else its logprobs' `token_id:N` names) and logprobs."""
+    lps = choice.get("logprobs") or {}
+    logprobs = [float(v) for v in lps.get("token_logprobs") or []]
+    ids = choice.get("token_ids")
+    if ids is None:
+        ids = [int(str(name).removeprefix("token_id:")) for name in lps.get("tokens") or []]
+    if len(ids) != len(logprobs):
+        raise VllmError(f"vLLM streamed {len(ids)} tokens with {len(logprobs)} logprobs")
+    return [int(t) for t in ids], logprobs
 
 
 def _response(sequences: list[tuple[list[int], list[float], str]]) -> types.SampleResponse:

@@ -41,6 +41,11 @@ SCORE_PASS_TOKENS = 2048  # positions a scoring pass holds (its float32 logits: 
 EXIT_JOIN_S = 10.0  # at interpreter exit, how long a batching thread gets to finish its forward pass
 
 
+# (which of the request's samples, the token, its logprob): called on the batching thread, so it must
+# only hand the token over (to a queue, a loop's call_soon_threadsafe), never block
+TokenSink = Callable[[int, int, float], None]
+
+
 @dataclass
 class Sampled:
     """One finished sample: its tokens, their logprobs, and whether a stop (not the length) ended it."""
@@ -62,6 +67,7 @@ class Request:
     future: Future[list[Sampled]] = field(default_factory=Future)
     results: dict[int, Sampled] = field(default_factory=dict)
     cancelled: bool = False
+    on_token: TokenSink | None = None  # told of each token as it is sampled (a streamed reply)
 
     @property
     def greedy(self) -> bool:
@@ -381,6 +387,8 @@ class ContinuousBatcher:
             row.tokens.append(token)
             row.logprobs.append(float(logprobs[i]))
             request = row.request
+            if request.on_token is not None and not request.cancelled:
+                request.on_token(row.index, token, row.logprobs[-1])
             stopped = token in request.stop_ids or self._hit_stop_string(row)
             if request.cancelled or stopped or len(row.tokens) >= request.max_tokens:
                 done.append(i)

@@ -20,7 +20,7 @@ import torch
 from tinker import types
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tinker_atropos.backends.local.batching import ContinuousBatcher, Request, Sampled
+from tinker_atropos.backends.local.batching import ContinuousBatcher, Request, Sampled, TokenSink
 from tinker_atropos.backends.local.prefix_cache import PrefixCache
 
 
@@ -60,6 +60,8 @@ def _filter_logits(logits: torch.Tensor, params: types.SamplingParams) -> torch.
 class LocalSampler:
     """A SamplingBackend over one private, frozen model copy."""
 
+    streams_tokens = True  # sample_async takes `on_token` (the inference server's streamed replies)
+
     def __init__(
         self,
         model: PreTrainedModel,
@@ -84,9 +86,14 @@ class LocalSampler:
         )
 
     async def sample_async(
-        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        on_token: TokenSink | None = None,
     ) -> types.SampleResponse:
         request = self._request(prompt, num_samples, sampling_params)
+        request.on_token = on_token
         if request.max_tokens == 0:
             return _response([_EMPTY] * num_samples)
         try:
