@@ -124,7 +124,7 @@ async def test_a_streamed_sample_tells_each_token_and_equals_the_whole_one(share
 
     client = VllmClient(shared_vllm.url)
     try:
-        base = [m["id"] for m in await client.models() if not m.get("parent")][0]
+        base = next(m["id"] for m in await client.models() if not m.get("parent"))
         sampler = VllmSampler(client, base, SERVED_LEN)
         prompt = types.ModelInput.from_ints([97, 98, 99, 100])
         params = types.SamplingParams(max_tokens=12, temperature=1.0, seed=5)
