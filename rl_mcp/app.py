@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -27,6 +28,7 @@ from rl_mcp.runs.manager import RunManager
 from rl_mcp.runs.store import StoreError
 from rl_mcp.runtimes import ensure_runtime
 from rl_mcp.runtimes.maker import RuntimeUnavailable
+from rl_mcp.serving.manager import ServeManager
 from rl_mcp.session.state import Session
 from rl_mcp.settings import Settings
 from rl_mcp.statelock import acquire as lock_state_dir
@@ -57,6 +59,7 @@ class AppContext:
     # None when the run registry cannot be opened (then `runs_unavailable` says why).
     runs_manager: RunManager | None = None
     runs_unavailable: str | None = None
+    serve_manager: ServeManager | None = None  # with the run registry: it serves the runs' weights
     engine: EngineService | None = None  # the SkyRL engine this server manages for its profile
     tool_servers_listing: ToolServers | None = None
 
@@ -93,9 +96,19 @@ class AppContext:
             raise RunsUnavailable(self.runs_unavailable or "training runs are not available in this server")
         return self.runs_manager
 
+    @property
+    def serving(self) -> ServeManager:
+        """The served models' manager, or RunsUnavailable saying why there is none (it needs the runs)."""
+        if self.serve_manager is None:
+            raise RunsUnavailable(self.runs_unavailable or "served models are not available in this server")
+        return self.serve_manager
+
     async def aclose(self) -> None:
         """Release what the app holds (once; a second call waits for the first): on exit, and when a
-        stdio server's stdin closes or it is sent SIGTERM."""
+        stdio server's stdin closes or it is sent SIGTERM. Served models first: stopping them takes a
+        moment, and a stdio client kills the server 2 s after it closes stdin."""
+        if self.serve_manager is not None:
+            await self.serve_manager.shutdown(stop_served=self.settings.stop_runs_on_exit)
         if self.runs_manager is not None:
             await self.runs_manager.shutdown(stop_runs=self.settings.stop_runs_on_exit)
 
@@ -190,6 +203,10 @@ async def open_app(settings: Settings) -> AsyncIterator[AppContext]:
             app.engine = manager.engine = managed_engine(settings, tg, manager.ports, in_use)
             await manager.attach(tg)  # re-adopts runs an earlier lifetime left going
             app.runs_manager = manager
+            serving = ServeManager(settings, manager.get, manager.ports)
+            stack.push_async_callback(partial(serving.shutdown, stop_served=settings.stop_runs_on_exit))
+            serving.attach()  # re-adopts the models an earlier lifetime left serving
+            app.serve_manager = serving
         except StoreError as exc:
             app.runs_unavailable = str(exc)
             logger.error("training runs unavailable: %s", exc)

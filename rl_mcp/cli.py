@@ -1,4 +1,4 @@
-"""`mcp-server-rl serve | doctor | demo | export | compare`: the command line.
+"""`mcp-server-rl serve | doctor | demo | export | serve-model | compare`: the command line.
 
 stdout belongs to the MCP protocol on stdio, so every log line goes to stderr or `--log-file`.
 """
@@ -66,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="extra Host header value accepted on sse/http, e.g. myhost:8000 (repeatable)",
     )
-    serve.add_argument("--stop-runs-on-exit", action="store_true", help="stop training runs when the server exits")
+    serve.add_argument(
+        "--stop-runs-on-exit", action="store_true", help="stop training runs and served models when the server exits"
+    )
     serve.add_argument("--log-file", type=Path, help="write logs here instead of stderr")
     serve.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     sub.add_parser("doctor", help="show what is available: python, packages, keys (names only), profile")
@@ -74,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rl_mcp.export_cli import add_parser as add_export
 
     add_export(sub)
+    from rl_mcp.serve_model_cli import add_parser as add_serve_model
+
+    add_serve_model(sub)
     from rl_mcp.compare_cli import add_parser as add_compare
 
     add_compare(sub)
@@ -117,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rl_mcp.export_cli import run as export_run
 
         return export_run(args)
+    if args.command == "serve-model":
+        from rl_mcp.serve_model_cli import run as serve_model_run
+
+        return serve_model_run(args)
     if args.command == "compare":
         from rl_mcp.compare_cli import run as compare_run
 

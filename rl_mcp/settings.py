@@ -336,6 +336,8 @@ class ServerEnviron(_FromEnviron):
     auth_token: str | None = Field(None, alias="RL_MCP_AUTH_TOKEN")
     introspect_timeout_s: float = Field(60.0, ge=0, alias="RL_MCP_INTROSPECT_TIMEOUT")
     status_min_interval_s: float = Field(1800.0, ge=0, alias="RL_MCP_STATUS_MIN_INTERVAL")  # between two checks
+    # the memory a served model may take at most, below what the machine has available (rl_serve_model)
+    serve_memory_limit_bytes: int | None = Field(None, ge=0, alias="RL_MCP_SERVE_MEMORY_LIMIT_BYTES")
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,8 @@ class Settings:
     trainer_entry: tuple[str, ...] = TRAINER_ENTRY  # after `python`: the trainer's entry point
     introspect_timeout_s: float = ServerEnviron.model_fields["introspect_timeout_s"].default
     status_min_interval_s: float = ServerEnviron.model_fields["status_min_interval_s"].default
-    stop_runs_on_exit: bool = False
+    stop_runs_on_exit: bool = False  # and the served models (rl_serve_model)
+    serve_memory_limit_bytes: int | None = None
     # an environment that raises, or scores no group, is waited on this long
     env_limits: EnvLimits = field(default_factory=lambda: EnvLimits.model_validate({}))
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
@@ -371,6 +374,11 @@ class Settings:
     @property
     def runs_dir(self) -> Path:
         return self.home / "runs"
+
+    @property
+    def served_dir(self) -> Path:
+        """The served models' folders and records (rl_serve_model)."""
+        return self.home / "served"
 
     @classmethod
     def from_env(
@@ -404,6 +412,7 @@ class Settings:
             introspect_timeout_s=read.introspect_timeout_s,
             status_min_interval_s=read.status_min_interval_s,
             stop_runs_on_exit=stop_runs_on_exit,
+            serve_memory_limit_bytes=read.serve_memory_limit_bytes,
             env_limits=EnvLimits.from_environ(env),
             environ=env,
         )

@@ -43,7 +43,7 @@ def main() -> None:
     tools = discover_mcp_tools()
     ours = sorted(t for t in tools if t.startswith("mcp__rl__rl_"))
     seen["tools"] = ours
-    assert len(ours) == 14, ours
+    assert len(ours) == 17, ours
 
     # --- the keyless default (SmolLM2): ${TINKER_API_KEY} left literal must not switch to Tinker
     config = ok("mcp__rl__rl_select_environment", {"name": "letter_repeat"})["config"]

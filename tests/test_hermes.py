@@ -64,12 +64,12 @@ def hermes_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return home, process_env
 
 
-def test_hermes_mcp_test_lists_the_fourteen_tools_and_the_skill_loads(tmp_path: Path) -> None:
+def test_hermes_mcp_test_lists_the_seventeen_tools_and_the_skill_loads(tmp_path: Path) -> None:
     home, env = hermes_home(tmp_path)
     out = subprocess.run([str(HERMES), "mcp", "test", "rl"], env=env, capture_output=True, text=True, timeout=120)
-    assert "Tools discovered: 14" in out.stdout, out.stdout + out.stderr
+    assert "Tools discovered: 17" in out.stdout, out.stdout + out.stderr
     tools = ("rl_list_environments", "rl_start_training", "rl_test_inference", "rl_list_runs", "rl_export_model")
-    for tool in (*tools, "rl_compare_runs"):
+    for tool in (*tools, "rl_compare_runs", "rl_serve_model"):
         assert tool in out.stdout
     skill = subprocess.run(
         [str(HERMES_PYTHON), "-c", "from tools.skills_tool import skill_view; print(skill_view('rl-training'))"],

@@ -15,7 +15,7 @@ from typing import Any
 
 from rl_mcp.environments.records import ConfigSchema
 from rl_mcp.export.plan import ExportError, choose_checkpoint
-from rl_mcp.inference.run_weights import sampler_checkpoints
+from rl_mcp.inference.run_weights import sampler_checkpoints, saved_checkpoints
 from rl_mcp.runs.checkpoint_choice import checkpoint_choice
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.preflight import RunError
@@ -88,7 +88,7 @@ def _from_run(rec: RunRecord, student: Student) -> Teacher:
             f"the {_where(student.backend, student.self_hosted)}: its weights load only where they were trained; "
             "export it (rl_export_model) and name the folder, or pick a run of this profile (rl_list_runs)"
         )
-    saved = [c for c in sampler_checkpoints(rec) if c.path.startswith("tinker://") or Path(c.path).is_dir()]
+    saved = saved_checkpoints(rec)
     if not saved:
         raise RunError(f"teacher run {rec.run_id} has no saved weights yet: wait for its first step, or pick another")
     keep_best = bool(trainer.get("keep_best", True))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rl_mcp.errors import UserError
-from rl_mcp.inference.run_weights import RunCheckpoint, sampler_checkpoints
+from rl_mcp.inference.run_weights import RunCheckpoint, saved_checkpoints
 from rl_mcp.runs.checkpoint_choice import checkpoint_choice
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.store import RunRecord
@@ -54,7 +54,7 @@ def plan_export(
         allowed = ", ".join(DTYPES[fmt]) or "none (an adapter is saved as trained)"
         raise ExportError(f"dtype {dtype!r} does not apply to format {fmt!r}; allowed: {allowed}")
     trainer = _run_config(rec).get("trainer") or {}
-    saved = [c for c in sampler_checkpoints(rec) if c.path.startswith("tinker://") or Path(c.path).is_dir()]
+    saved = saved_checkpoints(rec)
     if not saved:
         raise ExportError(
             f"run {rec.run_id} has no saved weights (no sampler checkpoint in its folder): wait for its first "
@@ -109,7 +109,7 @@ def choose_checkpoint(
         if choice is None or choice.best is None:
             raise ExportError(
                 f"run {rec.run_id} has no validation evaluation of a trained checkpoint, so no 'best' (its "
-                "environment has no validation set, or no periodic evaluation ran): export checkpoint='final' or a step"
+                "environment has no validation set, or no periodic evaluation ran): ask for 'final' or a step instead"
             )
         best = choice.best
         found = next((c for c in reversed(saved) if c.name == best.weights), None)
@@ -117,7 +117,7 @@ def choose_checkpoint(
             found = RunCheckpoint(best.step, weights_name(best.step), best.weights)
         if found is None:
             raise ExportError(
-                f"run {rec.run_id}'s best checkpoint {best.weights} is not on disk: export 'final' or a step"
+                f"run {rec.run_id}'s best checkpoint {best.weights} is not on disk: ask for 'final' or a step instead"
             )
         why = f"best validation accuracy ({best.validation_accuracy:.3f} at step {best.step})"
         if best.held_out_accuracy is not None:

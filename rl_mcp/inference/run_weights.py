@@ -43,9 +43,14 @@ def sampler_checkpoints(rec: RunRecord) -> list[RunCheckpoint]:
     return out
 
 
+def saved_checkpoints(rec: RunRecord) -> list[RunCheckpoint]:
+    """The run's sampler checkpoints whose weights are still there (a folder on disk, or tinker://)."""
+    return [c for c in sampler_checkpoints(rec) if _exists(c.path)]
+
+
 def pick_checkpoint(rec: RunRecord, step: int | None) -> RunCheckpoint:
     """The named step's checkpoint, else the newest; an error that lists the steps there are."""
-    saved = [c for c in sampler_checkpoints(rec) if _exists(c.path)]
+    saved = saved_checkpoints(rec)
     if not saved:
         raise InferenceTestError(
             f"run {rec.run_id} has no saved weights yet (no sampler checkpoint in its folder): wait for its "

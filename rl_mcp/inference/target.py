@@ -214,18 +214,26 @@ def process_config(
         cfg.pop("trainer", None)  # read by the local server only; the environment ignores it
         cfg.pop("request_timeouts", None)  # another server: its timeout is the test's
     else:
-        trainer = cfg.setdefault("trainer", {})
-        trainer.update(
-            backend=weights.backend,
-            base_model=weights.base_model,
-            inference_host="127.0.0.1",
-            inference_port=inference_port,
-            run_dir=str(run_dir),
-            use_wandb=False,
-        )
-        if weights.engine_url:  # the server downloads the checkpoint from there, then samples it itself
-            trainer.update(self_hosted=True, tinker_base_url=weights.engine_url)
+        cfg["trainer"] = served_trainer(cfg.get("trainer") or {}, weights, inference_port, run_dir)
     return cfg
+
+
+def served_trainer(trainer: Mapping[str, Any], weights: LocalWeights, port: int, run_dir: Path) -> dict[str, Any]:
+    """A config's trainer section as the standalone inference server reads it: `weights` sampled where
+    they were trained (or here, for a self-hosted engine's), served on 127.0.0.1:`port` (rl_test_inference,
+    rl_serve_model)."""
+    out = {
+        **trainer,
+        "backend": weights.backend,
+        "base_model": weights.base_model,
+        "inference_host": "127.0.0.1",
+        "inference_port": port,
+        "run_dir": str(run_dir),
+        "use_wandb": False,
+    }
+    if weights.engine_url:  # the server downloads the checkpoint from there, then samples it itself
+        out.update(self_hosted=True, tinker_base_url=weights.engine_url)
+    return out
 
 
 async def probe_reachable(base_url: str, timeout_s: float = 10.0) -> str | None:

@@ -41,6 +41,8 @@ Workflow:
 4. rl_test_inference -> check the environment scores real completions before training.
 5. rl_start_training -> a run id; rl_check_status(run_id) to follow it (it is rate-limited:
    wait the interval it names), rl_stop_training to stop, rl_get_results for metrics and weights.
+6. rl_serve_model(run_id) -> the trained model on a local OpenAI-compatible endpoint, with what makes
+   Hermes use it; rl_export_model writes it out (adapter, merged, GGUF).
 Runs keep going when the client disconnects; rl_list_runs shows them all, and
 rl_compare_runs puts two to eight of them side by side.
 """

@@ -34,6 +34,7 @@ from rl_mcp.mcp_api.resources import engine_files, register_server_resources
 from rl_mcp.mcp_api.run_view import run_view_extension
 from rl_mcp.mcp_api.runs.resources import register_run_resources
 from rl_mcp.mcp_api.runs.tools import register_run_tools
+from rl_mcp.mcp_api.serving.tools import register_serving_tools
 from rl_mcp.mcp_api.sft.tools import register_sft_tool
 from rl_mcp.mcp_api.spend import register_spend_gate
 from rl_mcp.mcp_api.subscriptions import ResourcePublisher, install_legacy_subscriptions
@@ -98,6 +99,7 @@ def build_server(app: AppContext, *, public_url: str = "http://127.0.0.1") -> MC
     register_inference_tool(server, app)
     register_sft_tool(server, app)
     register_export_tool(server, app)
+    register_serving_tools(server, app)
     register_compare_tool(server, app, cache)
     register_config_field(server, app)
     register_guide(server, app)

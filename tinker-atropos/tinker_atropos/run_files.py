@@ -280,6 +280,36 @@ class InferenceTestFiles:
         return self.folder / "env_health.json"
 
 
+@dataclass(frozen=True)
+class ServedModelFiles:
+    """The files of one served model's folder (rl_serve_model: `RL_MCP_HOME/served/<run_id>@<checkpoint>/`)."""
+
+    folder: Path
+
+    @property
+    def config(self) -> Path:
+        """What the standalone inference server reads: the run's config, served on its own port."""
+        return self.folder / "config.yaml"
+
+    @property
+    def server_log(self) -> Path:
+        return self.folder / "server.log"
+
+    @property
+    def record(self) -> Path:
+        """The server's record of the process (pid, start time, port, weights), while it serves."""
+        return self.folder / "served.json"
+
+    @property
+    def hermes_home(self) -> Path:
+        """A HERMES_HOME whose config points Hermes at this model."""
+        return self.folder / "hermes"
+
+    @property
+    def hermes_config(self) -> Path:
+        return self.hermes_home / "config.yaml"
+
+
 # --- writing -----------------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from rl_mcp.export.runner import run_export
 from rl_mcp.mcp_api.descriptions import tool_face
 from rl_mcp.mcp_api.errors import tool_errors
 from rl_mcp.mcp_api.export import descriptions
-from rl_mcp.mcp_api.inputs import RunId
+from rl_mcp.mcp_api.inputs import RunCheckpointChoice, RunId
 from rl_mcp.mcp_api.progress import CallProgress
 
 
@@ -33,13 +33,7 @@ def register_export_tool(server: MCPServer, app: AppContext) -> None:
             Literal["adapter", "merged", "gguf"],
             Field(description="adapter: PEFT LoRA folder; merged: transformers model; gguf: llama.cpp/Ollama file"),
         ] = "merged",
-        checkpoint: Annotated[
-            Literal["best", "final"] | Annotated[int, Field(strict=True, ge=0)] | None,
-            Field(
-                description="'best' (by validation), 'final' (the last), or a step; default: best where the run "
-                "keeps it (keep_best) and has validation evaluations, else final"
-            ),
-        ] = None,
+        checkpoint: RunCheckpointChoice = None,
         dtype: Annotated[
             Literal["float32", "bfloat16", "float16", "f16", "q8_0"] | None,
             Field(description="merged: float32 (default), bfloat16, float16; gguf: f16 (default) or q8_0"),

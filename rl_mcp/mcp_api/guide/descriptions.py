@@ -55,5 +55,7 @@ Train the RL environment `{environment}` ({description or "no description"}) wit
 6. When the status is `completed`: rl_get_results(run_id) for the final metrics, the reward curve and
    the weights path. If it `failed`: read `error` and `failure_log_tail`, fix with rl_edit_config,
    and start again. rl_stop_training(run_id) stops a run early.
+7. To use the trained model: rl_serve_model(run_id) serves it on a local OpenAI-compatible endpoint (its
+   answer has the Hermes config and command); rl_export_model(run_id) writes it out for other programs.
 Report to the user: the run id, the W&B project and run name, the reward trend, and the weights path.
 """
