@@ -51,6 +51,18 @@ def openai_tool_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
     ]
 
 
+def text_of_parts(parts: list[Any]) -> str:
+    """An OpenAI message content given as parts (`[{"type": "text", "text": ...}]`) as the text it holds;
+    a part of another kind (an image) is a ValueError naming it."""
+    texts = []
+    for part in parts:
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise ValueError(f"content part {kind!r} is not supported (text parts only)")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
 def _calls_from_openai(entries: list[dict[str, Any]]) -> list[ToolCall]:
     calls = []
     for e in entries:

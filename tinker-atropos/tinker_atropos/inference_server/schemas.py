@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tinker_atropos.agent.chat_format import text_of_parts
+
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -53,17 +55,8 @@ class ChatCompletionRequest(_OpenAISampling):
     @classmethod
     def _text_parts_joined(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A content given as OpenAI's parts (`[{"type": "text", "text": ...}]`) as the text it holds."""
-        return [{**m, "content": _text_of(m["content"])} if isinstance(m.get("content"), list) else m for m in messages]
-
-
-def _text_of(parts: list[Any]) -> str:
-    texts = []
-    for part in parts:
-        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise ValueError(f"only text content parts can be served, got a {kind!r} part")
-        texts.append(part["text"])
-    return "".join(texts)
+        parts = [isinstance(m.get("content"), list) for m in messages]
+        return [{**m, "content": text_of_parts(m["content"])} if joined else m for m, joined in zip(messages, parts)]
 
 
 class SglangSamplingParams(_Request):

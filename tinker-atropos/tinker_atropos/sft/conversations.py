@@ -26,6 +26,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import best_match
 
+from tinker_atropos.agent.chat_format import text_of_parts
 from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call, parse_tool_calls
 
 
@@ -217,13 +218,10 @@ def _content(value: Any, where: str) -> str:
     if value is None or isinstance(value, str):
         return value or ""
     if isinstance(value, list):
-        parts = []
-        for part in value:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise ConversationRefused(f"{where}: content part {kind!r} is not supported (text parts only)")
-            parts.append(part["text"])
-        return "".join(parts)
+        try:
+            return text_of_parts(value)
+        except ValueError as exc:
+            raise ConversationRefused(f"{where}: {exc}") from exc
     raise ConversationRefused(f"{where}: content must be a string, null or a list of text parts")
 
 
