@@ -1,5 +1,6 @@
 """The HTTP API: OpenAI completions/chat, sglang and vllm /generate, vLLM's tokens-in
-/inference/v1/generate, /logprobs, /health.
+/inference/v1/generate, /logprobs, /health; /episodes/{key}: the calls made with an episode's api key
+(episode_log.py).
 
 Every request takes the live sampler once (`SamplerHolder.current()`) and uses it to the end.
 """
@@ -25,6 +26,7 @@ from tinker_atropos.inference_server import engine
 from tinker_atropos.inference_server.conversations import ConversationCache
 from tinker_atropos.inference_server.disconnects import Cancellations, CancelOnDisconnect
 from tinker_atropos.inference_server.engine import Generation, SamplerLoop, SampleSpec
+from tinker_atropos.inference_server.episode_log import EpisodeLog, Weights, episode_key, sampled, watched
 from tinker_atropos.inference_server.holder import SamplerHolder, SamplerNotReady
 from tinker_atropos.inference_server.replies import ChatReply, chat_reply, cut_tokens, stop_cut
 from tinker_atropos.inference_server.schemas import (
@@ -115,13 +117,21 @@ def _named(exc: ValidationError) -> str:
 
 
 def build_app(
-    holder: SamplerHolder, model_name: str, tokenizer: Any, cap: ReplyCap | None = None, *, log_requests: bool = False
+    holder: SamplerHolder,
+    model_name: str,
+    tokenizer: Any,
+    cap: ReplyCap | None = None,
+    *,
+    log_requests: bool = False,
+    episodes: EpisodeLog | None = None,
 ) -> FastAPI:
     """The inference API for `model_name`, always served by `holder`'s newest sampler; `cap`: the
     product's per-turn generation cap (reply_cap.py; None: requests get the tokens they ask for);
-    `log_requests`: a line per OpenAI request naming the weights that served it (a served model's log)."""
+    `log_requests`: a line per OpenAI request naming the weights that served it (a served model's log);
+    `episodes`: where episode keys' calls are kept (default: a log of the default bounds)."""
     codec = _Codec(tokenizer)
     conversations = ConversationCache()  # multi-turn prompts with the tokens this server sampled
+    episodes = episodes if episodes is not None else EpisodeLog()  # each episode key's calls (episode_log.py)
 
     def limit(asked: int) -> int:
         return cap.limit(asked) if cap is not None else asked
@@ -176,6 +186,7 @@ def build_app(
                 "decoding": getattr(sampler, "decoding", None),
                 "reply_cap": asdict(cap) if cap is not None else None,
                 "cancelled_requests": cancellations.count,
+                "episodes": episodes.stats(),
             }
         )
 
@@ -216,6 +227,18 @@ def build_app(
             completion = sum(len(g.tokens) for g in kept)
             log.info("%s: %d prompt + %d completion tokens, served by %s", endpoint, prompt_len, completion, by)
 
+    def weights_of(sampler: Any, version: int) -> Weights:
+        return Weights(version, holder.label, getattr(sampler, "path", None))
+
+    @app.get("/episodes/{key}")
+    async def episode(key: str) -> dict[str, Any]:
+        """An episode's calls (episode_log.py), for its environment to train on."""
+        return episodes.answer(key)
+
+    @app.delete("/episodes/{key}")
+    async def drop_episode(key: str) -> dict[str, Any]:
+        return {"key": key, "dropped": episodes.drop(key)}
+
     def streamed(chunks: AsyncIterator[str], headers: dict[str, str]) -> StreamingResponse:
         headers = {"cache-control": "no-cache", **headers}
         return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
@@ -224,27 +247,32 @@ def build_app(
         return bool((req.stream_options or {}).get("include_usage"))
 
     @app.post("/v1/completions", response_model=None)
-    async def completions(body: dict[str, Any]) -> JSONResponse | StreamingResponse:
+    async def completions(body: dict[str, Any], request: Request) -> JSONResponse | StreamingResponse:
         req: CompletionRequest = _parse(CompletionRequest, body)
+        key = episode_key(request.headers.get("authorization"))
         if req.echo:
             raise BadRequest("echo is not supported")
         prompts = _completion_prompts(req.prompt, codec)
         if req.stream and len(prompts) > 1:
             raise BadRequest(f"stream takes one prompt, got {len(prompts)}: send one request per prompt")
-        sampler, _ = holder.current()
+        sampler, version = holder.current()
         stops = _string_stops(req.stop)
         max_tokens, headers = reply_budget(req.max_tokens, 16, max(len(p) for p in prompts), sampler)
         spec = spec_of(max_tokens, req)
         prompt_len = sum(len(p) for p in prompts)
 
+        recorder = episodes.recorder(key, "completions", prompts, req.n, weights_of(sampler, version), req.stream)
+
         def finish(gens: list[Generation]) -> tuple[list[Generation], list[str]]:
             cut = [codec.cut_at_stop(gen, stops) for gen in gens]
             kept = [gen for _, gen in cut]
+            if recorder is not None:
+                recorder.finished(gens, kept, [gen.finish_reason for gen in kept])
             served("completion (streamed)" if req.stream else "completion", sampler, prompt_len, kept)
             return kept, [text for text, _ in cut]
 
         if req.stream:
-            events = engine.sample_streamed(loop_box["loop"], sampler, prompts[0], req.n, spec)
+            events = watched(recorder, engine.sample_streamed(loop_box["loop"], sampler, prompts[0], req.n, spec))
             chunks = completion_stream(
                 events,
                 StreamHead(f"cmpl-{uuid.uuid4().hex}", model_name),
@@ -256,7 +284,8 @@ def build_app(
                 usage=(lambda kept: _usage(prompt_len, kept)) if include_usage(req) else None,
             )
             return streamed(chunks, headers)
-        results = await asyncio.gather(*(engine.sample(loop_box["loop"], sampler, p, req.n, spec) for p in prompts))
+        work = asyncio.gather(*(engine.sample(loop_box["loop"], sampler, p, req.n, spec) for p in prompts))
+        results = await sampled(recorder, work)
         kept, texts = finish([gen for gens in results for gen in gens])
         choices = [
             {
@@ -278,29 +307,33 @@ def build_app(
         return JSONResponse(out, headers=headers)
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(body: dict[str, Any]) -> JSONResponse | StreamingResponse:
+    async def chat_completions(body: dict[str, Any], request: Request) -> JSONResponse | StreamingResponse:
         req: ChatCompletionRequest = _parse(ChatCompletionRequest, body)
+        key = episode_key(request.headers.get("authorization"))
         prompt = conversations.prompt_tokens(ChatScaffold(tokenizer, req.tools), req.messages)
-        sampler, _ = holder.current()
+        sampler, version = holder.current()
         stops = _string_stops(req.stop)
         asked = req.max_completion_tokens or req.max_tokens
         max_tokens, headers = reply_budget(asked, DEFAULT_CHAT_MAX_TOKENS, len(prompt), sampler)
         spec = spec_of(max_tokens, req)
         parse_tools = bool(req.tools) and req.tool_choice != "none"
+        recorder = episodes.recorder(key, "chat", [prompt], req.n, weights_of(sampler, version), req.stream)
 
         def finish(gens: list[Generation]) -> tuple[list[Generation], list[ChatReply]]:
             kept, replies = [], []
             for gen in gens:
-                text, gen = codec.cut_at_stop(gen, stops)
-                reply = chat_reply(text, gen.finish_reason, parse_tools)
-                kept.append(gen)
+                text, returned = codec.cut_at_stop(gen, stops)
+                reply = chat_reply(text, returned.finish_reason, parse_tools)
+                kept.append(returned)
                 replies.append(reply)
-                conversations.remember(req.messages, reply.message(), req.tools, prompt, gen.tokens)
+                conversations.remember(req.messages, reply.message(), req.tools, prompt, returned.tokens)
+            if recorder is not None:
+                recorder.finished(gens, kept, [reply.finish_reason for reply in replies])
             served("chat completion (streamed)" if req.stream else "chat completion", sampler, len(prompt), kept)
             return kept, replies
 
         if req.stream:
-            events = engine.sample_streamed(loop_box["loop"], sampler, prompt, req.n, spec)
+            events = watched(recorder, engine.sample_streamed(loop_box["loop"], sampler, prompt, req.n, spec))
             chunks = chat_stream(
                 events,
                 StreamHead(f"chatcmpl-{uuid.uuid4().hex}", model_name),
@@ -313,7 +346,7 @@ def build_app(
                 usage=(lambda kept: _usage(len(prompt), kept)) if include_usage(req) else None,
             )
             return streamed(chunks, headers)
-        kept, replies = finish(await engine.sample(loop_box["loop"], sampler, prompt, req.n, spec))
+        kept, replies = finish(await sampled(recorder, engine.sample(loop_box["loop"], sampler, prompt, req.n, spec)))
         choices = []
         for i, (gen, reply) in enumerate(zip(kept, replies)):
             choice: dict[str, Any] = {
