@@ -9,7 +9,8 @@ and the ids past the token where it starts are sampled but neither returned nor 
 the finish reason the client was told, and the weights that sampled it (`SamplerHolder`'s version:
 a swap changes it, a relabel does not). A client gone before its reply was whole leaves a call with
 what had been sampled and finish reason "cancelled" (none for an unstreamed request: its ids never
-reached this layer). A request that failed is not recorded. Requests without such a key cost nothing.
+reached this layer). A request that failed is not recorded, nor a streamed one whose client left
+between its last sampled id and its reply. Requests without such a key cost nothing.
 
 Bounded: `max_keys` episodes and `max_tokens` ids in all (a call's prompt that extends the previous
 call's prompt and reply is stored as its new ids only); the least recently written episode goes
