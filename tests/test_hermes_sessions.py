@@ -24,11 +24,12 @@ from scripted_chat import call, scripted_handler
 from rl_mcp.serving.clients import NO_SKILLS, hermes_config
 from rl_mcp.sft.answers import SftPreview, preview_answer
 from tinker_atropos.agent.loop import PROMPT_MASK
+from tinker_atropos.agent.tool_schemas import TOOL_SCHEMAS
 from tinker_atropos.environments.terminal_files import TerminalFilesEnv
 from tinker_atropos.models import ensure_model
 from tinker_atropos.models.paths import SMOLLM2
 from tinker_atropos.sft.hermes_redact import Redactor
-from tinker_atropos.sft.hermes_sessions import failure
+from tinker_atropos.sft.hermes_sessions import failure, read_sessions
 from tinker_atropos.sft.settings import SftSettings
 from tinker_atropos.sft.stage import close_servers
 from tinker_atropos.sft.supervised_set import SupervisedSet, build_set
@@ -275,6 +276,40 @@ def test_the_rules_match_hermes_redact_sensitive_text(hermes_redacted: dict[str,
     assert sum(t != e for t, e in zip(CORPUS, hermes_redacted["corpus"], strict=True)) >= 20  # the rules exercised
 
 
+CUT_AND_CONTINUED = [
+    {"role": "user", "content": "What does note.txt say?"},
+    {"role": "assistant", "content": "It says", "finish_reason": "length"},
+    {"role": "user", "content": "[System: Your previous response was truncated by the output length limit. Continue"},
+]
+ITERATION_LIMIT = [
+    {"role": "user", "content": "Run ls."},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c1", "function": {"name": "terminal", "arguments": '{"command": "ls"}'}}],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": '{"output": "a", "exit_code": 0, "error": null}'},
+    {"role": "user", "content": "You've reached the maximum number of tool-calling iterations allowed. Please"},
+    {"role": "assistant", "content": "I listed the files."},
+]
+
+
+def test_a_failed_session_included_keeps_only_what_the_model_wrote_before_it_failed(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": k, "messages": m}) + "\n" for k, m in enumerate([CUT_AND_CONTINUED, ITERATION_LIMIT]))
+    )
+    tools = list(TOOL_SCHEMAS.values())
+    assert [n.reason.split(" ")[0] for n in read_sessions(path, tools).failed] == ["a", "it"]
+    read = read_sessions(path, tools, include_failed=True)
+    assert [(n.session, "no assistant turn" in n.reason) for n in read.refused] == [
+        ("0", True)
+    ]  # the cut reply dropped
+    (kept,) = read.kept
+    assert kept.failed and "iterations" in kept.failed
+    assert [t.calls[0].name for t in kept.conversation.turns] == ["terminal"]  # Hermes' request and its answer dropped
+
+
 @pytest.mark.parametrize(
     ("session", "why"),
     [
@@ -302,6 +337,10 @@ def test_the_rules_match_hermes_redact_sensitive_text(hermes_redacted: dict[str,
                 ]
             },
             "Hermes' error text",
+        ),
+        (  # as SmolLM2-135M's reply under `model.max_tokens: 64` left it, served by the product's server
+            {"messages": [*CUT_AND_CONTINUED, {"role": "assistant", "content": "rest.", "finish_reason": "stop"}]},
+            "cut at the output limit and Hermes asked the model to continue it",
         ),
         (
             {

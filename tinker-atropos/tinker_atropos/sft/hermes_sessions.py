@@ -15,7 +15,8 @@ What such a file is (read from hermes-agent 0.19.0 and its exports; docs/hermes.
   (`hermes_redact.py`) before anything else reads it, and the count is reported.
 - Hermes records no "failed" flag. A failed turn (an API error, a cut reply, the iteration limit)
   returns `failed` to its caller and stores what it had: the messages end without the model's final
-  answer, or with Hermes' own error text as the last reply, or with its iteration-limit request.
+  answer, or with Hermes' own error text as the last reply; a reply cut at the output limit (or
+  mid-stream) and the iteration limit leave a request Hermes wrote as a user message.
   `end_reason` says how the session closed (`agent_close`, `cli_close`, ...), `compression` that
   it continues in another session.
 
@@ -40,9 +41,19 @@ from tinker_atropos.sft.conversations import (
 from tinker_atropos.sft.hermes_redact import Redactor
 
 # What Hermes 0.19 itself writes into a session when a turn fails (agent/conversation_loop.py,
-# agent/chat_completion_helpers.py): never the model's words.
-HERMES_ERROR_REPLY = "I apologize, but I encountered "
-ITERATION_LIMIT_REQUEST = "You've reached the maximum number of tool-calling iterations allowed."
+# agent/chat_completion_helpers.py): never the model's or the user's words. A request to the model
+# as a user message, by how it starts, and what it says of the session:
+HERMES_REQUESTS = {
+    "You've reached the maximum number of tool-calling iterations allowed.": (
+        "it reached Hermes' limit of tool-calling iterations (max_iterations)"
+    ),
+    "[System: Your previous response was truncated": (
+        "a reply was cut at the output limit and Hermes asked the model to continue it"
+    ),
+    "[System: The previous response was cut off": "a reply was cut off mid-stream and Hermes asked for the rest",
+    "[System: Your previous tool call": "a tool call was too large to arrive and Hermes asked for smaller ones",
+}
+HERMES_ERROR_REPLY = "I apologize, but I encountered "  # an assistant message Hermes writes itself
 
 
 @dataclass(frozen=True)
@@ -109,7 +120,7 @@ def read_sessions(path: Path, tools: list[dict[str, Any]], *, include_failed: bo
         except ConversationRefused as exc:
             out.refused.append(SessionNote("?", line, str(exc)))
             continue
-        sid = str(session.get("id") or "?")
+        sid = "?" if session.get("id") is None else str(session["id"])
         messages = [m for m in redactor.value(session["messages"]) if isinstance(m, dict) and m.get("active", 1)]
         failed = failure(session, messages)
         if failed and not include_failed:
@@ -132,8 +143,9 @@ def failure(session: dict[str, Any], messages: list[dict[str, Any]]) -> str | No
     replies = [m for m in messages if m.get("role") == "assistant"]
     if not replies:
         return "the model never answered: Hermes' request failed before any reply (see Hermes' log)"
-    if any(_is_iteration_limit(m) for m in messages):
-        return "it reached Hermes' limit of tool-calling iterations (max_iterations)"
+    requested = next((r for r in map(_hermes_request, messages) if r), None)
+    if requested:
+        return requested
     last = messages[-1]
     if last.get("role") == "assistant" and _is_hermes_error(last):
         return f"its last reply is Hermes' error text, not the model's: {_text(last.get('content'))[:160]!r}"
@@ -187,8 +199,12 @@ def _text(content: Any) -> str:
     return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
 
 
-def _is_iteration_limit(message: dict[str, Any]) -> bool:
-    return message.get("role") == "user" and _text(message.get("content")).startswith(ITERATION_LIMIT_REQUEST)
+def _hermes_request(message: dict[str, Any]) -> str | None:
+    """What a user message Hermes wrote itself says of the session (None: not one of Hermes')."""
+    if message.get("role") != "user":
+        return None
+    text = _text(message.get("content"))
+    return next((why for start, why in HERMES_REQUESTS.items() if text.startswith(start)), None)
 
 
 def _is_hermes_error(message: dict[str, Any]) -> bool:
@@ -196,9 +212,9 @@ def _is_hermes_error(message: dict[str, Any]) -> bool:
 
 
 def _before_failure(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What the model wrote before Hermes' own failure texts: the iteration-limit request and all
-    after it, a trailing error reply, a trailing unanswered user message."""
-    cut = next((k for k, m in enumerate(messages) if _is_iteration_limit(m)), len(messages))
+    """What the model wrote before it failed: up to Hermes' first request of its own, less a reply
+    cut at the output limit, Hermes' error reply and an unanswered user message at the end."""
+    cut = next((k for k, m in enumerate(messages) if _hermes_request(m)), len(messages))
     kept = messages[:cut]
     while kept and _hermes_tail(kept):
         kept.pop()
@@ -208,7 +224,7 @@ def _before_failure(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _hermes_tail(messages: list[dict[str, Any]]) -> bool:
     last = messages[-1]
     if last.get("role") == "assistant":
-        return _is_hermes_error(last)
+        return _is_hermes_error(last) or last.get("finish_reason") == "length"
     return last.get("role") == "user" and any(m.get("role") == "assistant" for m in messages)
 
 
