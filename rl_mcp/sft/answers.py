@@ -17,7 +17,7 @@ class SftSpan(BaseModel):
 
 
 class SftExampleView(BaseModel):
-    source: str = Field(description="demonstrations | file")
+    source: str = Field(description="demonstrations | file | teacher | hermes_sessions")
     origin: str = Field(description="Where it came from: 'item 3', 'line 12'")
     spans: list[SftSpan] = Field(description="The example as the model reads it, cut where training starts and stops")
 
@@ -28,6 +28,28 @@ class SftRefusal(BaseModel):
     reason: str
 
 
+class HermesSessionsLeftOut(BaseModel):
+    session: str
+    reason: str
+
+
+class HermesSessionsView(BaseModel):
+    """Source hermes_sessions: what the export file held and what became of it."""
+
+    file: str
+    sessions: int = Field(description="Sessions in the file")
+    kept: int = Field(description="Examples made from them")
+    failed_left_out: int = Field(description="Sessions that failed in Hermes, left out (include_failed: false)")
+    failed_included: int = Field(description="Failed sessions learned up to where they failed (include_failed: true)")
+    refused: int = Field(description="Sessions that cannot be this environment's conversations (tools, turns)")
+    include_failed: bool
+    redacted_texts: int = Field(
+        description="Texts (a message, a call's arguments) where Hermes' own export rules masked a secret, before "
+        "anything read them"
+    )
+    left_out: list[HermesSessionsLeftOut] = Field(description="The first sessions left out, each with why")
+
+
 class SftPreview(BaseModel):
     environment: str
     counts: dict[str, dict[str, int]] = Field(description="Per source: examples kept and refused")
@@ -36,6 +58,9 @@ class SftPreview(BaseModel):
     trained_tokens: int = Field(description="Of those, the policy's own (weight 1 in the loss)")
     refused: list[SftRefusal] = Field(description="The first refusals, each with why")
     example: SftExampleView | None = Field(description="One kept example rendered with its mask")
+    hermes_sessions: HermesSessionsView | None = Field(
+        default=None, description="Source hermes_sessions: the export's sessions kept, failed, refused and redacted"
+    )
     steps: int | None = Field(
         description="The stage's supervised steps (epochs over the examples, capped by max_steps)"
     )
@@ -66,6 +91,7 @@ def preview_answer(environment: str, folder: Path, summary: dict[str, Any]) -> S
     steps, per_step = summary.get("steps"), summary.get("seconds_per_step")
     estimated = round(steps * per_step, 1) if steps and per_step else None
     examples = int(summary.get("examples") or 0)
+    sessions = summary.get("hermes_sessions")
     return SftPreview(
         environment=environment,
         counts=summary.get("counts") or {},
@@ -78,6 +104,7 @@ def preview_answer(environment: str, folder: Path, summary: dict[str, Any]) -> S
         else SftExampleView(
             source=example["source"], origin=example["origin"], spans=[SftSpan(**s) for s in example["spans"]]
         ),
+        hermes_sessions=HermesSessionsView.model_validate(sessions) if sessions else None,
         steps=steps,
         seconds_per_step=per_step,
         estimated_seconds=estimated,

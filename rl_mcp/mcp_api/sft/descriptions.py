@@ -23,12 +23,17 @@ reaches `min_score`; `file` reads a JSONL of conversations (OpenAI `messages` wi
 ShareGPT `conversations` as Hermes' trajectory files have them) and renders each with this
 environment's own tools and chat template, refusing a line that calls a tool the environment does
 not offer, passes arguments its schema refuses, poses a held-out evaluation item, or does not fit
-the context. Then loads the model and times one training step (local backend). Trains nothing.
+the context; `hermes_sessions` reads the user's own Hermes sessions (`hermes sessions export FILE
+--format jsonl`, field `sessions_file`) the same way, after masking secrets by Hermes' export rules,
+and leaves out sessions that failed in Hermes unless `include_failed`. Then loads the model and
+times one training step (local backend). Trains nothing.
 </what_it_does>
 
 <returns>
 Examples kept and refused per source, the refusals with their line or item and why, one example
 rendered with its mask (`trained` spans are what the policy learns to write; system, user and
-tool text weigh nothing), the tokens, the stage's steps and its estimated time.
+tool text weigh nothing), the tokens, the stage's steps and its estimated time; for
+`hermes_sessions`, the sessions kept, failed and left out, refused (each with why) and the secrets
+redacted.
 </returns>
 """

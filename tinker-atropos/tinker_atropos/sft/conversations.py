@@ -142,10 +142,10 @@ def read_conversations(path: Path, tools: list[dict[str, Any]]) -> ConversationS
     return ConversationSet(path=path, kept=kept, refused=refused)
 
 
-def transcript_conversation(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Conversation:
-    """A rollout's transcript (OpenAI `messages`, as a teacher's rollout leaves them) as a
+def transcript_conversation(messages: list[dict[str, Any]], tools: list[dict[str, Any]], line: int = 0) -> Conversation:
+    """A transcript (OpenAI `messages`, as a teacher's rollout or a Hermes session leaves them) as a
     conversation, checked as a file's line is; ConversationRefused says why it cannot be one."""
-    return _conversation(0, json.dumps({"messages": messages}), _validators(tools))
+    return _conversation(line, json.dumps({"messages": messages}), _validators(tools))
 
 
 def _is_one_json_document(text: str) -> bool:

@@ -26,7 +26,7 @@ from tinker_atropos.sft.conversations import Conversation
 class Example:
     """One supervised sequence: `masks` holds the token where it is trained, PROMPT_MASK elsewhere."""
 
-    source: str  # demonstrations | file | teacher
+    source: str  # demonstrations | file | teacher | hermes_sessions
     origin: str  # where it came from, for a person: "line 3", "item 12"
     tokens: list[int]
     masks: list[int]
@@ -77,9 +77,11 @@ def _example(env: HermesAgentBaseEnv, source: str, origin: str, result: AgentRes
     return Example(source, origin, list(trace.tokens), list(trace.masks), result.tool_calls)
 
 
-async def from_conversation(env: HermesAgentBaseEnv, conversation: Conversation) -> Example | Refused:
-    """A file's conversation rendered as the environment renders a rollout, its tool results the recorded ones."""
-    origin = f"line {conversation.line}"
+async def from_conversation(
+    env: HermesAgentBaseEnv, conversation: Conversation, source: str = "file", origin: str | None = None
+) -> Example | Refused:
+    """A recorded conversation rendered as the environment renders a rollout, its tool results the recorded ones."""
+    origin = origin or f"line {conversation.line}"
     recorded: Iterator[str] = iter([r for turn in conversation.turns for r in turn.results])
 
     async def replay(name: str, arguments: dict[str, Any]) -> ToolResult:
@@ -90,7 +92,7 @@ async def from_conversation(env: HermesAgentBaseEnv, conversation: Conversation)
     async with task_sandboxes.task_sandbox(task_id):  # a result over the budget is saved in it, as in a rollout
         settings = env.loop_settings(task_id, replay, temperature=0.0)
         result = await HermesAgentLoop(server=None, demonstration=turns, **settings).run(_prompt(env, conversation))
-    return _example(env, "file", origin, result, len(turns))
+    return _example(env, source, origin, result, len(turns))
 
 
 def _prompt(env: HermesAgentBaseEnv, conversation: Conversation) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Source = Literal["demonstrations", "file", "teacher"]
+Source = Literal["demonstrations", "file", "teacher", "hermes_sessions"]
 
 
 def _needs(source: str, field: str) -> dict[str, Any]:
@@ -19,7 +19,9 @@ def _needs(source: str, field: str) -> dict[str, Any]:
     }
 
 
-_SOURCES_NAMED = {"allOf": [_needs("file", "file"), _needs("teacher", "teacher")]}
+_SOURCES_NAMED = {
+    "allOf": [_needs("file", "file"), _needs("teacher", "teacher"), _needs("hermes_sessions", "sessions_file")]
+}
 # a teacher is an endpoint (base_url and model) or an earlier run's adapter, never both
 _ONE_TEACHER = {"oneOf": [{"required": ["base_url", "model"]}, {"required": ["adapter"]}]}
 
@@ -67,10 +69,21 @@ class SftSettings(BaseModel):
         "through its real tools and kept where its reward reaches min_score), 'file' (a JSONL of conversations, "
         "OpenAI `messages` or ShareGPT `conversations`, rendered with this environment's tools) and 'teacher' "
         "(the environment played by a stronger model, kept where its reward reaches min_score with a "
-        "well-formed tool call).",
+        "well-formed tool call) and 'hermes_sessions' (your own Hermes sessions: the file `hermes sessions "
+        "export FILE --format jsonl` writes, secrets redacted by Hermes' export rules, failed sessions left out).",
     )
     file: str | None = Field(default=None, description="The JSONL of conversations, for source 'file'.")
     teacher: TeacherSettings | None = Field(default=None, description="The teacher, for source 'teacher'.")
+    sessions_file: str | None = Field(
+        default=None,
+        description="The file `hermes sessions export FILE --format jsonl` wrote (hermes-agent 0.19), for "
+        "source 'hermes_sessions'.",
+    )
+    include_failed: bool = Field(
+        default=False,
+        description="Source 'hermes_sessions': also learn from sessions that failed in Hermes (an API error, a "
+        "cut reply, the iteration limit), up to where they failed. Off: they are left out, each with why.",
+    )
     items: int = Field(default=64, ge=1, description="Training items to demonstrate (source 'demonstrations').")
     min_score: float = Field(default=1.0, description="A demonstration is kept when its reward reaches this.")
     epochs: int = Field(default=3, ge=1, description="Passes over the examples, unless max_steps comes first.")
@@ -93,6 +106,11 @@ class SftSettings(BaseModel):
     def _sources_named(self) -> SftSettings:
         if "file" in self.sources and not self.file:
             raise ValueError("source 'file' needs `file`: the path of a JSONL of conversations")
+        if "hermes_sessions" in self.sources and not self.sessions_file:
+            raise ValueError(
+                "source 'hermes_sessions' needs `sessions_file`: "
+                "the path `hermes sessions export PATH --format jsonl` wrote"
+            )
         if "teacher" in self.sources and self.teacher is None:
             raise ValueError("source 'teacher' needs `teacher`: {base_url, model, api_key_var} or {adapter}")
         return self

@@ -14,8 +14,9 @@ from typing import Any
 from tinker_atropos.agent.base_env import HermesAgentBaseEnv
 from tinker_atropos.agent.loop import PROMPT_MASK
 from tinker_atropos.run_files import atomic_write_text
-from tinker_atropos.sft.conversations import ConversationFileError, read_conversations
+from tinker_atropos.sft.conversations import Conversation, ConversationFileError, read_conversations
 from tinker_atropos.sft.examples import Example, Refused, from_conversation, from_demonstration
+from tinker_atropos.sft.hermes_sessions import read_sessions
 from tinker_atropos.sft.settings import SftSettings
 from tinker_atropos.sft.teacher import teacher_examples
 
@@ -31,6 +32,7 @@ class NoExamples(ValueError):
 class SupervisedSet:
     examples: list[Example] = field(default_factory=list)
     refused: list[Refused] = field(default_factory=list)
+    hermes_sessions: dict[str, Any] | None = None  # the export file's report (SessionSet.report), where read
 
     def counts(self) -> dict[str, dict[str, int]]:
         kept, refused = Counter(e.source for e in self.examples), Counter(r.source for r in self.refused)
@@ -51,6 +53,8 @@ class SupervisedSet:
             "trained_tokens": sum(e.trained_tokens for e in self.examples),
             "refused": [{"source": r.source, "origin": r.origin, "reason": r.reason} for r in self.refused[:20]],
         }
+        if self.hermes_sessions is not None:
+            out["hermes_sessions"] = self.hermes_sessions
         if self.examples:
             out["example"] = rendered_with_mask(self.examples[0], tokenizer)
         return out
@@ -82,6 +86,8 @@ async def build_set(
         await _demonstrations(env, settings, out)
     if "file" in settings.sources:
         await _file(env, Path(str(settings.file)).expanduser(), out)
+    if "hermes_sessions" in settings.sources:
+        await _hermes_sessions(env, settings, out)
     if "teacher" in settings.sources and teacher_env is not None:
         for made in await teacher_examples(env, teacher_env, settings, logger.info):
             (out.examples if isinstance(made, Example) else out.refused).append(made)  # type: ignore[arg-type]
@@ -108,13 +114,37 @@ async def _file(env: HermesAgentBaseEnv, path: Path, out: SupervisedSet) -> None
         out.refused.append(Refused("file", str(path), str(exc)))
         return
     out.refused += [Refused("file", f"line {r.line}", r.reason) for r in read.refused]
+    await _conversations(env, "file", [(f"line {c.line}", c) for c in read.kept], out)
+
+
+async def _hermes_sessions(env: HermesAgentBaseEnv, settings: SftSettings, out: SupervisedSet) -> None:
+    tools, _ = env._resolve_tools_for_group()
+    path = Path(str(settings.sessions_file)).expanduser()
+    try:
+        read = read_sessions(path, tools, include_failed=settings.include_failed)
+    except ConversationFileError as exc:
+        out.refused.append(Refused("hermes_sessions", str(path), str(exc)))
+        return
+    out.refused += [Refused("hermes_sessions", n.origin, n.reason) for n in read.refused]
+    out.refused += [
+        Refused("hermes_sessions", n.origin, f"failed in Hermes, left out: {n.reason}") for n in read.failed
+    ]
+    await _conversations(env, "hermes_sessions", [(s.origin, s.conversation) for s in read.kept], out)
+    kept = sum(1 for e in out.examples if e.source == "hermes_sessions")
+    out.hermes_sessions = {**read.report(), "kept": kept, "include_failed": settings.include_failed}
+
+
+async def _conversations(
+    env: HermesAgentBaseEnv, source: str, conversations: list[tuple[str, Conversation]], out: SupervisedSet
+) -> None:
+    """Recorded conversations as examples, but for one that poses a held-out evaluation item."""
     held_out = {env.format_prompt(item) for item in getattr(env, "eval_items", None) or []}
-    for conversation in read.kept:
+    for origin, conversation in conversations:
         asked = [m["content"] for m in conversation.prompt if m["role"] == "user"]
         if held_out.intersection(asked):
-            out.refused.append(Refused("file", f"line {conversation.line}", "it poses a held-out evaluation item"))
+            out.refused.append(Refused(source, origin, "it poses a held-out evaluation item"))
             continue
-        made = await from_conversation(env, conversation)
+        made = await from_conversation(env, conversation, source, origin)
         (out.examples if isinstance(made, Example) else out.refused).append(made)  # type: ignore[arg-type]
 
 
