@@ -35,15 +35,6 @@ $(CONFORMANCE): $(INSPECTOR)
 
 conformance: $(CONFORMANCE)
 
-# Hermes Agent from PyPI in its own venv (its MCP client is mcp 1.x: the 2025 protocol generation);
-# tests/test_hermes.py drives rl-mcp through it.
-HERMES := .ci/hermes-venv/bin/hermes
-$(HERMES):
-	$(PYTHON) -m venv .ci/hermes-venv
-	.ci/hermes-venv/bin/python -m pip install -q --upgrade pip
-	.ci/hermes-venv/bin/python -m pip install -q "hermes-agent[mcp]==0.19.0"
-
-hermes: $(HERMES)
 
 # Debian's Chromium for tests/test_run_view.py: Playwright (the dev extra) drives it by its path, no
 # browser download. Runs as root (here and on CI); a no-op once the binary is there.
@@ -69,6 +60,9 @@ SKYRL := .runtimes/skyrl-engine/$(RUNTIME_RECORD)
 VERIFIERS := .runtimes/verifiers/$(RUNTIME_RECORD)
 VERIFIERS_V1 := .runtimes/verifiers-v1/$(RUNTIME_RECORD)
 OPENENV := .runtimes/openenv/$(RUNTIME_RECORD)
+# Hermes Agent from PyPI (hermes-agent[mcp,acp]): tests/test_hermes.py drives rl-mcp through it (its MCP
+# client is mcp 1.x: the 2025 protocol generation); the hermes-tasks format's episodes run in it
+HERMES := .runtimes/hermes/$(RUNTIME_RECORD)
 # vLLM's CPU build (its CUDA build on a machine with an NVIDIA GPU): the local backend's sampler
 VLLM := .runtimes/vllm/$(RUNTIME_RECORD)
 .runtimes/%/$(RUNTIME_RECORD): $(STAMP)
@@ -78,6 +72,7 @@ skyrl-engine: $(SKYRL)
 verifiers: $(VERIFIERS)
 verifiers-v1: $(VERIFIERS_V1)
 openenv: $(OPENENV)
+hermes: $(HERMES)
 vllm: $(VLLM)
 
 # Real MCP tool servers from PyPI for the `mcp` environment's tests (docs/mcp-tools.md): both need
@@ -150,4 +145,4 @@ pypi-name: $(STAMP)
 	$(PY) release/pypi_name.py
 
 clean:
-	rm -rf $(VENV) .ci/node .ci/hermes-venv .runtimes .venv-mcp-servers
+	rm -rf $(VENV) .ci/node .runtimes .venv-mcp-servers

@@ -1,6 +1,6 @@
 """Drives rl-mcp through Hermes' own MCP tool layer, as Hermes' agent loop would (no LLM).
 
-Run by tests/test_hermes.py with the python of `.ci/hermes-venv` (hermes-agent[mcp]==0.19.0, whose
+Run by tests/test_hermes.py with the python of the `hermes` runtime, `.runtimes/hermes` (hermes-agent 0.19.0, whose
 MCP client is mcp 1.x: the 2025 protocol generation), with HERMES_HOME set to a folder whose
 config.yaml holds two servers made from examples/hermes/config.yaml:
   rl       the local profile, key lines left as Hermes passes them unset (`${TINKER_API_KEY}`)

@@ -236,7 +236,7 @@ def test_ids_past_a_stop_string_are_recorded_and_trained_only_where_the_sequence
     assert alone.sequences[0].tokens[-len(sampled) :] == sampled  # the last reply keeps all it sampled
 
 
-def test_unmatched_episodes_are_refused_with_their_reason(served) -> None:
+def test_unmatched_episodes_are_refused_with_their_reason_a_swap_kept_and_said(served) -> None:
     holder, _, handle = served
     many, swapped = key(), key()
     with client(handle.url, many) as ai:
@@ -249,8 +249,9 @@ def test_unmatched_episodes_are_refused_with_their_reason(served) -> None:
         ai.completions.create(model=MODEL, prompt="Once", max_tokens=3)
     calls = taken(handle.url, swapped)
     assert [c.endpoint for c in calls] == ["chat", "completions"] and calls[1].weights_label == "step-000001"
-    refused = episode_sequences(calls)
-    assert refused.refused == seqs.WEIGHTS_CHANGED and not refused.merged
+    kept = episode_sequences(calls)  # each id keeps the logprob of the weights that drew it
+    assert kept.refused is None and kept.swapped and len(kept.sequences) == 2
+    assert not episode_sequences(calls[:1]).swapped
     assert episode_sequences([]).refused == seqs.NO_CALLS
 
 

@@ -1,8 +1,8 @@
-"""Hermes as a real client: hermes-agent[mcp]==0.19.0 from PyPI in its own venv (`make hermes`),
+"""Hermes as a real client: hermes-agent[mcp,acp]==0.19.0 from PyPI, the product's `hermes` runtime (`make hermes`),
 HERMES_HOME in a temp dir with examples/hermes/config.yaml, then `hermes mcp test rl` and
 tests/hermes_drive.py through Hermes' own MCP tool layer (its mcp 1.x client: the 2025 protocol).
 
-Skipped only when `.ci/hermes-venv` is absent (`make hermes` installs it; `make test` depends on it).
+Skipped only when `.runtimes/hermes` is absent (`make hermes` installs it; `make test` depends on it).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-HERMES_VENV = ROOT / ".ci" / "hermes-venv"
+HERMES_VENV = ROOT / ".runtimes" / "hermes"  # the runtime `mcp-server-rl setup hermes` makes
 HERMES_PYTHON = HERMES_VENV / "bin" / "python"
 HERMES = HERMES_VENV / "bin" / "hermes"
 RL_MCP = Path(sys.executable).with_name("mcp-server-rl")  # the console script the example config names

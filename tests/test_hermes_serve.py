@@ -20,7 +20,7 @@ What the test shows, from Hermes' own request dumps (HERMES_DUMP_REQUESTS) and t
 Hermes runs with `-t file` where the answer's command says `-t terminal,file`: the same first prompt is
 2.8k SmolLM2 tokens instead of 4.6k (measured: Hermes' run 23 s instead of 38 s).
 
-Skipped only when `.ci/hermes-venv` is absent (`make hermes` installs it).
+Skipped only when `.runtimes/hermes` is absent (`make hermes` installs it).
 """
 
 from __future__ import annotations

@@ -159,9 +159,9 @@ async def test_servers_are_listed_with_their_tools_and_the_agent_writes_tasks(rl
     assert leftover_servers(rl_home.parent) == []
 
 
-# The smollm2 profile (its locked max_token_trainer_length of 4096) on tiny-chat (tests/tiny_profiles.py),
+# The smollm2 profile (its locked max_token_trainer_length of 8192) on tiny-chat (tests/tiny_profiles.py),
 # whose token per character puts a tool prompt past the local profile's 1024. git's seven read-only
-# tools' schemas run to thousands of characters, which crowd those 4096 positions: its run offers the
+# tools' schemas run to thousands of characters, which crowd those positions: its run offers the
 # one tool its task needs (`tools`), as a user narrows a large server to the tools a task is about.
 STEPS = {"time": 2, "git": 1}  # time's second step on the first's weights
 TRAIN_EDITS = {

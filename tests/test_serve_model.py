@@ -27,8 +27,9 @@ from test_runs_mcp import call, environ, serving
 
 from rl_mcp.inference.run_weights import saved_checkpoints
 from rl_mcp.runs.store import RunRecord, RunStore
-from rl_mcp.serving.clients import NO_SKILLS, hermes_config, hermes_yaml
+from rl_mcp.serving.clients import hermes_config, hermes_yaml
 from rl_mcp.serving.plan import ServeError, plan_serve
+from tinker_atropos.hermes_harness.hermes_config import NO_SKILLS
 from tinker_atropos.run_files import RunFiles
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -212,4 +213,4 @@ def test_what_is_served_and_hermes_block_are_decided_without_mcp(home: Path) -> 
         plan_serve(rec, "best")
     text = hermes_yaml("r@final", "http://127.0.0.1:9/v1")
     assert yaml.safe_load(text) == hermes_config("r@final", "http://127.0.0.1:9/v1")
-    assert 'mode: "off"' in text and "discover_models: false" in text
+    assert "mode: 'off'" in text and "discover_models: false" in text

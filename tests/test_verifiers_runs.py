@@ -50,7 +50,7 @@ SMALL = {
 # per environment: the profile, its config edits, the metrics its rubric reports, model turns per
 # episode. The profile runs on tiny-chat (tests/tiny_profiles.py) but for ON_SMOLLM2. tiny-chat spends
 # a token per character, and a tool prompt alone is ~900 of them, past the local profile's locked
-# 1024: the tool environments take the smollm2 profile's 4096.
+# 1024: the tool environments take the smollm2 profile's 8192.
 CASES = {
     "word_count": ("local", {"num_examples": 6}, {"exact_count", "num_turns"}, 1),
     "adder_tools": ("smollm2", {"num_examples": 6, "max_turns": 2}, {"answered", "num_turns", "add_calls"}, 2),

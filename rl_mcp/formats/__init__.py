@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rl_mcp.formats import atropos, hermes, mcp, openenv, reasoning_gym, verifiers
+from rl_mcp.formats import atropos, hermes, hermes_tasks, mcp, openenv, reasoning_gym, verifiers
 from rl_mcp.formats.base import EnvironmentFormat, Rule
 from tinker_atropos.plugins import registry
 
@@ -22,6 +22,7 @@ BUILT_IN: tuple[EnvironmentFormat, ...] = (
     reasoning_gym.FORMAT,
     mcp.FORMAT,
     openenv.FORMAT,
+    hermes_tasks.FORMAT,
 )
 FORMATS: dict[str, EnvironmentFormat] = registry(BUILT_IN, ENTRY_POINT_GROUP, EnvironmentFormat, "environment format")
 NAMES = tuple(FORMATS)

@@ -10,6 +10,7 @@ overrides only what it does. Nothing here imports an environment: the server sta
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,21 @@ class FieldPlaces:
     home: Path
     environ: Mapping[str, str]
     venv_of: Callable[[PackageFolder], Path | None]
+
+
+def folders_holding(env_dir: Path, manifest: str, max_depth: int = 3) -> list[Path]:
+    """The folders under an env dir that hold `manifest` (not inside one another), to `max_depth`:
+    a folder-based format's environments."""
+    out: list[Path] = []
+    base = len(env_dir.parts)
+    for dirpath, dirnames, filenames in os.walk(env_dir):
+        here = Path(dirpath)
+        if manifest in filenames:
+            out.append(here)
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")) and len(here.parts) - base < max_depth)
+    return out
 
 
 class EnvironmentFormat:

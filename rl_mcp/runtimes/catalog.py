@@ -72,6 +72,17 @@ VERIFIERS, VERIFIERS_V1, OPENENV = (
          "server", ("openenv==0.10.0", "reasoning-gym==0.1.25"), "about 1 minute, 480 MB"),
     )
 )  # fmt: skip
+# hermes-agent itself: the hermes-tasks format's episodes run in it (`hermes -z`), and the tests drive the
+# product through it as an MCP client (its `mcp` extra) and over ACP (`acp`)
+HERMES_VERSION = "0.19.0"
+HERMES = RuntimeSpec(
+    name="hermes",
+    purpose="hermes-agent, the harness hermes-tasks episodes run in (and an MCP client of this server)",
+    python="server",
+    passes=((f"hermes-agent[mcp,acp]=={HERMES_VERSION}",),),
+    size="about 1 minute, 450 MB",
+)
+
 SKYRL_ENGINE = RuntimeSpec(
     name="skyrl-engine",
     purpose="SkyRL's Tinker engine for the skyrl profile (self-hosted Tinker API, JAX backend)",
@@ -121,7 +132,7 @@ def vllm() -> RuntimeSpec:
     )
 
 
-NAMES = ("training", VERIFIERS.name, VERIFIERS_V1.name, OPENENV.name, SKYRL_ENGINE.name, "vllm")
+NAMES = ("training", VERIFIERS.name, VERIFIERS_V1.name, OPENENV.name, HERMES.name, SKYRL_ENGINE.name, "vllm")
 
 
 def spec(name: str) -> RuntimeSpec:
@@ -130,4 +141,4 @@ def spec(name: str) -> RuntimeSpec:
         return training()
     if name == "vllm":
         return vllm()
-    return {s.name: s for s in (VERIFIERS, VERIFIERS_V1, OPENENV, SKYRL_ENGINE)}[name]
+    return {s.name: s for s in (VERIFIERS, VERIFIERS_V1, OPENENV, HERMES, SKYRL_ENGINE)}[name]

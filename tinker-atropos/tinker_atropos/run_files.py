@@ -19,6 +19,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+HERMES_CONFIG = "config.yaml"  # Hermes' own config file in a HERMES_HOME (served models, episodes)
+
 
 class ProcessName(StrEnum):
     """The three processes of a run; each logs to `logs/<name>.log`."""
@@ -307,7 +309,7 @@ class ServedModelFiles:
 
     @property
     def hermes_config(self) -> Path:
-        return self.hermes_home / "config.yaml"
+        return self.hermes_home / HERMES_CONFIG
 
 
 # --- writing -----------------------------------------------------------------------------------

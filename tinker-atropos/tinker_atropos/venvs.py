@@ -46,6 +46,11 @@ def runtime_python(name: str, environ: Mapping[str, str]) -> Path:
     return runtime_venv(name, environ) / "bin" / "python"
 
 
+def hermes_bin(environ: Mapping[str, str]) -> Path:
+    """hermes-agent's `hermes` in the product's hermes runtime (rl_mcp/runtimes/catalog.py)."""
+    return runtime_venv("hermes", environ) / "bin" / "hermes"
+
+
 @functools.cache
 def server_trains() -> bool:
     """Whether this Python has the trainer's imports (a checkout's .venv, `pip install mcp-server-rl[local]`):

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rl_mcp.environments.packages.folder import PackageFolder, normalize, read_project
+from rl_mcp.formats.base import folders_holding
 from rl_mcp.settings import BUNDLED_ENV_DIR
 from tinker_atropos.openenv.folder import MANIFEST, OpenEnvFolderError, read_openenv_folder, refuse_remote_source
 from tinker_atropos.venvs import site_dirs
@@ -77,16 +77,7 @@ def folder_entry(folder: Path) -> OpenEnvEntry:
 
 def folders_in(env_dir: Path) -> list[Path]:
     """The OpenEnv folders under an env dir (not inside one another), to MAX_DEPTH."""
-    out: list[Path] = []
-    base = len(env_dir.parts)
-    for dirpath, dirnames, filenames in os.walk(env_dir):
-        here = Path(dirpath)
-        if MANIFEST in filenames:
-            out.append(here)
-            dirnames[:] = []
-            continue
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")) and len(here.parts) - base < MAX_DEPTH)
-    return out
+    return folders_holding(env_dir, MANIFEST, MAX_DEPTH)
 
 
 def installed_folders(python: Path) -> list[Path]:

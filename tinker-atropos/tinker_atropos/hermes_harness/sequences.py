@@ -10,8 +10,10 @@ sampled past a stop string that cut the reply are trained only where a sequence 
 cancelled call (its client gone before the reply was whole) is left out: no later prompt holds it.
 
 An episode whose records cannot be matched is refused with its reason, for the caller to leave out
-and count, never guessed: no calls, a call with n != 1, calls sampled by different weights (a swap
-during the episode), a reply with no sampled id.
+and count, never guessed: no calls, a call with n != 1, a reply with no sampled id. Calls sampled by
+different weights (a swap mid-episode, which long episodes meet while the trainer steps) are kept: each
+id carries the logprob of the weights that drew it, which is what the loss's importance ratio needs;
+`swapped` says so, for a metric.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ CANCELLED = "cancelled"  # episode_log.CANCELLED: a call whose client went away
 # why an episode's records cannot be trained (EpisodeSequences.refused)
 NO_CALLS = "no_calls"
 MANY_CHOICES = "n_not_1"
-WEIGHTS_CHANGED = "weights_changed"
 EMPTY_COMPLETION = "empty_completion"
 
 
@@ -138,6 +139,7 @@ class EpisodeSequences:
     detail: str = ""
     calls: int = 0  # calls trained
     cancelled_calls: int = 0  # calls left out, their client gone
+    swapped: bool = False  # its calls were sampled by more than one version of the weights
 
     @property
     def merged(self) -> bool:
@@ -162,11 +164,6 @@ def episode_sequences(calls: list[EpisodeCall]) -> EpisodeSequences:
             )
         if not call.choices[0].completion_ids:
             return _refused(EMPTY_COMPLETION, f"call {call.index} sampled no token", cancelled)
-    versions = sorted({c.weights_version for c in usable})
-    if len(versions) > 1:
-        labels = sorted({str(c.weights_label) for c in usable})
-        detail = f"the calls were sampled by weights versions {versions} ({', '.join(labels)}): a swap mid-episode"
-        return _refused(WEIGHTS_CHANGED, detail, cancelled)
 
     sequences: list[TokenTrace] = []
     trace: TokenTrace | None = None
@@ -187,4 +184,5 @@ def episode_sequences(calls: list[EpisodeCall]) -> EpisodeSequences:
     assert trace is not None
     trace.add_sampled(*past_stop)
     sequences.append(trace)
-    return EpisodeSequences(sequences, calls=len(usable), cancelled_calls=cancelled)
+    swapped = len({c.weights_version for c in usable}) > 1
+    return EpisodeSequences(sequences, calls=len(usable), cancelled_calls=cancelled, swapped=swapped)

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tinker_atropos.agent.sandboxes.base import (
@@ -27,7 +28,7 @@ from tinker_atropos.agent.sandboxes.base import (
     read_inside,
     write_inside,
 )
-from tinker_atropos.agent.sandboxes.bwrap_mounts import Mounts
+from tinker_atropos.agent.sandboxes.bwrap_mounts import Mounts, program_paths
 from tinker_atropos.agent.sandboxes.local import LocalSandbox
 from tinker_atropos.agent.sandboxes.procs import exec_bytes
 
@@ -102,6 +103,17 @@ class BwrapSandbox(LocalSandbox):
     def _argv(self, command: str) -> list[str]:
         return [self._binary, *self._mounts(), *as_nobody(), *super()._argv(command)]
 
+    def _program_argv(self, argv: list[str], writable: tuple[Path, ...]) -> list[str]:
+        """The program in this rollout's container, with what each program it names by path needs to start
+        (its venv, its interpreter) bound read-only and
+        `writable` at their own paths; the host's network, for a harness that reaches its model on
+        the host's loopback (the commands it runs share it)."""
+        if os.geteuid() == 0:
+            for folder in writable:
+                for path in (folder, *folder.rglob("*")):
+                    os.lchown(path, NOBODY, NOBODY)
+        return [self._binary, *self._mounts(network=True, program=argv, writable=writable), *as_nobody(), *argv]
+
     # The file tools act through the sandbox, not on the host: after `resolve` refused whatever
     # lands outside the rollout's directory, the read or write itself runs in a container that
     # holds nothing of the host's but read-only system directories.
@@ -117,10 +129,10 @@ class BwrapSandbox(LocalSandbox):
         argv = [self._binary, *self._mounts(), *as_nobody(), "sh", "-c", script, "sh", *args]
         return await exec_bytes(argv, stdin, self.config.timeout_s, env=self.env, preexec=self._preexec)
 
-    def _mounts(self) -> list[str]:
+    def _mounts(self, network: bool = False, program: Sequence[str] = (), writable: tuple[Path, ...] = ()) -> list[str]:
         args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         args += ["--unshare-cgroup-try", "--hostname", "sandbox"]
-        if not self.config.network:
+        if not (self.config.network or network):
             args.append("--unshare-net")
         mounts = Mounts()
         mounts.host_read_only(SYSTEM_DIRS)
@@ -130,5 +142,9 @@ class BwrapSandbox(LocalSandbox):
         mounts.folder(str(Path(INSIDE_STATE).parent))
         mounts.writable(self._state, INSIDE_STATE)
         mounts.writable(self.workdir, WORKSPACE)
+        for named in (a for a in program if os.path.isabs(a) and os.path.isfile(a)):
+            mounts.read_only(program_paths(named))
+        for folder in writable:
+            mounts.writable_in_place(folder)
         args += mounts.args
         return [*args, "--chdir", WORKSPACE]

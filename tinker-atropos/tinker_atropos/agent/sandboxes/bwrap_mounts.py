@@ -60,11 +60,19 @@ class Mounts:
         for path in sorted(map(Path, paths), key=lambda p: len(p.parts)):
             if self.shows(path):
                 continue
-            for parent in reversed(path.parents[:-1]):
-                if not self._exists(parent):
-                    self.folder(str(parent))
+            self._parents(path)
             self.args += ["--ro-bind", str(path), str(path)]  # bwrap fails, naming it, if it does not exist
             self._points[path] = True
+
+    def writable_in_place(self, folder: Path) -> None:
+        """A host folder writable at its own path, the folders above it made (a harness's home)."""
+        self._parents(folder)
+        self.writable(folder, str(folder))
+
+    def _parents(self, path: Path) -> None:
+        for parent in reversed(path.parents[:-1]):
+            if not self._exists(parent):
+                self.folder(str(parent))
 
     def shows(self, path: Path) -> bool:
         """Whether the host's file at `path` is visible: the deepest mount above it shows the host."""

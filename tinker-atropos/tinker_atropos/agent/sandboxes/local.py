@@ -71,7 +71,22 @@ class LocalSandbox(Sandbox):
     def _argv(self, command: str) -> list[str]:
         return ["bash", "-c", SHELL_WRAPPER, "bash", command]
 
+    def _program_argv(self, argv: list[str], writable: tuple[Path, ...]) -> list[str]:
+        return argv
+
+    async def run_program(
+        self, argv: list[str], env: dict[str, str], timeout_s: float, writable: tuple[Path, ...] = ()
+    ) -> CommandResult:
+        """A program of the host's (an agent harness in its own venv) run as the rollout's commands run,
+        in its directory, with its limits, killed with it; `writable` folders beside the workdir are its
+        own (bwrap binds them). Output merged, as a command's."""
+        self.check_alive()
+        return await self._bounded(self._program_argv(argv, writable), self.env | env, timeout_s)
+
     async def _run(self, command: str, timeout_s: float) -> CommandResult:
+        return await self._bounded(self._argv(command), self.env, timeout_s)
+
+    async def _bounded(self, argv: list[str], env: dict[str, str], timeout_s: float) -> CommandResult:
         spawned: list[int] = []
 
         def on_spawn(pgid: int) -> None:
@@ -81,8 +96,8 @@ class LocalSandbox(Sandbox):
         watch = asyncio.create_task(self._watch_disk(spawned))
         try:
             result = await run_bounded(
-                self._argv(command),
-                env=self.env,
+                argv,
+                env=env,
                 cwd=self.workdir,
                 timeout_s=timeout_s,
                 max_output_chars=self.config.max_output_chars,

@@ -1,0 +1,175 @@
+"""hermes-tasks (#87): Hermes task sets trained inside hermes-agent 0.19 itself (the `hermes` runtime,
+`.runtimes/hermes`), each rollout a real `hermes -z` in the rollout's bwrap sandbox against the run's
+inference server, trained on the tokens that server recorded for the episode.
+
+- a task file with a bad item is listed as unusable and refused at select, naming the item and the field;
+- Hermes' fixed prompt is measured before the first episode: on tiny-chat (a token a byte, 1024 positions)
+  the start fails with the figures and the fix;
+- a 2-step run of a 2-item set on SmolLM2 through the real hermes-agent, on the local backend: its steps
+  trained on the episodes' recorded tokens (each sequence's trained positions are ids the server sampled:
+  tests/test_episode_tokens.py proves the identity on the trainer's own datums), the merge metric in
+  metrics.jsonl, and no hermes process or HERMES_HOME left once it ended;
+- after rl_stop_training mid-episode, a server exit with --stop-runs-on-exit and a SIGKILL of the
+  environment process, no hermes process is left.
+
+Skipped only when `.runtimes/hermes` is absent (`make hermes` makes it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from mcp import Client
+from test_hermes import HERMES
+from test_runs_mcp import call, environ, serving, wait_status
+
+from tinker_atropos.agent.sandboxes.base import PREFIX as SANDBOX_PREFIX
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.slow,
+    pytest.mark.skipif(not HERMES.exists(), reason="Hermes not installed: `make hermes` makes it"),
+]
+
+RUNTIMES = Path(__file__).resolve().parents[1] / ".runtimes"
+# `file` alone: Hermes' prompt is 2.8k SmolLM2 tokens (terminal,file 4.6k), each episode's first prefill
+TWO_TASKS = """\
+description: two files to write
+toolsets: [file]
+max_turns: 2
+episode_timeout_s: 300
+items:
+  - id: greeting
+    prompt: 'Create the file greeting.txt containing exactly: hello'
+    check: test "$(cat greeting.txt)" = hello
+  - id: answer
+    prompt: Create the file answer.txt containing the result of 2 + 3.
+    check: test "$(tr -d ' \\n' < answer.txt)" = 5
+"""
+BAD_ITEM = TWO_TASKS.replace("    check: test \"$(cat greeting.txt)\" = hello\n", "").replace(
+    "description: two files to write", "description: one item without a check"
+)
+FAST = {"group_size": 2, "batch_size": 2, "max_turn_tokens": 32, "eval_before_training": False}
+
+
+def task_dirs(root: Path) -> Path:
+    """An env dir holding two task sets: `two` (runs) and `bad` (its first item has no check)."""
+    for name, text in (("two", TWO_TASKS), ("bad", BAD_ITEM)):
+        (root / "envs" / name).mkdir(parents=True)
+        (root / "envs" / name / "hermes-tasks.yaml").write_text(text)
+    return root / "envs"
+
+
+def hermes_env(home: Path, profile: str) -> dict[str, str]:
+    return environ(home, RL_MCP_RUNTIMES=str(RUNTIMES), RL_MCP_PROFILE=profile, RL_MCP_ENV_DIRS=str(task_dirs(home)))
+
+
+def hermes_procs() -> list[psutil.Process]:
+    """Every hermes-agent process on the machine started from the runtime this suite uses."""
+    out = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if any(str(RUNTIMES / "hermes") in part for part in cmd[:2]) and any("-z" == p for p in cmd):
+            out.append(proc)
+    return out
+
+
+def sandbox_dirs(run_dir: Path) -> list[Path]:
+    """The episodes' sandboxes (their HERMES_HOME inside) left in the run's temp folder (its processes' TMPDIR)."""
+    return sorted((run_dir / "tmp").glob(SANDBOX_PREFIX + "*"))
+
+
+async def start(client: Client, environment: str, **edits: Any) -> str:
+    await call(client, "rl_select_environment", name=environment)
+    for field, value in {**FAST, **edits}.items():
+        await call(client, "rl_edit_config", field=field, value=value)
+    return (await call(client, "rl_start_training"))["run_id"]
+
+
+async def no_hermes_within(seconds: float) -> None:
+    with anyio.fail_after(seconds):
+        while hermes_procs():
+            await anyio.sleep(0.2)
+
+
+async def test_a_bad_item_is_listed_unusable_and_refused_at_select(rl_home: Path) -> None:
+    async with serving(hermes_env(rl_home, "local")) as (_, server), Client(server) as client:
+        listed = {e["name"]: e for e in (await call(client, "rl_list_environments"))["environments"]}
+        bundled = {"hermes-tasks:terminal_test", "hermes-tasks:computed_file", "hermes-tasks:two"}
+        assert bundled <= set(listed) and all(listed[n]["format"] == "hermes-tasks" for n in bundled)
+        assert "2 training items, 0 held out; toolsets file" in listed["hermes-tasks:two"]["description"]
+        assert listed["hermes-tasks:bad"]["description"].startswith("unusable: ")
+        refused = await client.call_tool("rl_select_environment", {"name": "hermes-tasks:bad"})
+        said = refused.content[0].text  # type: ignore[union-attr]
+        assert refused.is_error and "item 1 ('greeting'): check: missing" in said, said
+        selected = await call(client, "rl_select_environment", name="hermes-tasks:two")
+        fields = {f["name"] for f in selected["config"]["fields"]}
+        assert "max_turn_tokens" in fields and not fields & {"enabled_toolsets", "max_agent_turns", "tasks_folder"}
+
+
+async def test_hermes_prompt_that_leaves_no_reply_room_is_refused_with_figures(rl_home: Path) -> None:
+    """tiny-chat spends a token a byte: Hermes' 4.6k-token prompt is ~19k of them, in 1024 positions."""
+    async with serving(hermes_env(rl_home, "local")) as (_, server), Client(server) as client:
+        run_id = await start(client, "hermes-tasks:two", max_token_length=1024)
+        failed = await wait_status(client, run_id, {"failed"}, timeout=240, poll=1)
+        log = (rl_home / "runs" / run_id / "logs" / "env.log").read_text()
+    said = log[log.index("PromptDoesNotFit") :]
+    assert "Hermes' fixed prompt with toolsets file is " in said and "1024-token context" in said, said
+    assert "give the task set fewer toolsets" in said and "longer context" in said
+    assert "env" in failed["error"]
+    assert hermes_procs() == []
+
+
+async def test_two_steps_trained_in_hermes_on_the_tokens_it_sampled(rl_home: Path) -> None:
+    async with serving(hermes_env(rl_home, "smollm2")) as (_, server), Client(server) as client:
+        run_id = await start(client, "hermes-tasks:two", total_steps=2)
+        done = await wait_status(client, run_id, {"completed", "failed"}, timeout=900, poll=2)
+        assert done["status"] == "completed", done
+    run_dir = rl_home / "runs" / run_id
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2]
+    for step in steps:
+        hermes = step["env_metrics"]
+        assert hermes["hermes_unmatched_share"] == 0 and hermes["hermes_failed_share"] == 0, step
+        assert 0 <= hermes["hermes_merged"] <= 1 and "hermes_swapped" in hermes
+    log = (run_dir / "logs" / "env.log").read_text()
+    assert "Hermes' fixed prompt: " in log and " of 8192" in log
+    assert hermes_procs() == [] and sandbox_dirs(run_dir) == []
+
+
+@pytest.mark.parametrize("how", ["rl_stop_training", "exit", "sigkill_env"])
+async def test_no_hermes_left_after_a_stop(rl_home: Path, how: str) -> None:
+    async with serving(hermes_env(rl_home, "smollm2")) as (_, server), Client(server) as client:
+        run_id = await start(client, "hermes-tasks:two", total_steps=5)
+        with anyio.fail_after(240):
+            while not hermes_procs():
+                await anyio.sleep(0.2)
+        if how == "rl_stop_training":
+            await call(client, "rl_stop_training", run_id=run_id)
+            await no_hermes_within(30)
+        elif how == "sigkill_env":
+            status = await call(client, "rl_check_status", run_id=run_id)
+            (env_pid,) = [p["pid"] for p in status["processes"] if p["name"] == "env"]
+            os.kill(env_pid, signal.SIGKILL)
+            await no_hermes_within(30)
+    await no_hermes_within(30)  # `exit`: the server's exit stops the run (--stop-runs-on-exit)
+
+
+def test_failed_and_cut_episodes_are_a_finding_that_points_at_the_environment_log() -> None:
+    from test_diagnosis import by_code, facts, rows
+
+    from rl_mcp.diagnosis.rules import diagnose
+
+    shares = {"hermes_failed_share": 0.5, "hermes_timed_out_share": 0.0, "hermes_unmatched_share": 0.0}
+    found = by_code(diagnose(facts(rows(2, reward_mean=0.0, env_metrics=shares))))["hermes_episodes_failed"]
+    assert found.next_step.call.startswith("resources/read(uri='rl://runs/") and "stderr tail" in found.next_step.why
+    assert [e.metric for e in found.evidence] == ["hermes_failed_share"]
+    clean = {**shares, "hermes_failed_share": 0.0}
+    assert "hermes_episodes_failed" not in by_code(diagnose(facts(rows(2, reward_mean=0.0, env_metrics=clean))))
