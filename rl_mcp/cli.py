@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 
 from rl_mcp.distribution import COMMAND
+from rl_mcp.http_bound import DEFAULT_MAX_REQUESTS, DEFAULT_MAX_STREAMS, HttpBound
 from rl_mcp.interrupts import EXIT_SIGNALS
 from rl_mcp.logs import LOG_FORMAT
 
@@ -65,6 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="extra Host header value accepted on sse/http, e.g. myhost:8000 (repeatable)",
+    )
+    serve.add_argument(
+        "--max-requests",
+        type=int,
+        default=DEFAULT_MAX_REQUESTS,
+        help=f"sse/http: requests in flight at once past which one is refused with 503 and Retry-After "
+        f"(default {DEFAULT_MAX_REQUESTS})",
+    )
+    serve.add_argument(
+        "--max-streams",
+        type=int,
+        default=DEFAULT_MAX_STREAMS,
+        help=f"sse/http: open event streams (GET /sse, GET /mcp) past which one is refused with 503 "
+        f"(default {DEFAULT_MAX_STREAMS})",
     )
     serve.add_argument(
         "--stop-runs-on-exit", action="store_true", help="stop training runs and served models when the server exits"
@@ -156,6 +171,13 @@ def serve(args: argparse.Namespace) -> int:
         print(
             f"rl-mcp: binding {args.host} exposes the server beyond this machine: set --auth-token or "
             "RL_MCP_AUTH_TOKEN (clients send it as 'Authorization: Bearer <token>')",
+            file=sys.stderr,
+        )
+        return 2
+    if min(args.max_requests, args.max_streams) < 1:
+        print(
+            f"rl-mcp: --max-requests and --max-streams must be at least 1, got {args.max_requests} and "
+            f"{args.max_streams}",
             file=sys.stderr,
         )
         return 2
@@ -266,8 +288,9 @@ async def _serve_http(
     # h11, not httptools (uvicorn's pick when installed): httptools keeps the trailing whitespace of a
     # header value, so an `Mcp-Name: tool ` that HTTP says equals `tool` (RFC 9110 5.5) was refused as a
     # mismatch with the body (MCP 2026-07-28 routing headers; the conformance suite's http-header-validation)
+    bounded = HttpBound(starlette_app, max_requests=args.max_requests, max_streams=args.max_streams)
     config = uvicorn.Config(
-        starlette_app, http="h11", log_config=None, log_level=args.log_level.lower(), lifespan="on", access_log=False
+        bounded, http="h11", log_config=None, log_level=args.log_level.lower(), lifespan="on", access_log=False
     )
     http_server = Uvicorn(config)
 
@@ -279,5 +302,5 @@ async def _serve_http(
                 http_server.should_exit = True
 
     await tg.start(stop_on_signal)
-    log.info("serving %s on http://%s:%d%s", args.transport, public_host, port, path)
+    log.info("serving %s on http://%s:%d%s (%s)", args.transport, public_host, port, path, bounded.describe())
     await http_server.serve(sockets=[sock])

@@ -25,6 +25,7 @@ LAYERS = [
             "rl_mcp.interrupts",
             "rl_mcp.distribution",
             "rl_mcp.from_domain",
+            "rl_mcp.http_bound",
         ),
     ),
     (

@@ -162,7 +162,8 @@ def status(rec: RunRecord, children: dict[str, Child], cache: MetricsCache, sett
     metrics, evals = cache.metrics(rec), cache.evals(rec)
     result = read_result(Path(rec.run_dir)) or {}
     end = rec.ended_at or time.time()
-    running_s = round(end - rec.running_at, 1) if rec.running_at else None
+    # never negative: the wall clock can jump back between two recorded times (NTP, a VM restored)
+    running_s = round(max(end - rec.running_at, 0.0), 1) if rec.running_at else None
     health = read_health(rec.files.env_health)
     env_error = health.error if health else None
     requests = requests_view(health.requests, *run_config_sections(rec.config_path), time.time()) if health else None
