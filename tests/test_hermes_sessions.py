@@ -1,11 +1,11 @@
 """The supervised stage's `hermes_sessions` source on sessions the real Hermes recorded: hermes-agent
-0.19.0 (`.ci/hermes-venv`) run headless (`hermes -t terminal,file -z TASK`) against a scripted
+0.19.0 (the `hermes` runtime, `.runtimes/hermes`) run headless (`hermes -t terminal,file -z TASK`) against a scripted
 OpenAI-compatible endpoint (tests/scripted_chat.py: deterministic sessions, two that succeed with
 tool calls and secrets, two that fail), then `hermes sessions export --format jsonl`, read into
 the stage of the bundled terminal_files environment (Hermes' own terminal and file tool schemas).
 The redaction is held to Hermes' own functions, run in its venv on the same sessions and strings.
 
-Skipped only when `.ci/hermes-venv` is absent (`make hermes` installs it; `make test` depends on it).
+Skipped only when `.runtimes/hermes` is absent (`make hermes` makes it; `make test` depends on it).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tinker_atropos.sft.stage import close_servers
 from tinker_atropos.sft.supervised_set import SupervisedSet, build_set
 
 ROOT = Path(__file__).resolve().parents[1]
-HERMES_PYTHON = ROOT / ".ci" / "hermes-venv" / "bin" / "python"
+HERMES_PYTHON = ROOT / ".runtimes" / "hermes" / "bin" / "python"
 HERMES = HERMES_PYTHON.with_name("hermes")
 
 pytestmark = [

@@ -39,7 +39,9 @@ pytestmark = [
 ]
 
 RUNTIMES = Path(__file__).resolve().parents[1] / ".runtimes"
-# `file` alone: Hermes' prompt is 2.8k SmolLM2 tokens (terminal,file 4.6k), each episode's first prefill
+# `file` alone: Hermes' prompt is 2.8k SmolLM2 tokens (terminal,file 4.6k), each episode's first prefill.
+# Scored by the folder's score.py, which alternates 1 and 0: every group of two is mixed, so each step
+# trains (the base model solves neither item; this is a test of the path, not of the task).
 TWO_TASKS = """\
 description: two files to write
 toolsets: [file]
@@ -48,22 +50,28 @@ episode_timeout_s: 300
 items:
   - id: greeting
     prompt: 'Create the file greeting.txt containing exactly: hello'
-    check: test "$(cat greeting.txt)" = hello
   - id: answer
     prompt: Create the file answer.txt containing the result of 2 + 3.
-    check: test "$(tr -d ' \\n' < answer.txt)" = 5
 """
-BAD_ITEM = TWO_TASKS.replace("    check: test \"$(cat greeting.txt)\" = hello\n", "").replace(
-    "description: two files to write", "description: one item without a check"
-)
+ALTERNATE = """\
+import itertools
+
+_next = itertools.cycle([1.0, 0.0])
+
+
+async def score(item, episode, sandbox):
+    assert (await sandbox.run("pwd")).exit_code == 0 and episode.key.startswith("episode-")
+    return next(_next)
+"""
 FAST = {"group_size": 2, "batch_size": 2, "max_turn_tokens": 32, "eval_before_training": False}
 
 
 def task_dirs(root: Path) -> Path:
-    """An env dir holding two task sets: `two` (runs) and `bad` (its first item has no check)."""
-    for name, text in (("two", TWO_TASKS), ("bad", BAD_ITEM)):
+    """An env dir holding two task sets: `two` (scored by its score.py) and `bad` (no check, no score.py)."""
+    for name in ("two", "bad"):
         (root / "envs" / name).mkdir(parents=True)
-        (root / "envs" / name / "hermes-tasks.yaml").write_text(text)
+        (root / "envs" / name / "hermes-tasks.yaml").write_text(TWO_TASKS)
+    (root / "envs" / "two" / "score.py").write_text(ALTERNATE)
     return root / "envs"
 
 
@@ -108,7 +116,7 @@ async def test_a_bad_item_is_listed_unusable_and_refused_at_select(rl_home: Path
         assert listed["hermes-tasks:bad"]["description"].startswith("unusable: ")
         refused = await client.call_tool("rl_select_environment", {"name": "hermes-tasks:bad"})
         said = refused.content[0].text  # type: ignore[union-attr]
-        assert refused.is_error and "item 1 ('greeting'): check: missing" in said, said
+        assert refused.is_error and "item 1 ('greeting'): check: missing, and the folder has no score.py" in said, said
         selected = await call(client, "rl_select_environment", name="hermes-tasks:two")
         fields = {f["name"] for f in selected["config"]["fields"]}
         assert "max_turn_tokens" in fields and not fields & {"enabled_toolsets", "max_agent_turns", "tasks_folder"}
@@ -137,8 +145,10 @@ async def test_two_steps_trained_in_hermes_on_the_tokens_it_sampled(rl_home: Pat
     assert [s["step"] for s in steps] == [1, 2]
     for step in steps:
         hermes = step["env_metrics"]
-        assert hermes["hermes_unmatched_share"] == 0 and hermes["hermes_failed_share"] == 0, step
-        assert 0 <= hermes["hermes_merged"] <= 1 and "hermes_swapped" in hermes
+        assert hermes["hermes_episodes_left_out"] == 0 and hermes["hermes_failed_share"] == 0, step
+        assert (
+            0 <= hermes["hermes_merged"] <= 1 and "hermes_swapped" in hermes and "hermes_sequences_left_out" in hermes
+        )
     log = (run_dir / "logs" / "env.log").read_text()
     assert "Hermes' fixed prompt: " in log and " of 8192" in log
     assert hermes_procs() == [] and sandbox_dirs(run_dir) == []
@@ -167,7 +177,7 @@ def test_failed_and_cut_episodes_are_a_finding_that_points_at_the_environment_lo
 
     from rl_mcp.diagnosis.rules import diagnose
 
-    shares = {"hermes_failed_share": 0.5, "hermes_timed_out_share": 0.0, "hermes_unmatched_share": 0.0}
+    shares = {"hermes_failed_share": 0.5, "hermes_timed_out_share": 0.0, "hermes_episodes_left_out": 0.0}
     found = by_code(diagnose(facts(rows(2, reward_mean=0.0, env_metrics=shares))))["hermes_episodes_failed"]
     assert found.next_step.call.startswith("resources/read(uri='rl://runs/") and "stderr tail" in found.next_step.why
     assert [e.metric for e in found.evidence] == ["hermes_failed_share"]

@@ -83,8 +83,6 @@ class HermesTasksEnv(HermesAgentBaseEnv):
         self.task_set = read_task_set(folder)
         self.scorer = load_scorer(folder)
         self.train_items = self.task_set.train()
-        # the tools Hermes offers with these toolsets: what a supervised stage's examples are checked against
-        self.config.enabled_toolsets = list(self.task_set.toolsets)
         self.eval_items = self.task_set.held_out()
         hermes = Path(self.cfg.hermes_bin or hermes_bin(os.environ))
         if not hermes.exists():
@@ -101,7 +99,12 @@ class HermesTasksEnv(HermesAgentBaseEnv):
             self.config.worker_timeout = needed
         self.http = httpx.AsyncClient(timeout=60)
         self.counts = {"episodes": 0, "timed_out": 0, "failed": 0, "unmatched": 0, "merged": 0}
-        fit = await self.measure_prompt(self.train_items[0])
+        fit, asked = await self.measure_prompt(self.train_items[0])
+        # what Hermes sends, word for word: a supervised stage's examples are rendered in it (its system
+        # prompt, its tools in its order), so what the stage teaches is what Hermes then asks
+        self.hermes_tools = list(asked.get("tools") or [])
+        system = next((m for m in asked["messages"] if m.get("role") == "system"), None)
+        self.config.system_prompt = str(system["content"]) if system else None
         logger.info(
             "Hermes' fixed prompt: %d tokens of %d, %d left for a turn", fit.prompt_tokens, fit.context, fit.left
         )
@@ -127,8 +130,8 @@ class HermesTasksEnv(HermesAgentBaseEnv):
             max_tokens=self.cfg.max_turn_tokens,
         )
 
-    async def measure_prompt(self, item: HermesTask) -> PromptFit:
-        """Hermes' first request for `item`, caught and rendered as the server renders it."""
+    async def measure_prompt(self, item: HermesTask) -> tuple[PromptFit, dict[str, Any]]:
+        """Hermes' first request for `item` (its body), caught and rendered as the server renders it."""
 
         async def hermes_at(url: str) -> str:
             async with task_sandboxes.task_sandbox(uuid.uuid4().hex) as sandbox:
@@ -138,7 +141,11 @@ class HermesTasksEnv(HermesAgentBaseEnv):
 
         body, _ = await capture_first_request(hermes_at)
         prompt = ChatScaffold(self.tokenizer, body.get("tools")).prompt_tokens(body["messages"])
-        return PromptFit(len(prompt), self.cfg.max_token_length, self.cfg.max_turn_tokens or 1)
+        return PromptFit(len(prompt), self.cfg.max_token_length, self.cfg.max_turn_tokens or 1), body
+
+    def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
+        """Hermes' own tool schemas, as its first request sent them."""
+        return self.hermes_tools, {t["function"]["name"] for t in self.hermes_tools}
 
     @staticmethod
     def _local(sandbox: Any) -> LocalSandbox:
@@ -208,42 +215,44 @@ class HermesTasksEnv(HermesAgentBaseEnv):
         raise NotImplementedError("rollout() scores each episode in its own sandbox")
 
     async def collect_trajectories(self, item: HermesTask) -> tuple[ScoredDataGroup | None, list[Any]]:
-        """The group's episodes at once; each episode's sequences (one when its calls merge) carry its
-        score; an episode whose records cannot be matched is left out (counted in its group's share)."""
+        """The group's episodes at once, one sequence each with its score. run-api takes a group as
+        group_size sequences: an episode whose calls did not all merge gives its last sequence (its own
+        prompt and replies, exact; the earlier ones counted as left out), and a group with an episode
+        whose records cannot be matched is not sent (the episodes left out so far ride in the metrics)."""
         done = await asyncio.gather(*(self.rollout(item) for _ in self.group_replies))
         kept = [(res, reward) for res, reward in done if res.managed_state and res.managed_state["traces"]]
-        if not kept:
+        if len(kept) < len(done):
+            logger.warning(
+                "a group of %r left out: %d of its episodes cannot be matched", item.id, len(done) - len(kept)
+            )
             return None, []
         n = len(done)
         share = {
-            "hermes_unmatched_share": sum(bool((r.managed_state or {}).get("unmatched")) for r, _ in done) / n,
             "hermes_timed_out_share": sum(r.stop_reason == "timeout" for r, _ in done) / n,
             "hermes_failed_share": sum(r.stop_reason == "error" for r, _ in done) / n,
+            "hermes_episodes_left_out": float(self.counts["unmatched"]),
         }
         tokens, masks, scores, logprobs, overrides = [], [], [], [], []
         for res, reward in kept:
             state = res.managed_state or {}
-            for trace in state["traces"]:
-                tokens.append(trace.tokens)
-                masks.append(trace.masks)
-                logprobs.append(trace.logprobs or [])
-                scores.append(reward)
-                overrides.append(
-                    {
-                        "correct": reward >= 1.0,
-                        "turns": res.turns_used,
-                        "tool_calls": res.tool_calls,
-                        "tool_errors": 0,
-                        "env_metrics": {
-                            **share,
-                            "hermes_merged": float(state["merged"]),
-                            "hermes_swapped": float(state["swapped"]),
-                        },
-                    }
-                )
+            trace = state["traces"][-1]
+            tokens.append(trace.tokens)
+            masks.append(trace.masks)
+            logprobs.append(trace.logprobs or [])
+            scores.append(reward)
+            merged = {"hermes_merged": float(state["merged"]), "hermes_swapped": float(state["swapped"])}
+            merged["hermes_sequences_left_out"] = float(len(state["traces"]) - 1)
+            overrides.append(
+                {
+                    "correct": reward >= 1.0,
+                    "turns": res.turns_used,
+                    "tool_calls": res.tool_calls,
+                    "tool_errors": 0,
+                    "env_metrics": {**share, **merged},
+                }
+            )
         group = ScoredDataGroup(tokens=tokens, masks=masks, scores=scores, overrides=overrides)
         group["inference_logprobs"] = logprobs
-        group["group_overrides"] = {"group_size": len(tokens)}  # an episode of several sequences: each counts
         return group, []
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
