@@ -98,6 +98,7 @@ SERVER_SAFE_TRAINER_MODULES = {
     "tinker_atropos.run_files",
     "tinker_atropos.verifiers",
     "tinker_atropos.venvs",
+    "tinker_atropos.vllm_server.kv_cache",
     "tinker_atropos.warm_fork",
 }
 # mcp_api: one folder per tool family beside the modules the families share; server.py lists them.

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,34 +22,20 @@ import psutil
 import pytest
 import yaml
 from mcp import Client
+from serve_paths import run_record
 from test_runs_mcp import call, environ, serving
 
 from rl_mcp.inference.run_weights import saved_checkpoints
-from rl_mcp.runs.store import RunRecord, RunStore
+from rl_mcp.runs.store import RunStore
 from rl_mcp.serving.clients import hermes_config, hermes_yaml
 from rl_mcp.serving.plan import ServeError, plan_serve
 from tinker_atropos.hermes_harness.hermes_config import NO_SKILLS
-from tinker_atropos.run_files import RunFiles
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ID = "letter_repeat-served-1"
 NO_WEIGHTS = "letter_repeat-served-none"
 FINAL, STEP_ONE = f"{RUN_ID}@final", f"{RUN_ID}@step-000001"
-
-
-def _record(home: Path, run_id: str) -> RunRecord:
-    """A completed run of the local profile whose config is a run's (trainer section, tiny-chat)."""
-    files = RunFiles(home / "runs" / run_id)
-    files.logs_dir.mkdir(parents=True)
-    trainer = {"backend": "local", "base_model": "tiny-chat", "total_steps": 1, "api_url": "http://127.0.0.1:1"}
-    trainer.update(inference_port=2, run_dir=str(files.run_dir), lora_rank=8)
-    files.config.write_text(yaml.safe_dump({"env": {"group_size": 2}, "trainer": trainer}))
-    return RunRecord(
-        run_id=run_id, environment="letter_repeat", profile="local", status="completed",
-        run_dir=str(files.run_dir), config_path=str(files.config), run_name=run_id,
-        total_steps=1, api_port=1, inference_port=2, created_at=time.time(), ended_at=time.time(),
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +45,14 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     home = tmp_path_factory.mktemp("serve-home")
     store = RunStore(home / "runs.sqlite")
-    rec = _record(home, RUN_ID)
+    rec = run_record(home, RUN_ID)
     client = LocalTrainingClient(
         load_base_model("tiny-chat", "cpu"), rank=8, run_dir=Path(rec.run_dir), run_name=RUN_ID
     )
     client.save_weights_for_sampler("step-000001")
     client.save_weights_for_sampler("final")
     store.insert(rec)
-    store.insert(_record(home, NO_WEIGHTS))
+    store.insert(run_record(home, NO_WEIGHTS))
     store.close()
     return home
 
@@ -214,3 +199,26 @@ def test_what_is_served_and_hermes_block_are_decided_without_mcp(home: Path) -> 
     text = hermes_yaml("r@final", "http://127.0.0.1:9/v1")
     assert yaml.safe_load(text) == hermes_config("r@final", "http://127.0.0.1:9/v1")
     assert "mode: 'off'" in text and "discover_models: false" in text
+
+
+def test_memory_is_reckoned_where_the_weights_are_sampled(home: Path) -> None:
+    """The product's sampler: the server and two copies of the weights; vLLM of its own: one copy, its
+    processes and its KV cache (as vllm_server sizes it); a user's vLLM (trainer.vllm_url): the server only."""
+    from dataclasses import replace
+
+    from rl_mcp.serving import memory
+
+    rec = RunStore(home / "runs.sqlite").get(RUN_ID)
+    assert rec is not None
+    plan = plan_serve(rec, None)
+    folder = memory.model_folder("tiny-chat", {})
+    assert folder is not None
+    weights = memory.weight_files_bytes(folder)
+    assert memory.estimate(plan, {}).bytes == memory.SERVER_BYTES + 2 * weights
+    own = replace(plan, run_config={"trainer": {"sampler": "vllm", "device": "cpu"}})
+    mine = memory.estimate(own, {"VLLM_CPU_KVCACHE_SPACE": "2"})
+    assert mine.bytes == memory.SERVER_BYTES + weights + memory.VLLM_PROCESS_BYTES + 2 * 2**30
+    assert "its KV cache (2.00 GiB)" in mine.basis, mine
+    users = replace(plan, run_config={"trainer": {"sampler": "vllm", "vllm_url": "http://10.0.0.5:8000"}})
+    theirs = memory.estimate(users, {})
+    assert theirs.bytes == memory.SERVER_BYTES and "at http://10.0.0.5:8000 (trainer.vllm_url)" in theirs.basis

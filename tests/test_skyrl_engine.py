@@ -330,7 +330,9 @@ async def story(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Story
     """One server, one engine for the file's tests, in order; the engine gone once the server is."""
     home = tmp_path_factory.mktemp("skyrl-story") / "home"
     plugins = install_toy_loss(home.parent)  # a loss from another package: fork C trains with it
-    settings = Settings.from_env(environ(home, RL_MCP_ENGINE_IDLE_STOP=str(IDLE_STOP_S), PYTHONPATH=str(plugins)))
+    # the children import the plugin, and the code under test where the suite's PYTHONPATH names it (a worktree's)
+    path = os.pathsep.join(p for p in (str(plugins), os.environ.get("PYTHONPATH", "")) if p)
+    settings = Settings.from_env(environ(home, RL_MCP_ENGINE_IDLE_STOP=str(IDLE_STOP_S), PYTHONPATH=path))
     async with open_app(settings) as app, Client(build_server(app)) as client:
         assert app.engine is not None and app.engine.idle_stop_s == IDLE_STOP_S and not app.engine.running
         yield Story(app, client)
@@ -371,6 +373,36 @@ async def test_a_run_starts_the_engine_and_trains_through_the_tinker_sdk(story: 
     # its last 200 lines: the engine's requests (health probes, the run's calls); its start-up line
     # may have scrolled out already, the more so on a busy machine (a slower run probes more)
     assert 0 < len(log.splitlines()) <= 200 and "/api/v1/" in log, log[-2000:]
+
+
+# --- A's weights served (rl_serve_model): downloaded from the engine, answering Hermes' streamed request --
+async def test_a_stopped_runs_weights_serve_hermes_streamed_requests_from_the_engines_checkpoint(story: Story) -> None:
+    """A self-hosted engine's checkpoint is downloaded from it (held up meanwhile) and sampled by the product's
+    server, which keeps serving once the engine stops; its memory reckoned as the local sampler's."""
+    from serve_paths import hermes_stream
+
+    from rl_mcp.serving.memory import ENGINE_COPIES, SERVER_BYTES
+
+    client, a = story.client, story.run("A")
+    final = (await call(client, "rl_get_results", run_id=a["run_id"]))["final_weights"]
+    served = await call(client, "rl_serve_model", run_id=a["run_id"], weights="final")
+    try:
+        assert served["weights"] == final and final.startswith("tinker://"), served
+        assert (served["backend"], served["sampler"], served["base_model"]) == ("local", "engine", MODEL), served
+        memory = served["memory"]
+        assert memory["estimate_bytes"] > SERVER_BYTES and f"{ENGINE_COPIES} x" in memory["estimate_basis"], memory
+        assert 100 * 2**20 < memory["rss_bytes"] < 2 * memory["estimate_bytes"], memory
+        log = Path(served["log"])
+        assert f"downloading {final} from the self-hosted engine at {story.app.engine_url}" in log.read_text()
+        messages = [{"role": "user", "content": GREEDY_PROMPTS[0]}]
+        # Hermes' request but for its max_tokens: tiny-chat would run to the reply cap (1024 tokens, ~7 s here);
+        # the clamp of Hermes' 65536 is test_vllm_sampler's
+        reply = await hermes_stream(served["url"], served["model"], messages, [], temperature=0.0, max_tokens=12)
+        assert reply.finish_reason in ("stop", "length") and reply.usage and reply.usage["completion_tokens"] > 0
+        assert f"served by {final}" in log.read_text(), log.read_text()[-2000:]  # its checkpoint, downloaded
+    finally:
+        stopped = await call(client, "rl_stop_served_model", model=served["model"])
+    assert stopped["was_running"] and stopped["exit_code"] == 0, stopped
 
 
 # --- B = resume(A) to step 3; C = fork(A at step 1) taught by the base model; A as a teacher -----------

@@ -323,3 +323,99 @@ async def test_an_endpoint_teacher_is_checked_by_its_tokenizer_then_scores_repli
     (other / "tokenizer.json").write_text(json.dumps(data))
     with pytest.raises(BackendUnavailable, match="tokenizes a probe"):
         await teacher_sampler(cfg, samplers, AutoTokenizer.from_pretrained(other), 1024)
+
+
+# --- rl_serve_model on a run that sampled with vLLM: its adapter loaded there, Hermes' requests answered --
+LS = {"name": "ls", "description": "List files.", "parameters": {"type": "object", "properties": {}}}
+TOOLS = [{"type": "function", "function": LS}]
+ASKED = [{"role": "system", "content": "You are Hermes."}, {"role": "user", "content": "Which files are here?"}]
+SERVED_RUN = "letter_repeat-vllm-served"
+# a supervised run on the conversation ASKED + an `ls` call, as the inference server renders it: 100 steps
+# take ~15 s here and leave the call greedy with margin to spare (loss ~0.01 nats a token), in bfloat16 too
+TOOL_STEPS, TOOL_LR = 100, 3e-3
+HALFWAY = TOOL_STEPS // 2
+
+
+async def tool_call_run(home: Path, vllm_url: str) -> tuple[str, list[int], list[int]]:
+    """A completed run trained with sampler: vllm (on the shared server) whose final adapter calls `ls` when
+    asked ASKED with TOOLS: that adapter's folder, the prompt's tokens and the call's."""
+    from serve_paths import run_record
+
+    from rl_mcp.runs.store import RunStore
+    from tinker_atropos.agent.chat_format import ChatScaffold
+    from tinker_atropos.agent.loop import PROMPT_MASK
+    from tinker_atropos.agent.tool_calls import ToolCall, format_tool_call
+    from tinker_atropos.backends.local import LocalTrainingClient, load_base_model
+    from tinker_atropos.sft.examples import Example
+    from tinker_atropos.sft.steps import sft_step
+
+    rec = run_record(home, SERVED_RUN, sampler="vllm", vllm_url=vllm_url)
+    base = load_base_model(TINY_CHAT, "cpu")
+    scaffold = ChatScaffold(base.tokenizer, TOOLS)
+    prompt = scaffold.prompt_tokens(ASKED)
+    called = scaffold.encode(format_tool_call(ToolCall("ls", {}, "call_0")) + base.tokenizer.eos_token)
+    demo = Example("demonstrations", "ls", [*prompt, *called], [PROMPT_MASK] * len(prompt) + called, 1)
+    client = LocalTrainingClient(base, rank=8, run_dir=Path(rec.run_dir), run_name=rec.run_name, seed=0)
+    for done in range(1, TOOL_STEPS + 1):
+        step = await sft_step(client, [demo], types.AdamParams(learning_rate=TOOL_LR))
+        if done == HALFWAY:
+            client.save_weights_for_sampler(f"step-{HALFWAY:06d}")  # a second checkpoint to serve beside the final
+    assert step.loss is not None and step.loss < 0.05, step
+    adapter = client.save_weights_for_sampler("final")
+    store = RunStore(home / "runs.sqlite")
+    store.insert(rec)
+    store.close()
+    return adapter, prompt, called
+
+
+def _vllm_models(url: str) -> dict[str, dict[str, object]]:
+    return {m["id"]: m for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]}
+
+
+@needs_vllm
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_a_vllm_runs_weights_are_served_on_vllm_to_hermes_streamed_tool_calls(
+    tmp_path: Path, shared_vllm: VllmProcess
+) -> None:
+    """rl_serve_model on a run that sampled on the user's vLLM (trainer.vllm_url): the product's server in
+    front (Hermes' `<tool_call>` text parsed, its max_tokens clamped to vLLM's context) and the adapter loaded
+    into that vLLM under a name of its own, unloaded when the model is stopped; the memory is the front's."""
+    from serve_paths import HERMES_MAX_TOKENS, hermes_stream
+
+    from rl_mcp.serving.memory import SERVER_BYTES
+    from tinker_atropos.inference_server.app import CLAMPED_HEADER
+
+    url, home = shared_vllm.url, tmp_path / "home"
+    adapter, prompt, called = await tool_call_run(home, url)
+    async with serving(environ(home)) as (_, server), Client(server) as client:
+        served = await call(client, "rl_serve_model", run_id=SERVED_RUN)
+        assert (served["sampler"], served["weights"]) == ("vllm", adapter), served
+        memory = served["memory"]
+        assert memory["estimate_bytes"] == SERVER_BYTES and url in memory["estimate_basis"], memory
+        assert 100 * 2**20 < memory["rss_bytes"] < 3 * SERVER_BYTES, memory  # the front only: vLLM is the user's
+        loaded = [m for name, m in _vllm_models(url).items() if name.startswith(SERVED_RUN)]
+        assert [(m["id"], m["root"]) for m in loaded] == [(f"{SERVED_RUN}-final-port{served['port']}", adapter)], loaded
+        # another checkpoint of the run beside it: loaded under its own name (vLLM refuses a name loaded twice)
+        step = await call(client, "rl_serve_model", run_id=SERVED_RUN, weights=HALFWAY)
+        names = sorted(name for name in _vllm_models(url) if name.startswith(SERVED_RUN))
+        assert names == sorted([loaded[0]["id"], f"{SERVED_RUN}-step-{HALFWAY:06d}-port{step['port']}"]), names
+        await call(client, "rl_stop_served_model", model=step["model"])
+
+        reply = await hermes_stream(served["url"], served["model"], ASKED, TOOLS, temperature=0.0)
+        assert (reply.content, reply.tool_calls, reply.finish_reason) == ("", [("ls", {})], "tool_calls"), reply
+        assert reply.usage == {
+            "prompt_tokens": len(prompt), "completion_tokens": len(called), "total_tokens": len(prompt) + len(called)
+        }  # fmt: skip
+        clamped = reply.headers[CLAMPED_HEADER]
+        assert clamped.startswith(f"{HERMES_MAX_TOKENS} -> ") and f"context {SERVED_LEN} tokens" in clamped, clamped
+        log = Path(served["log"]).read_text()
+        assert f"served by {adapter}" in log, log[-2000:]
+        # the base model on vLLM, the same prompt at temperature 0: no tool call (the adapter answered above)
+        body = {"model": TINY_CHAT, "prompt": prompt, "max_tokens": len(called), "temperature": 0.0}
+        base = httpx.post(f"{url}/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+        assert "<tool_call>" not in base, base
+
+        stopped = await call(client, "rl_stop_served_model", model=served["model"])
+        assert stopped["was_running"] and stopped["exit_code"] == 0, stopped
+    assert not [name for name in _vllm_models(url) if name.startswith(SERVED_RUN)], "unloaded from the shared server"

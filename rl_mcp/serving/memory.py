@@ -15,14 +15,16 @@ import psutil
 from rl_mcp.processes import Child
 from rl_mcp.serving.plan import ServeError, ServePlan
 from tinker_atropos.models.paths import model_ref
+from tinker_atropos.venvs import nvidia_gpu
+from tinker_atropos.vllm_server.kv_cache import kv_cache_gb
 
 # The inference server's Python, torch and tokenizer, whatever the model: tiny-chat (3 MB of weights)
 # served at 424 MB resident, SmolLM2-135M (538 MB) at 1.57 GB (measured 2026-12-07).
 SERVER_BYTES = 450 * 2**20
 # The product's own sampler holds the base model and the adapter merged into a copy of it: 2x its files.
 ENGINE_COPIES = 2
-# vLLM's three processes with its smallest KV cache (docs: ~2.9 GB with 1 GB of cache), beside its copy.
-VLLM_BYTES = 3 * 2**30
+# vLLM's three processes beside its copy of the weights and its KV cache (vllm_server/process.py: ~1.9 GB)
+VLLM_PROCESS_BYTES = 2 * 2**30
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 
@@ -42,20 +44,39 @@ def estimate(plan: ServePlan, environ: Mapping[str, str]) -> MemoryEstimate:
     """The served process tree's memory, reckoned from the base model's weight files."""
     if plan.sampler == "tinker":
         return MemoryEstimate(SERVER_BYTES, "the server and tokenizer only: Tinker samples the weights")
+    if plan.vllm_url:
+        return MemoryEstimate(
+            SERVER_BYTES,
+            f"the server and tokenizer only ({_gib(SERVER_BYTES)}): the adapter is loaded into the vLLM server at "
+            f"{plan.vllm_url} (trainer.vllm_url), whose memory is that server's",
+        )
     folder = model_folder(plan.base_model, environ)
     if folder is None:
         return MemoryEstimate(None, f"unknown: {plan.base_model}'s weights are neither a folder nor in the HF cache")
     weights = weight_files_bytes(folder)
     if plan.sampler == "vllm":
+        cache = _vllm_cache_bytes(plan, environ)
         return MemoryEstimate(
-            SERVER_BYTES + weights + VLLM_BYTES,
-            f"the server ({_gib(SERVER_BYTES)}) + {folder}'s weights ({_gib(weights)}) + vLLM ({_gib(VLLM_BYTES)})",
+            SERVER_BYTES + weights + VLLM_PROCESS_BYTES + cache,
+            f"the server ({_gib(SERVER_BYTES)}) + {folder}'s weights ({_gib(weights)}) + vLLM's processes "
+            f"({_gib(VLLM_PROCESS_BYTES)}) + its KV cache ({_gib(cache)}{' on the GPU' if not cache else ''})",
         )
     return MemoryEstimate(
         SERVER_BYTES + ENGINE_COPIES * weights,
         f"the server ({_gib(SERVER_BYTES)}) + {ENGINE_COPIES} x {folder}'s weights ({_gib(weights)}: the base "
         "model and the adapter merged into a copy)",
     )
+
+
+def _vllm_cache_bytes(plan: ServePlan, environ: Mapping[str, str]) -> int:
+    """The KV cache vLLM's own server takes in this machine's memory: sized as vllm_server/process.py sizes
+    it on a CPU (VLLM_CPU_KVCACHE_SPACE where set); none here on a GPU (it is in the GPU's memory)."""
+    device = str((plan.run_config.get("trainer") or {}).get("device") or "auto")
+    if device == "cuda" or (device == "auto" and nvidia_gpu()):
+        return 0
+    raw = environ.get("VLLM_CPU_KVCACHE_SPACE", "")
+    gb = int(raw) if raw.isdigit() else kv_cache_gb(int(psutil.virtual_memory().available))
+    return gb * 2**30
 
 
 def model_folder(base_model: str, environ: Mapping[str, str]) -> Path | None:

@@ -52,6 +52,14 @@ class ServePlan:
             return "tinker"
         return str((self.run_config.get("trainer") or {}).get("sampler") or "engine")
 
+    @property
+    def vllm_url(self) -> str | None:
+        """The vLLM server of the user's that the run sampled on (trainer.vllm_url): the adapter is loaded
+        there and none is started; None where the served server starts vLLM of its own (or uses none)."""
+        if self.sampler != "vllm":
+            return None
+        return str((self.run_config.get("trainer") or {}).get("vllm_url") or "") or None
+
 
 def plan_serve(rec: RunRecord, wanted: str | int | None) -> ServePlan:
     """The checkpoint `wanted` ('best', 'final', a step; None: best where the run keeps it, else final)."""

@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 log = logging.getLogger("tinker_atropos.inference_server")
 
@@ -100,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                 if cfg.trainer.sampler == "vllm":
                     holder.swap(_vllm_sampler(cfg, adapter, vllm))
                 else:
-                    holder.swap(create_base_sampler(cfg, adapter))  # merged in: the folder is not needed after
+                    sampler = create_base_sampler(cfg, adapter)  # merged in: the folder is not needed after
+                    if adapter != args.adapter:  # downloaded: the log names the engine's checkpoint, not a gone folder
+                        sampler.path = args.adapter
+                    holder.swap(sampler)
             log.info("sampler ready: %s", args.adapter or cfg.trainer.base_model)
         except (BackendUnavailable, EngineWeightsError, VllmError) as exc:
             log.error("backend unavailable: %s", exc)
@@ -125,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _vllm_sampler(cfg: Any, adapter: str | None, started: list[Any]) -> Any:
-    """The base model or `adapter` on vLLM's server (this process's own, or tinker.vllm_url's)."""
+    """The base model or `adapter` on vLLM's server (this process's own, or tinker.vllm_url's). On a shared
+    server the adapter's name carries this server's port: the run training there, another checkpoint of
+    it served or tested beside this one, each loads its own name (a name loaded twice is refused)."""
     from tinker_atropos.vllm_server.run import VllmSamplers
 
     samplers = VllmSamplers.start(cfg)
@@ -135,10 +141,26 @@ def _vllm_sampler(cfg: Any, adapter: str | None, started: list[Any]) -> Any:
         await samplers.wait_ready()
         if adapter is None:
             return await samplers.for_base()
-        return await samplers.for_weights(str(Path(adapter).resolve()), "test")
+        label = f"{Path(adapter).name}-port{cfg.trainer.inference_port}"
+        return await samplers.for_weights(str(Path(adapter).resolve()), label)
 
     return asyncio.run(ready())
 
 
+def exit_without_teardown(code: int | str | None) -> NoReturn:
+    """Exit with `code` once the logs are flushed, skipping the interpreter's teardown: collecting torch's
+    objects took 1.7-3.7 s of a stop on a 2-core machine (0.2 s without), and on a busy one past the 5 s a
+    served model's stop waits before SIGKILL, which leaves its adapter loaded in a shared vLLM. main() has
+    released what it holds (its vLLM adapters unloaded, its own vLLM stopped) by now."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        exit_code: int | str | None = main()
+    except SystemExit as stopped:  # SIGTERM/SIGINT, once main() has shut down
+        exit_code = stopped.code
+    exit_without_teardown(exit_code)

@@ -19,13 +19,10 @@ from pathlib import Path
 import httpx
 
 from tinker_atropos.vllm_server.guard import guarded
+from tinker_atropos.vllm_server.kv_cache import kv_cache_gb
 
 # vLLM's LoRA kernels take these ranks; a run's rank is served at the next one up
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-# On a CPU the cache is this share of the memory free at the start, within these bounds (GB): the
-# trainer's model, optimizer and passes need the rest (bench/README.md measures a step's peak)
-KV_CACHE_SHARE = 0.15
-KV_CACHE_GB = (1, 8)
 # On a GPU, the share of its memory vLLM may take: the trainer's LoRA model and its passes the rest
 GPU_MEMORY_UTILIZATION = 0.45
 START_TIMEOUT_S = 600.0  # ~30 s idle on a 2-core CPU, 100 s beside a full test suite
@@ -58,12 +55,6 @@ def served_rank(rank: int) -> int:
         if rank <= served:
             return served
     raise VllmError(f"lora_rank {rank} is above the largest rank vLLM serves ({LORA_RANKS[-1]}): lower it")
-
-
-def kv_cache_gb(available_bytes: int) -> int:
-    """The KV cache's size on a CPU, from the memory free when the run starts."""
-    low, high = KV_CACHE_GB
-    return max(low, min(high, int(available_bytes * KV_CACHE_SHARE / 2**30)))
 
 
 def command(spec: VllmSpec) -> list[str]:
