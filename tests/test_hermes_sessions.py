@@ -21,11 +21,12 @@ import pytest
 from loopback_http import loopback_http
 from scripted_chat import call, scripted_handler
 
-from rl_mcp.serving.clients import NO_SKILLS, hermes_config
+from rl_mcp.serving.clients import hermes_config
 from rl_mcp.sft.answers import SftPreview, preview_answer
 from tinker_atropos.agent.loop import PROMPT_MASK
 from tinker_atropos.agent.tool_schemas import TOOL_SCHEMAS
 from tinker_atropos.environments.terminal_files import TerminalFilesEnv
+from tinker_atropos.hermes_harness.hermes_config import NO_SKILLS
 from tinker_atropos.models import ensure_model
 from tinker_atropos.models.paths import SMOLLM2
 from tinker_atropos.sft.hermes_redact import Redactor

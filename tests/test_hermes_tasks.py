@@ -89,6 +89,19 @@ def hermes_procs() -> list[psutil.Process]:
     return out
 
 
+def hermes_homes() -> list[Path]:
+    """The HERMES_HOME of every hermes-agent process running now (from its environment)."""
+    homes = []
+    for proc in hermes_procs():
+        try:
+            home = proc.environ().get("HERMES_HOME")
+        except psutil.Error:
+            continue
+        if home:
+            homes.append(Path(home))
+    return homes
+
+
 def sandbox_dirs(run_dir: Path) -> list[Path]:
     """The episodes' sandboxes (their HERMES_HOME inside) left in the run's temp folder (its processes' TMPDIR)."""
     return sorted((run_dir / "tmp").glob(SANDBOX_PREFIX + "*"))
@@ -161,6 +174,8 @@ async def test_no_hermes_left_after_a_stop(rl_home: Path, how: str) -> None:
         with anyio.fail_after(240):
             while not hermes_procs():
                 await anyio.sleep(0.2)
+        homes = hermes_homes()
+        assert homes, "a Hermes runs with no HERMES_HOME of the run's"
         if how == "rl_stop_training":
             await call(client, "rl_stop_training", run_id=run_id)
             await no_hermes_within(30)
@@ -169,7 +184,11 @@ async def test_no_hermes_left_after_a_stop(rl_home: Path, how: str) -> None:
             (env_pid,) = [p["pid"] for p in status["processes"] if p["name"] == "env"]
             os.kill(env_pid, signal.SIGKILL)
             await no_hermes_within(30)
+        if how != "exit":
+            await wait_status(client, run_id, {"stopped", "failed"}, timeout=60)
     await no_hermes_within(30)  # `exit`: the server's exit stops the run (--stop-runs-on-exit)
+    # the episodes' homes lie in the run's TMPDIR, removed once the run is settled
+    assert not any(h.exists() for h in homes) and not (rl_home / "runs" / run_id / "tmp").exists()
 
 
 def test_failed_and_cut_episodes_are_a_finding_that_points_at_the_environment_log() -> None:
