@@ -270,15 +270,15 @@ async def learn(n_train: int, n_held: int, steps: int) -> None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers(dest="what", required=True)
+    sub = parser.add_subparsers(dest="what")  # none: startup (what `make bench` runs)
     sub.add_parser("startup").add_argument("--trials", type=int, default=3)
     taught = sub.add_parser("learn")
     taught.add_argument("--train", type=int, default=8)
     taught.add_argument("--held-out", type=int, default=8)
     taught.add_argument("--steps", type=int, default=4)
     args = parser.parse_args()
-    if args.what == "startup":
-        await startup(args.trials)
+    if args.what in (None, "startup"):
+        await startup(getattr(args, "trials", 3))
     else:
         await learn(args.train, args.held_out, args.steps)
 

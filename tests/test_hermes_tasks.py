@@ -45,7 +45,7 @@ RUNTIMES = Path(__file__).resolve().parents[1] / ".runtimes"
 TWO_TASKS = """\
 description: two files to write
 toolsets: [file]
-max_turns: 2
+max_turns: 1
 episode_timeout_s: 300
 items:
   - id: greeting

@@ -28,7 +28,7 @@ from test_runs_mcp import call, environ, serving
 from rl_mcp.inference.run_weights import saved_checkpoints
 from rl_mcp.runs.store import RunStore
 from rl_mcp.serving.clients import hermes_config, hermes_yaml
-from rl_mcp.serving.plan import ServeError, plan_serve
+from rl_mcp.serving.plan import ServeError, plan_serve, server_config
 from tinker_atropos.hermes_harness.hermes_config import NO_SKILLS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -188,11 +188,24 @@ async def test_a_run_s_weights_serve_list_readopt_and_stop(home: Path) -> None:
             foreground.kill()
 
 
+def test_on_an_nvidia_gpu_a_run_s_weights_are_served_by_vllm(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: the machine's answer (its driver's files) is given; the choice and the config it writes
+    are the product's."""
+    from rl_mcp.serving import plan as serve_plan
+
+    rec = RunStore(home / "runs.sqlite").get(RUN_ID)
+    assert rec is not None
+    monkeypatch.setattr(serve_plan, "nvidia_gpu", lambda: True)
+    plan = plan_serve(rec, None)
+    assert plan.sampler == "vllm" and server_config(plan, 9, home)["trainer"]["sampler"] == "vllm"
+
+
 def test_what_is_served_and_hermes_block_are_decided_without_mcp(home: Path) -> None:
     rec = RunStore(home / "runs.sqlite").get(RUN_ID)
     assert rec is not None
     plan = plan_serve(rec, None)
     assert (plan.model, plan.base_model, plan.backend, plan.sampler) == (FINAL, "tiny-chat", "local", "engine")
+    assert server_config(plan, 9, home)["trainer"]["sampler"] == "engine"
     assert plan_serve(rec, 1).model == STEP_ONE
     with pytest.raises(ServeError, match="no validation evaluation of a trained checkpoint, so no 'best'"):
         plan_serve(rec, "best")

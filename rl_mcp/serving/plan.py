@@ -15,6 +15,7 @@ from rl_mcp.inference.run_weights import RunCheckpoint, run_target, saved_checkp
 from rl_mcp.inference.target import LocalWeights, Target, served_trainer
 from rl_mcp.runs.config_file import RUN_CONFIG_ERRORS, read_run_config
 from rl_mcp.runs.store import RunRecord
+from tinker_atropos.venvs import nvidia_gpu
 
 SERVER_MODULE = "tinker_atropos.inference_server"
 
@@ -47,10 +48,13 @@ class ServePlan:
 
     @property
     def sampler(self) -> str:
-        """engine (the product's own) or vllm (trainer.sampler), on this machine; tinker on Tinker's."""
+        """On this machine: vllm where the run sampled with it (trainer.sampler) or where an NVIDIA GPU is
+        (vLLM's CUDA build serves a LoRA far faster than the product's engine), else engine (the product's
+        own); tinker on Tinker's."""
         if self.backend == "tinker":
             return "tinker"
-        return str((self.run_config.get("trainer") or {}).get("sampler") or "engine")
+        asked = str((self.run_config.get("trainer") or {}).get("sampler") or "engine")
+        return "vllm" if asked == "engine" and nvidia_gpu() else asked
 
     @property
     def vllm_url(self) -> str | None:
@@ -87,6 +91,8 @@ def server_config(plan: ServePlan, port: int, folder: Path) -> dict[str, Any]:
     127.0.0.1:`port`, named `plan.model`."""
     cfg = copy.deepcopy(plan.run_config)
     cfg["trainer"] = served_trainer(cfg.get("trainer") or {}, plan.weights, port, folder)
+    if plan.sampler != "tinker":
+        cfg["trainer"]["sampler"] = plan.sampler
     cfg["openai"] = [{"model_name": plan.model, "base_url": f"http://127.0.0.1:{port}/v1", "api_key": None}]
     return cfg
 
