@@ -79,27 +79,30 @@ def hermes_env(home: Path, profile: str) -> dict[str, str]:
     return environ(home, RL_MCP_RUNTIMES=str(RUNTIMES), RL_MCP_PROFILE=profile, RL_MCP_ENV_DIRS=str(task_dirs(home)))
 
 
-def hermes_procs() -> list[psutil.Process]:
-    """Every hermes-agent process on the machine started from the runtime this suite uses."""
+def run_tmpdir(run_dir: Path) -> Path:
+    """The TMPDIR of the run's processes (its link's target), where the episodes' sandboxes and homes lie."""
+    return Path(os.readlink(run_dir / "tmp"))
+
+
+def hermes_procs(tmpdir: Path) -> list[psutil.Process]:
+    """The hermes-agent processes of one run: those whose HERMES_HOME lies in its TMPDIR (other tests' Hermes,
+    running beside this one, have homes of their own)."""
     out = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if any(str(RUNTIMES / "hermes") in part for part in cmd[:2]) and any("-z" == p for p in cmd):
+        if not (any(str(RUNTIMES / "hermes") in part for part in cmd[:2]) and "-z" in cmd):
+            continue
+        try:
+            home = proc.environ().get("HERMES_HOME", "")
+        except psutil.Error:
+            continue
+        if home.startswith(str(tmpdir) + os.sep):
             out.append(proc)
     return out
 
 
-def hermes_homes() -> list[Path]:
-    """The HERMES_HOME of every hermes-agent process running now (from its environment)."""
-    homes = []
-    for proc in hermes_procs():
-        try:
-            home = proc.environ().get("HERMES_HOME")
-        except psutil.Error:
-            continue
-        if home:
-            homes.append(Path(home))
-    return homes
+def hermes_homes(tmpdir: Path) -> list[Path]:
+    return [Path(p.environ()["HERMES_HOME"]) for p in hermes_procs(tmpdir)]
 
 
 def sandbox_dirs(run_dir: Path) -> list[Path]:
@@ -114,10 +117,18 @@ async def start(client: Client, environment: str, **edits: Any) -> str:
     return (await call(client, "rl_start_training"))["run_id"]
 
 
-async def no_hermes_within(seconds: float) -> None:
+async def no_hermes_within(tmpdir: Path, seconds: float) -> None:
     with anyio.fail_after(seconds):
-        while hermes_procs():
+        while hermes_procs(tmpdir):
             await anyio.sleep(0.2)
+
+
+async def tmpdir_of(run_dir: Path) -> Path:
+    """The run's TMPDIR, once its processes have one (their start makes it)."""
+    with anyio.fail_after(120):
+        while not (run_dir / "tmp").is_symlink():
+            await anyio.sleep(0.2)
+    return run_tmpdir(run_dir)
 
 
 async def test_a_bad_item_is_listed_unusable_and_refused_at_select(rl_home: Path) -> None:
@@ -139,21 +150,23 @@ async def test_hermes_prompt_that_leaves_no_reply_room_is_refused_with_figures(r
     """tiny-chat spends a token a byte: Hermes' 4.6k-token prompt is ~19k of them, in 1024 positions."""
     async with serving(hermes_env(rl_home, "local")) as (_, server), Client(server) as client:
         run_id = await start(client, "hermes-tasks:two", max_token_length=1024)
+        tmpdir = await tmpdir_of(rl_home / "runs" / run_id)
         failed = await wait_status(client, run_id, {"failed"}, timeout=240, poll=1)
         log = (rl_home / "runs" / run_id / "logs" / "env.log").read_text()
     said = log[log.index("PromptDoesNotFit") :]
     assert "Hermes' fixed prompt with toolsets file is " in said and "1024-token context" in said, said
     assert "give the task set fewer toolsets" in said and "longer context" in said
     assert "env" in failed["error"]
-    assert hermes_procs() == []
+    assert hermes_procs(tmpdir) == []
 
 
 async def test_two_steps_trained_in_hermes_on_the_tokens_it_sampled(rl_home: Path) -> None:
     async with serving(hermes_env(rl_home, "smollm2")) as (_, server), Client(server) as client:
         run_id = await start(client, "hermes-tasks:two", total_steps=2)
+        run_dir = rl_home / "runs" / run_id
+        tmpdir = await tmpdir_of(run_dir)
         done = await wait_status(client, run_id, {"completed", "failed"}, timeout=900, poll=2)
         assert done["status"] == "completed", done
-    run_dir = rl_home / "runs" / run_id
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2]
     for step in steps:
@@ -164,31 +177,32 @@ async def test_two_steps_trained_in_hermes_on_the_tokens_it_sampled(rl_home: Pat
         )
     log = (run_dir / "logs" / "env.log").read_text()
     assert "Hermes' fixed prompt: " in log and " of 8192" in log
-    assert hermes_procs() == [] and sandbox_dirs(run_dir) == []
+    assert hermes_procs(tmpdir) == [] and not tmpdir.exists() and sandbox_dirs(run_dir) == []
 
 
 @pytest.mark.parametrize("how", ["rl_stop_training", "exit", "sigkill_env"])
 async def test_no_hermes_left_after_a_stop(rl_home: Path, how: str) -> None:
     async with serving(hermes_env(rl_home, "smollm2")) as (_, server), Client(server) as client:
         run_id = await start(client, "hermes-tasks:two", total_steps=5)
+        tmpdir = await tmpdir_of(rl_home / "runs" / run_id)
         with anyio.fail_after(240):
-            while not hermes_procs():
+            while not hermes_procs(tmpdir):
                 await anyio.sleep(0.2)
-        homes = hermes_homes()
+        homes = hermes_homes(tmpdir)
         assert homes, "a Hermes runs with no HERMES_HOME of the run's"
         if how == "rl_stop_training":
             await call(client, "rl_stop_training", run_id=run_id)
-            await no_hermes_within(30)
+            await no_hermes_within(tmpdir, 30)
         elif how == "sigkill_env":
             status = await call(client, "rl_check_status", run_id=run_id)
             (env_pid,) = [p["pid"] for p in status["processes"] if p["name"] == "env"]
             os.kill(env_pid, signal.SIGKILL)
-            await no_hermes_within(30)
+            await no_hermes_within(tmpdir, 30)
         if how != "exit":
             await wait_status(client, run_id, {"stopped", "failed"}, timeout=60)
-    await no_hermes_within(30)  # `exit`: the server's exit stops the run (--stop-runs-on-exit)
+    await no_hermes_within(tmpdir, 30)  # `exit`: the server's exit stops the run (--stop-runs-on-exit)
     # the episodes' homes lie in the run's TMPDIR, removed once the run is settled
-    assert not any(h.exists() for h in homes) and not (rl_home / "runs" / run_id / "tmp").exists()
+    assert not any(h.exists() for h in homes) and not tmpdir.exists()
 
 
 def test_failed_and_cut_episodes_are_a_finding_that_points_at_the_environment_log() -> None:
