@@ -107,6 +107,7 @@ SCENARIOS: dict[str, tuple[Build, ...]] = {
     "items_solved": (run(rows(2), items=SOLVED),),
     "no_tool_calls": (run(SILENT),),
     "episodes_never_done": (run(rows(4, agent_tool_calls_mean=1.5, env_metrics={EPISODE_DONE: 0.0})),),
+    "hermes_episodes_failed": (run(rows(2, env_metrics={"hermes_failed_share": 0.5})),),  # its step reads a log
     "no_reward_signal": (run(rows(4, no_signal_share=1.0, reward_std=0.0)),),
     "groups_narrowing": (
         run(rows(12, distinct_reply_share=lambda s: 1.0 if s < 5 else 0.25, reward_mean=0.6)),  # collapsed

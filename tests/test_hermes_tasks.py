@@ -39,19 +39,19 @@ pytestmark = [
 ]
 
 RUNTIMES = Path(__file__).resolve().parents[1] / ".runtimes"
-# `file` alone: Hermes' prompt is 2.8k SmolLM2 tokens (terminal,file 4.6k), each episode's first prefill.
-# Scored by the folder's score.py, which alternates 1 and 0: every group of two is mixed, so each step
-# trains (the base model solves neither item; this is a test of the path, not of the task).
+# `todo` alone: Hermes' prompt is 1.6k SmolLM2 tokens (file 2.8k, terminal,file 4.6k), what every episode
+# prefills and every training sequence holds. Scored by the folder's score.py, which alternates 1 and 0:
+# every group of two is mixed, so each step trains (a test of the path, not of the task).
 TWO_TASKS = """\
-description: two files to write
-toolsets: [file]
+description: two lists to keep
+toolsets: [todo]
 max_turns: 1
 episode_timeout_s: 300
 items:
-  - id: greeting
-    prompt: 'Create the file greeting.txt containing exactly: hello'
-  - id: answer
-    prompt: Create the file answer.txt containing the result of 2 + 3.
+  - id: milk
+    prompt: Add "buy milk" to your todo list.
+  - id: call
+    prompt: Add "call the bank" to your todo list.
 """
 ALTERNATE = """\
 import itertools
@@ -136,25 +136,25 @@ async def test_a_bad_item_is_listed_unusable_and_refused_at_select(rl_home: Path
         listed = {e["name"]: e for e in (await call(client, "rl_list_environments"))["environments"]}
         bundled = {"hermes-tasks:terminal_test", "hermes-tasks:computed_file", "hermes-tasks:two"}
         assert bundled <= set(listed) and all(listed[n]["format"] == "hermes-tasks" for n in bundled)
-        assert "2 training items, 0 held out; toolsets file" in listed["hermes-tasks:two"]["description"]
+        assert "2 training items, 0 held out; toolsets todo" in listed["hermes-tasks:two"]["description"]
         assert listed["hermes-tasks:bad"]["description"].startswith("unusable: ")
         refused = await client.call_tool("rl_select_environment", {"name": "hermes-tasks:bad"})
         said = refused.content[0].text  # type: ignore[union-attr]
-        assert refused.is_error and "item 1 ('greeting'): check: missing, and the folder has no score.py" in said, said
+        assert refused.is_error and "item 1 ('milk'): check: missing, and the folder has no score.py" in said, said
         selected = await call(client, "rl_select_environment", name="hermes-tasks:two")
         fields = {f["name"] for f in selected["config"]["fields"]}
         assert "max_turn_tokens" in fields and not fields & {"enabled_toolsets", "max_agent_turns", "tasks_folder"}
 
 
 async def test_hermes_prompt_that_leaves_no_reply_room_is_refused_with_figures(rl_home: Path) -> None:
-    """tiny-chat spends a token a byte: Hermes' 4.6k-token prompt is ~19k of them, in 1024 positions."""
+    """tiny-chat spends a token a byte: Hermes' 1.6k-token prompt (todo) is ~7k of them, in 1024 positions."""
     async with serving(hermes_env(rl_home, "local")) as (_, server), Client(server) as client:
         run_id = await start(client, "hermes-tasks:two", max_token_length=1024)
         tmpdir = await tmpdir_of(rl_home / "runs" / run_id)
         failed = await wait_status(client, run_id, {"failed"}, timeout=240, poll=1)
         log = (rl_home / "runs" / run_id / "logs" / "env.log").read_text()
     said = log[log.index("PromptDoesNotFit") :]
-    assert "Hermes' fixed prompt with toolsets file is " in said and "1024-token context" in said, said
+    assert "Hermes' fixed prompt with toolsets todo is " in said and "1024-token context" in said, said
     assert "give the task set fewer toolsets" in said and "longer context" in said
     assert "env" in failed["error"]
     assert hermes_procs(tmpdir) == []

@@ -176,11 +176,12 @@ class Discovery:
         return result
 
     def _listed_as(
-        self, info: EnvironmentInfo, folders: list[Path], errors: list[dict[str, str]]
+        self, info: EnvironmentInfo, served: dict[str, list[Path]], errors: list[dict[str, str]]
     ) -> list[EnvironmentInfo]:
-        """What a discovered environment is listed as: a format's environments hosted by its class, else itself."""
+        """What a discovered environment is listed as: a format's environments hosted by its class (the
+        folders it serves among them), else itself."""
         for f in FORMATS.values():
-            listed = f.listed_as(info, self.places, folders, errors)
+            listed = f.listed_as(info, self.places, served[f.name], errors)
             if listed is not None:
                 return listed
         return [info]
@@ -188,12 +189,13 @@ class Discovery:
     def scan(self) -> Catalog:
         files: list[tuple[Path, Path, _FileScan, PackageFolder | None]] = []
         errors: list[dict[str, str]] = []
-        served: list[Path] = []  # folders a format serves whole
+        served: dict[str, list[Path]] = {f.name: [] for f in FORMATS.values()}  # folders each format serves whole
         for env_dir in self.env_dirs:
             if not env_dir.is_dir():
                 errors.append({"file": str(env_dir), "error": "environment directory does not exist"})
                 continue
-            served += [folder for f in FORMATS.values() for folder in f.folders(env_dir)]
+            for f in FORMATS.values():
+                served[f.name] += f.folders(env_dir)
             for path, package in _python_files(env_dir):
                 try:
                     scanned = self._scan(path)
