@@ -19,8 +19,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-DEFAULT_MAX_REQUESTS = 128
-DEFAULT_MAX_STREAMS = 256
+DEFAULT_MAX_REQUESTS = 256  # above the 200 concurrent calls tests/test_reliability_http.py holds the server to
+DEFAULT_MAX_STREAMS = 512
 RETRY_AFTER_S = 1
 
 
