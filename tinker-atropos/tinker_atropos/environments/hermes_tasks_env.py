@@ -139,7 +139,7 @@ class HermesTasksEnv(HermesAgentBaseEnv):
                 episode = await run_episode(self._local(sandbox), self.hermes, item.prompt, config, "measure")
             return episode.stderr_tail
 
-        body, _ = await capture_first_request(hermes_at)
+        body = await capture_first_request(hermes_at)
         prompt = ChatScaffold(self.tokenizer, body.get("tools")).prompt_tokens(body["messages"])
         return PromptFit(len(prompt), self.cfg.max_token_length, self.cfg.max_turn_tokens or 1), body
 

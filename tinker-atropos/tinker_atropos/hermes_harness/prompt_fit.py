@@ -44,7 +44,7 @@ class PromptFit:
         )
 
 
-async def capture_first_request(run: Any) -> tuple[dict[str, Any], str]:
+async def capture_first_request(run: Any) -> dict[str, Any]:
     """The body of the first chat completion Hermes sends, caught on a loopback port; `run(url)` starts
     Hermes against `url` (…/v1) and returns when it has ended (it fails: nothing answers it)."""
     caught: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -76,7 +76,7 @@ async def capture_first_request(run: Any) -> tuple[dict[str, Any], str]:
             hermes.cancel()
             with contextlib.suppress(BaseException):
                 await hermes
-            return caught.result(), ""
+            return caught.result()
         said = ""
         if hermes.done() and not hermes.cancelled() and hermes.exception() is None:
             said = str(hermes.result())
